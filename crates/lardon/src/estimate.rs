@@ -1,0 +1,362 @@
+//! What a task declares it needs: the [`Estimate`] and its builder.
+//!
+//! An estimate is immutable once built. Building never fails: an invalid
+//! estimate is not an API error but something admission REJECTs with a
+//! reason ([`Estimate::validate`] says which field is wrong), so that a
+//! task read from a file or an RPC always has a place to report its fault.
+
+use std::fmt;
+
+use thiserror::Error;
+
+/// Thousandths of a CPU in one whole CPU.
+pub const MILLIS_PER_CPU: u32 = 1000;
+
+/// What was wrong with an [`Estimate`], naming the field.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum EstimateError {
+    /// `batch_min` must be at least 1.
+    #[error("batch_min must be at least 1")]
+    BatchMinZero,
+    /// `batch_max` must be at least `batch_min`.
+    #[error("batch_max ({max}) is below batch_min ({min})")]
+    BatchRange {
+        /// The minimum batch.
+        min: u64,
+        /// The maximum batch.
+        max: u64,
+    },
+    /// `cpus` must be at least one thousandth.
+    #[error("cpus must be more than 0")]
+    CpusZero,
+    /// GPU memory was asked for without a GPU slot.
+    #[error("gpu_memory is set but gpu_slots is 0: ask for a GPU slot too")]
+    GpuMemoryWithoutSlot,
+    /// The class key is not `[a-z0-9][a-z0-9._-]{0,63}`.
+    #[error("class `{0}` is invalid: use 1-64 characters of a-z 0-9 . _ - starting with a letter or digit")]
+    BadClass(String),
+    /// `fixed + per_item × batch_max` does not fit in 64 bits.
+    #[error("{0} overflows at batch_max")]
+    Overflow(&'static str),
+}
+
+/// A learning key: `[a-z0-9][a-z0-9._-]{0,63}`.
+///
+/// Construction does not validate (so an estimate read from outside can
+/// carry a bad class to admission, which rejects it); [`Class::is_valid`]
+/// answers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Class(String);
+
+impl Class {
+    /// The class used when a task names none.
+    pub const DEFAULT: &'static str = "default";
+
+    /// Wraps a class key (validated at admission).
+    pub fn new(name: impl Into<String>) -> Self {
+        Class(name.into())
+    }
+
+    /// The key as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether the key matches `[a-z0-9][a-z0-9._-]{0,63}`.
+    pub fn is_valid(&self) -> bool {
+        let bytes = self.0.as_bytes();
+        let first_ok = bytes.first().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+        first_ok
+            && bytes.len() <= 64
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
+    }
+}
+
+impl Default for Class {
+    fn default() -> Self {
+        Class(Self::DEFAULT.to_owned())
+    }
+}
+
+impl fmt::Display for Class {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The resources one task declares, per sequence.
+///
+/// Memory for a batch of `b` items is `memory_fixed + memory_per_item × b`
+/// (likewise for GPU memory, per device). CPUs are in thousandths
+/// ([`MILLIS_PER_CPU`]). Build one with [`Estimate::builder`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Estimate {
+    pub(crate) memory_fixed: u64,
+    pub(crate) memory_per_item: u64,
+    pub(crate) gpu_memory_fixed: u64,
+    pub(crate) gpu_memory_per_item: u64,
+    pub(crate) batch_min: u64,
+    pub(crate) batch_max: u64,
+    pub(crate) cpus: u32,
+    pub(crate) cpus_reducible: bool,
+    pub(crate) gpu_slots: u32,
+    pub(crate) io_slots: u32,
+    pub(crate) scratch_bytes: u64,
+    pub(crate) class: Class,
+}
+
+impl Default for Estimate {
+    fn default() -> Self {
+        Estimate {
+            memory_fixed: 0,
+            memory_per_item: 0,
+            gpu_memory_fixed: 0,
+            gpu_memory_per_item: 0,
+            batch_min: 1,
+            batch_max: 1,
+            cpus: MILLIS_PER_CPU,
+            cpus_reducible: true,
+            gpu_slots: 0,
+            io_slots: 0,
+            scratch_bytes: 0,
+            class: Class::default(),
+        }
+    }
+}
+
+impl Estimate {
+    /// Starts an estimate: batch 1..1, one CPU, no memory, class `default`.
+    pub fn builder() -> EstimateBuilder {
+        EstimateBuilder { estimate: Estimate::default() }
+    }
+
+    /// Fixed host memory per sequence, in bytes.
+    pub fn memory_fixed(&self) -> u64 {
+        self.memory_fixed
+    }
+    /// Host memory per item of the batch, in bytes.
+    pub fn memory_per_item(&self) -> u64 {
+        self.memory_per_item
+    }
+    /// Fixed GPU memory per device, in bytes.
+    pub fn gpu_memory_fixed(&self) -> u64 {
+        self.gpu_memory_fixed
+    }
+    /// GPU memory per item per device, in bytes.
+    pub fn gpu_memory_per_item(&self) -> u64 {
+        self.gpu_memory_per_item
+    }
+    /// Smallest useful batch (≥ 1).
+    pub fn batch_min(&self) -> u64 {
+        self.batch_min
+    }
+    /// Largest batch wanted.
+    pub fn batch_max(&self) -> u64 {
+        self.batch_max
+    }
+    /// CPUs wanted, in thousandths.
+    pub fn cpus(&self) -> u32 {
+        self.cpus
+    }
+    /// Whether fewer CPUs than wanted may be granted (default `true`).
+    /// A non-reducible estimate waits for all of them, and is rejected if
+    /// it wants more than the compute pool.
+    pub fn cpus_reducible(&self) -> bool {
+        self.cpus_reducible
+    }
+    /// GPU devices wanted (one slot on each).
+    pub fn gpu_slots(&self) -> u32 {
+        self.gpu_slots
+    }
+    /// IO slots wanted.
+    pub fn io_slots(&self) -> u32 {
+        self.io_slots
+    }
+    /// Scratch space wanted, in bytes (never counted as RAM).
+    pub fn scratch_bytes(&self) -> u64 {
+        self.scratch_bytes
+    }
+    /// The learning key.
+    pub fn class(&self) -> &Class {
+        &self.class
+    }
+
+    /// Host memory for a batch of `batch` items, `None` on overflow.
+    pub fn memory_for(&self, batch: u64) -> Option<u64> {
+        self.memory_per_item.checked_mul(batch)?.checked_add(self.memory_fixed)
+    }
+
+    /// GPU memory per device for a batch of `batch` items, `None` on overflow.
+    pub fn gpu_memory_for(&self, batch: u64) -> Option<u64> {
+        self.gpu_memory_per_item.checked_mul(batch)?.checked_add(self.gpu_memory_fixed)
+    }
+
+    /// Whether the estimate asks for any GPU.
+    pub fn wants_gpu(&self) -> bool {
+        self.gpu_slots > 0 || self.gpu_memory_fixed > 0 || self.gpu_memory_per_item > 0
+    }
+
+    /// Checks every rule of an estimate (DESIGN.md §2), first fault first.
+    ///
+    /// # Errors
+    /// The [`EstimateError`] naming the faulty field.
+    pub fn validate(&self) -> Result<(), EstimateError> {
+        if self.batch_min == 0 {
+            return Err(EstimateError::BatchMinZero);
+        }
+        if self.batch_max < self.batch_min {
+            return Err(EstimateError::BatchRange { min: self.batch_min, max: self.batch_max });
+        }
+        if self.cpus == 0 {
+            return Err(EstimateError::CpusZero);
+        }
+        if (self.gpu_memory_fixed > 0 || self.gpu_memory_per_item > 0) && self.gpu_slots == 0 {
+            return Err(EstimateError::GpuMemoryWithoutSlot);
+        }
+        if !self.class.is_valid() {
+            return Err(EstimateError::BadClass(self.class.0.clone()));
+        }
+        if self.memory_for(self.batch_max).is_none() {
+            return Err(EstimateError::Overflow("memory"));
+        }
+        if self.gpu_memory_for(self.batch_max).is_none() {
+            return Err(EstimateError::Overflow("gpu_memory"));
+        }
+        Ok(())
+    }
+}
+
+/// Builds an [`Estimate`]; every setter is infallible and validation
+/// happens at admission (or explicitly with [`Estimate::validate`]).
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct EstimateBuilder {
+    estimate: Estimate,
+}
+
+impl EstimateBuilder {
+    /// Fixed host memory per sequence.
+    pub fn memory(mut self, bytes: u64) -> Self {
+        self.estimate.memory_fixed = bytes;
+        self
+    }
+    /// Host memory per item.
+    pub fn memory_per_item(mut self, bytes: u64) -> Self {
+        self.estimate.memory_per_item = bytes;
+        self
+    }
+    /// Fixed GPU memory per device.
+    pub fn gpu_memory(mut self, bytes: u64) -> Self {
+        self.estimate.gpu_memory_fixed = bytes;
+        self
+    }
+    /// GPU memory per item per device.
+    pub fn gpu_memory_per_item(mut self, bytes: u64) -> Self {
+        self.estimate.gpu_memory_per_item = bytes;
+        self
+    }
+    /// Batch range `min..=max`.
+    pub fn batch(mut self, min: u64, max: u64) -> Self {
+        self.estimate.batch_min = min;
+        self.estimate.batch_max = max;
+        self
+    }
+    /// CPUs wanted, in thousandths (`1500` is one and a half CPUs).
+    pub fn cpu_millis(mut self, millis: u32) -> Self {
+        self.estimate.cpus = millis;
+        self
+    }
+    /// Whole CPUs wanted.
+    pub fn cpus(mut self, cpus: u32) -> Self {
+        self.estimate.cpus = cpus.saturating_mul(MILLIS_PER_CPU);
+        self
+    }
+    /// Require every wanted CPU (wait rather than run with fewer).
+    pub fn cpus_exact(mut self) -> Self {
+        self.estimate.cpus_reducible = false;
+        self
+    }
+    /// GPU devices wanted.
+    pub fn gpu_slots(mut self, slots: u32) -> Self {
+        self.estimate.gpu_slots = slots;
+        self
+    }
+    /// IO slots wanted.
+    pub fn io_slots(mut self, slots: u32) -> Self {
+        self.estimate.io_slots = slots;
+        self
+    }
+    /// Scratch bytes wanted.
+    pub fn scratch(mut self, bytes: u64) -> Self {
+        self.estimate.scratch_bytes = bytes;
+        self
+    }
+    /// Learning key.
+    pub fn class(mut self, class: impl Into<String>) -> Self {
+        self.estimate.class = Class::new(class);
+        self
+    }
+    /// Finishes the estimate (not validated here: see [`Estimate::validate`]).
+    pub fn build(self) -> Estimate {
+        self.estimate
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        let e = Estimate::builder().build();
+        assert_eq!(e.validate(), Ok(()));
+        assert_eq!(e.cpus(), 1000);
+        assert_eq!(e.class().as_str(), "default");
+    }
+
+    #[test]
+    fn each_rule_names_its_field() {
+        assert_eq!(Estimate::builder().batch(0, 4).build().validate(), Err(EstimateError::BatchMinZero));
+        assert_eq!(
+            Estimate::builder().batch(5, 4).build().validate(),
+            Err(EstimateError::BatchRange { min: 5, max: 4 })
+        );
+        assert_eq!(Estimate::builder().cpu_millis(0).build().validate(), Err(EstimateError::CpusZero));
+        assert_eq!(
+            Estimate::builder().gpu_memory(1).build().validate(),
+            Err(EstimateError::GpuMemoryWithoutSlot)
+        );
+        assert_eq!(
+            Estimate::builder().gpu_memory_per_item(1).build().validate(),
+            Err(EstimateError::GpuMemoryWithoutSlot)
+        );
+        assert!(Estimate::builder().gpu_memory(1).gpu_slots(1).build().validate().is_ok());
+        assert_eq!(
+            Estimate::builder().memory(1).memory_per_item(u64::MAX).batch(1, 2).build().validate(),
+            Err(EstimateError::Overflow("memory"))
+        );
+    }
+
+    #[test]
+    fn class_syntax() {
+        for ok in ["a", "0", "features.extract", "x-y_z.1", &"a".repeat(64)] {
+            assert!(Class::new(ok).is_valid(), "{ok}");
+        }
+        for bad in ["", "A", "-a", ".a", "a b", "é", &"a".repeat(65)] {
+            assert!(!Class::new(bad).is_valid(), "{bad}");
+            assert!(matches!(
+                Estimate::builder().class(bad).build().validate(),
+                Err(EstimateError::BadClass(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn memory_for_batch() {
+        let e = Estimate::builder().memory(100).memory_per_item(10).batch(1, 8).build();
+        assert_eq!(e.memory_for(8), Some(180));
+        assert_eq!(e.memory_for(u64::MAX), None);
+    }
+}

@@ -1,0 +1,27 @@
+//! # Lardon: a resource-governed task runtime
+//!
+//! Every task declares what it needs ([`Estimate`]); the [`Governor`], sole
+//! owner of the host's budgets, admits it, makes it wait, shrinks its batch
+//! or rejects it with a reason ([`Decision`]). Admitted work holds a
+//! [`Reservation`] until it ends.
+//!
+//! The engine is synchronous and does no I/O: host state comes from a
+//! [`Probe`] and time from a [`Clock`], both injectable so that every rule
+//! has a deterministic test.
+#![warn(missing_docs)]
+
+mod clock;
+mod estimate;
+mod fake;
+mod policy;
+mod snapshot;
+mod units;
+
+pub use clock::{Clock, FakeClock, MonoTime, SystemClock};
+pub use estimate::{Class, Estimate, EstimateBuilder, EstimateError, MILLIS_PER_CPU};
+pub use fake::FakeProbe;
+pub use policy::{GpuDevice, HostPolicy, HostProfile, PolicyError};
+pub use snapshot::{
+    CgroupSample, GpuSample, LoadAverage, Pressure, Probe, ProbeError, Snapshot, SwapCounters,
+};
+pub use units::{UnitError, format_bytes, format_cpus, parse_bytes, parse_cpus};

@@ -1,0 +1,328 @@
+//! The host's static description ([`HostProfile`]) and the rules the
+//! Governor applies to it ([`HostPolicy`]), with the defaults of DESIGN.md §3.
+
+use thiserror::Error;
+
+const GIB: u64 = 1 << 30;
+
+/// One GPU as detected at start-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuDevice {
+    /// Index used in contracts and `LARDON_GPU_DEVICES`.
+    pub index: u32,
+    /// Human name ("NVIDIA RTX 4090", "card0").
+    pub name: String,
+    /// Dedicated memory, when it could be read.
+    pub vram_total: Option<u64>,
+    /// Unified memory: GPU bytes are charged against host RAM.
+    pub unified: bool,
+}
+
+impl GpuDevice {
+    /// Applies the unified-memory rule of DESIGN.md §3: VRAM ≤ 2 GiB and
+    /// ≤ RAM/8, or GTT ≥ RAM/4 and VRAM ≤ GTT/2, or VRAM unreadable.
+    pub fn is_unified(vram_total: Option<u64>, gtt_total: Option<u64>, host_ram: u64) -> bool {
+        let Some(vram) = vram_total else { return true };
+        if vram <= 2 * GIB && vram <= host_ram / 8 {
+            return true;
+        }
+        matches!(gtt_total, Some(gtt) if gtt >= host_ram / 4 && vram <= gtt / 2)
+    }
+}
+
+/// What the host is, as far as budgets go. Read once at start-up by the
+/// probe; the dynamic part lives in each [`crate::Snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostProfile {
+    /// Physical RAM in bytes.
+    pub total_memory: u64,
+    /// Logical CPUs online.
+    pub logical_cpus: u32,
+    /// Logical CPUs in our affinity mask (equal to `logical_cpus` when
+    /// unrestricted). CPUs outside it count towards the CPU reserve.
+    pub allowed_cpus: u32,
+    /// GPUs, in index order.
+    pub gpus: Vec<GpuDevice>,
+}
+
+impl HostProfile {
+    /// A host with `total_memory` bytes and `cpus` CPUs, no GPU.
+    pub fn new(total_memory: u64, cpus: u32) -> Self {
+        HostProfile { total_memory, logical_cpus: cpus, allowed_cpus: cpus, gpus: Vec::new() }
+    }
+
+    /// Adds a GPU (builder style).
+    #[must_use]
+    pub fn with_gpu(mut self, vram_total: Option<u64>, unified: bool) -> Self {
+        let index = u32::try_from(self.gpus.len()).unwrap_or(u32::MAX);
+        self.gpus.push(GpuDevice { index, name: format!("gpu{index}"), vram_total, unified });
+        self
+    }
+
+    /// True when every GPU is unified (GPU bytes fold into host RAM).
+    pub fn gpus_unified(&self) -> bool {
+        !self.gpus.is_empty() && self.gpus.iter().all(|g| g.unified)
+    }
+}
+
+/// Why a [`HostPolicy`] was refused, naming the field.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum PolicyError {
+    /// The memory reserve must be below total RAM.
+    #[error("memory_reserve ({reserve} B) must be below total RAM ({total} B)")]
+    MemoryReserve {
+        /// The reserve asked for.
+        reserve: u64,
+        /// Total RAM.
+        total: u64,
+    },
+    /// The emergency floor cannot exceed the reserve.
+    #[error("emergency_floor must not exceed memory_reserve")]
+    EmergencyFloor,
+    /// The caution band must lie between the reserve and total RAM.
+    #[error("memory_caution must lie between memory_reserve and total RAM")]
+    Caution,
+    /// The CPU reserve must leave at least one CPU.
+    #[error("cpu_reserve ({reserve}) must be below the logical CPU count ({logical})")]
+    CpuReserve {
+        /// The reserve asked for.
+        reserve: u32,
+        /// Logical CPUs.
+        logical: u32,
+    },
+    /// Load ratio must be in (0, 1].
+    #[error("max_load_ratio must be in (0, 1], got {0}")]
+    LoadRatio(f64),
+    /// A PSI threshold outside [0, 100].
+    #[error("{0} must be within 0..=100")]
+    Psi(&'static str),
+    /// At least one IO slot.
+    #[error("io_slots must be at least 1")]
+    IoSlots,
+    /// At least one slot per GPU when GPUs exist.
+    #[error("gpu_slots must be at least 1 when the host has a GPU")]
+    GpuSlots,
+    /// One GPU reserve per GPU, each below its VRAM.
+    #[error("gpu_memory_reserve for GPU {0} must be below its VRAM")]
+    GpuReserve(u32),
+    /// `max_running` of zero would never run anything.
+    #[error("max_running must be at least 1 when set")]
+    MaxRunning,
+    /// The new budgets would not cover the reservations already granted.
+    #[error("the new policy no longer covers current reservations: {0}")]
+    DoesNotCover(String),
+}
+
+/// The rules the Governor enforces on one host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostPolicy {
+    /// Memory never handed out, in bytes.
+    pub memory_reserve: u64,
+    /// MemAvailable at or below this is RED at once (0 disables).
+    pub emergency_floor: u64,
+    /// Default-policy caution band: MemAvailable at or below this (and
+    /// above the reserve) holds pressure at YELLOW at most and re-arms slow
+    /// start, but never reduces capacity. `None` is a custom policy, where
+    /// MemAvailable at or below `memory_reserve` is a pressure signal.
+    pub memory_caution: Option<u64>,
+    /// Logical CPUs kept for the rest of the host.
+    pub cpu_reserve: u32,
+    /// Per-GPU memory kept back, in bytes, indexed like the profile's GPUs.
+    pub gpu_memory_reserve: Vec<u64>,
+    /// 1-minute load ÷ logical CPUs at or above which admission waits.
+    pub max_load_ratio: f64,
+    /// CPU PSI `some avg10` at or above which admission waits.
+    pub psi_cpu: f64,
+    /// Memory PSI `some avg10` at or above which admission waits.
+    pub psi_memory: f64,
+    /// IO PSI `some avg10` at or above which IO-slot work waits.
+    pub psi_io: f64,
+    /// Concurrent IO-heavy tasks.
+    pub io_slots: u32,
+    /// Concurrent tasks per GPU.
+    pub gpu_slots: u32,
+    /// Optional cap on concurrently running tasks (1 = a single worker).
+    pub max_running: Option<u32>,
+}
+
+impl HostPolicy {
+    /// The defaults of DESIGN.md §3 for `profile`.
+    ///
+    /// # Examples
+    /// ```
+    /// use lardon::{HostPolicy, HostProfile};
+    /// let p = HostPolicy::default_for(&HostProfile::new(16 << 30, 16));
+    /// assert_eq!(p.memory_reserve, 3 << 30);
+    /// assert_eq!(p.cpu_reserve, 4);
+    /// ```
+    pub fn default_for(profile: &HostProfile) -> Self {
+        let total = profile.total_memory;
+        let memory_reserve = if total > 3 * GIB { 3 * GIB } else { (total / 4).max(1) };
+        let memory_caution = if memory_reserve == 3 * GIB {
+            Some((4 * GIB).min(total))
+        } else {
+            Some((total / 3).max(memory_reserve))
+        };
+        let n = profile.logical_cpus;
+        let cpu_reserve = if n > 4 { 4 } else { n.saturating_sub(1) };
+        HostPolicy {
+            memory_reserve,
+            emergency_floor: memory_reserve,
+            memory_caution,
+            cpu_reserve,
+            gpu_memory_reserve: profile.gpus.iter().map(|g| g.vram_total.map_or(0, |v| v / 8)).collect(),
+            max_load_ratio: 0.90,
+            psi_cpu: 20.0,
+            psi_memory: 1.0,
+            psi_io: 80.0,
+            io_slots: 1,
+            gpu_slots: 1,
+            max_running: None,
+        }
+    }
+
+    /// Checks the policy against `profile` (DESIGN.md §3: every reserve
+    /// below its total).
+    ///
+    /// # Errors
+    /// The first [`PolicyError`] found.
+    pub fn validate(&self, profile: &HostProfile) -> Result<(), PolicyError> {
+        if self.memory_reserve >= profile.total_memory {
+            return Err(PolicyError::MemoryReserve {
+                reserve: self.memory_reserve,
+                total: profile.total_memory,
+            });
+        }
+        if self.emergency_floor > self.memory_reserve {
+            return Err(PolicyError::EmergencyFloor);
+        }
+        if let Some(c) = self.memory_caution
+            && (c < self.memory_reserve || c > profile.total_memory)
+        {
+            return Err(PolicyError::Caution);
+        }
+        if self.cpu_reserve >= profile.logical_cpus {
+            return Err(PolicyError::CpuReserve { reserve: self.cpu_reserve, logical: profile.logical_cpus });
+        }
+        if !(self.max_load_ratio > 0.0 && self.max_load_ratio <= 1.0) {
+            return Err(PolicyError::LoadRatio(self.max_load_ratio));
+        }
+        for (name, v) in [("psi_cpu", self.psi_cpu), ("psi_memory", self.psi_memory), ("psi_io", self.psi_io)]
+        {
+            if !(0.0..=100.0).contains(&v) {
+                return Err(PolicyError::Psi(name));
+            }
+        }
+        if self.io_slots == 0 {
+            return Err(PolicyError::IoSlots);
+        }
+        if !profile.gpus.is_empty() && self.gpu_slots == 0 {
+            return Err(PolicyError::GpuSlots);
+        }
+        for gpu in &profile.gpus {
+            let reserve = self.gpu_memory_reserve.get(gpu.index as usize).copied().unwrap_or(0);
+            if let Some(vram) = gpu.vram_total
+                && !gpu.unified
+                && reserve >= vram
+            {
+                return Err(PolicyError::GpuReserve(gpu.index));
+            }
+        }
+        if self.max_running == Some(0) {
+            return Err(PolicyError::MaxRunning);
+        }
+        Ok(())
+    }
+
+    /// The compute pool in whole CPUs: logical CPUs minus the reserve,
+    /// where CPUs outside our affinity mask already count towards it.
+    pub fn compute_cpus(&self, profile: &HostProfile) -> u32 {
+        let by_reserve = profile.logical_cpus.saturating_sub(self.cpu_reserve);
+        by_reserve.min(profile.allowed_cpus).max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_reserve_defaults() {
+        let big = HostPolicy::default_for(&HostProfile::new(16 * GIB, 16));
+        assert_eq!(big.memory_reserve, 3 * GIB);
+        assert_eq!(big.emergency_floor, 3 * GIB);
+        assert_eq!(big.memory_caution, Some(4 * GIB));
+        let small = HostPolicy::default_for(&HostProfile::new(2 * GIB, 2));
+        assert_eq!(small.memory_reserve, GIB / 2);
+        let exactly3 = HostPolicy::default_for(&HostProfile::new(3 * GIB, 2));
+        assert_eq!(exactly3.memory_reserve, 3 * GIB / 4);
+        for p in [big, small, exactly3] {
+            assert_eq!(p.max_load_ratio, 0.90);
+            assert_eq!((p.psi_cpu, p.psi_memory, p.psi_io), (20.0, 1.0, 80.0));
+            assert_eq!((p.io_slots, p.gpu_slots), (1, 1));
+        }
+    }
+
+    #[test]
+    fn cpu_reserve_defaults() {
+        for (n, r) in [(1, 0), (2, 1), (3, 2), (4, 3), (5, 4), (8, 4), (16, 4), (32, 4)] {
+            assert_eq!(HostPolicy::default_for(&HostProfile::new(16 * GIB, n)).cpu_reserve, r, "{n} cpus");
+        }
+    }
+
+    #[test]
+    fn gpu_reserve_is_an_eighth_of_known_vram() {
+        let profile = HostProfile::new(64 * GIB, 8).with_gpu(Some(24 * GIB), false).with_gpu(None, true);
+        let p = HostPolicy::default_for(&profile);
+        assert_eq!(p.gpu_memory_reserve, vec![3 * GIB, 0]);
+        assert_eq!(p.validate(&profile), Ok(()));
+    }
+
+    #[test]
+    fn compute_pool_counts_excluded_cpus_towards_the_reserve() {
+        let mut profile = HostProfile::new(16 * GIB, 16);
+        let p = HostPolicy::default_for(&profile);
+        assert_eq!(p.compute_cpus(&profile), 12);
+        profile.allowed_cpus = 10;
+        assert_eq!(p.compute_cpus(&profile), 10);
+        profile.allowed_cpus = 14;
+        assert_eq!(p.compute_cpus(&profile), 12);
+    }
+
+    #[test]
+    fn validity_rules() {
+        let profile = HostProfile::new(16 * GIB, 8).with_gpu(Some(8 * GIB), false);
+        let ok = HostPolicy::default_for(&profile);
+        assert_eq!(ok.validate(&profile), Ok(()));
+        let check = |f: &dyn Fn(&mut HostPolicy)| {
+            let mut p = ok.clone();
+            f(&mut p);
+            p.validate(&profile)
+        };
+        assert!(matches!(check(&|p| p.memory_reserve = 16 * GIB), Err(PolicyError::MemoryReserve { .. })));
+        assert_eq!(check(&|p| p.emergency_floor = 4 * GIB), Err(PolicyError::EmergencyFloor));
+        assert_eq!(check(&|p| p.memory_caution = Some(GIB)), Err(PolicyError::Caution));
+        assert!(matches!(check(&|p| p.cpu_reserve = 8), Err(PolicyError::CpuReserve { .. })));
+        assert!(matches!(check(&|p| p.max_load_ratio = 0.0), Err(PolicyError::LoadRatio(_))));
+        assert!(matches!(check(&|p| p.max_load_ratio = 1.5), Err(PolicyError::LoadRatio(_))));
+        assert!(matches!(check(&|p| p.max_load_ratio = f64::NAN), Err(PolicyError::LoadRatio(_))));
+        assert_eq!(check(&|p| p.psi_memory = 101.0), Err(PolicyError::Psi("psi_memory")));
+        assert_eq!(check(&|p| p.psi_io = -1.0), Err(PolicyError::Psi("psi_io")));
+        assert_eq!(check(&|p| p.io_slots = 0), Err(PolicyError::IoSlots));
+        assert_eq!(check(&|p| p.gpu_slots = 0), Err(PolicyError::GpuSlots));
+        assert_eq!(check(&|p| p.gpu_memory_reserve = vec![8 * GIB]), Err(PolicyError::GpuReserve(0)));
+        assert_eq!(check(&|p| p.max_running = Some(0)), Err(PolicyError::MaxRunning));
+    }
+
+    #[test]
+    fn unified_memory_rule() {
+        let ram = 32 * GIB;
+        assert!(GpuDevice::is_unified(None, None, ram));
+        assert!(GpuDevice::is_unified(Some(512 << 20), None, ram));
+        assert!(!GpuDevice::is_unified(Some(8 * GIB), None, ram));
+        assert!(GpuDevice::is_unified(Some(4 * GIB), Some(16 * GIB), ram));
+        assert!(!GpuDevice::is_unified(Some(12 * GIB), Some(16 * GIB), ram));
+        // 2 GiB of VRAM on an 8 GiB host is more than RAM/8: dedicated.
+        assert!(!GpuDevice::is_unified(Some(2 * GIB), None, 8 * GIB));
+    }
+}
