@@ -13,7 +13,9 @@
 mod clock;
 mod estimate;
 mod fake;
+pub mod parallel;
 mod policy;
+pub mod progress;
 mod snapshot;
 mod units;
 

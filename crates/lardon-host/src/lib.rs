@@ -1,0 +1,1 @@
+//! Linux probes and enforcement for the Lardon Governor.
