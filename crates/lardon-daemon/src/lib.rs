@@ -1,0 +1,1 @@
+//! lardon-daemon (under construction).

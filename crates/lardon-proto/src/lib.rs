@@ -1,0 +1,1 @@
+//! lardon-proto (under construction).
