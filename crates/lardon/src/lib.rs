@@ -11,18 +11,33 @@
 #![warn(missing_docs)]
 
 mod clock;
+mod contract;
+mod decision;
+mod envelope;
 mod estimate;
 mod fake;
+mod governor;
+mod history;
 pub mod parallel;
 mod policy;
+mod pressure;
 pub mod progress;
+mod reservation;
 mod snapshot;
+mod sync;
 mod units;
 
 pub use clock::{Clock, FakeClock, MonoTime, SystemClock};
+pub use contract::Contract;
+pub use decision::{Decision, DecisionKind, ReasonCode};
+pub use envelope::{Alternative, Dimension, Envelope, EnvelopeError, MAX_ALTERNATIVES, RampLimits};
 pub use estimate::{Class, Estimate, EstimateBuilder, EstimateError, MILLIS_PER_CPU};
 pub use fake::FakeProbe;
+pub use governor::{Availability, Governor, GpuAvailability, MAX_SNAPSHOT_AGE};
+pub use history::{BatchSample, MAX_CLASSES, SAMPLES_PER_CLASS};
 pub use policy::{GpuDevice, HostPolicy, HostProfile, PolicyError};
+pub use pressure::PressureLevel;
+pub use reservation::{ReleaseError, Reservation, ReservationId};
 pub use snapshot::{
     CgroupSample, GpuSample, LoadAverage, Pressure, Probe, ProbeError, Snapshot, SwapCounters,
 };

@@ -131,7 +131,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
     }
     let scale = 10u128.pow(dec.frac_digits);
     let frac_bytes = u128::from(dec.frac) * u128::from(multiplier);
-    if frac_bytes % scale != 0 {
+    if !frac_bytes.is_multiple_of(scale) {
         return Err(UnitError::TooPrecise(text.to_owned()));
     }
     let frac_bytes = u64::try_from(frac_bytes / scale).map_err(|_| overflow())?;
@@ -195,7 +195,7 @@ pub fn format_bytes(bytes: u64) -> String {
 
 /// Formats millicpus as a CPU count: `2000` → `"2"`, `250` → `"0.25"`.
 pub fn format_cpus(millis: u32) -> String {
-    if millis % 1000 == 0 {
+    if millis.is_multiple_of(1000) {
         format!("{}", millis / 1000)
     } else {
         let s = format!("{}.{:03}", millis / 1000, millis % 1000);

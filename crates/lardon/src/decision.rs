@@ -1,0 +1,187 @@
+//! What admission answers: a [`Decision`] of one of four kinds, always
+//! with a machine-readable [`ReasonCode`] and a human message.
+
+use std::fmt;
+
+use crate::contract::Contract;
+
+/// The four answers of admission (DESIGN.md §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DecisionKind {
+    /// Start with everything the target asks for.
+    Admit,
+    /// Start, but with a smaller batch or fewer CPUs/slots than wanted.
+    ReduceBatch,
+    /// Not now; try again when something changes.
+    Wait,
+    /// Never on this host (or the estimate is invalid).
+    Reject,
+}
+
+impl DecisionKind {
+    /// `admit`, `reduce_batch`, `wait` or `reject`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionKind::Admit => "admit",
+            DecisionKind::ReduceBatch => "reduce_batch",
+            DecisionKind::Wait => "wait",
+            DecisionKind::Reject => "reject",
+        }
+    }
+
+    /// True for `Admit` and `ReduceBatch`: a contract was granted.
+    pub fn is_granted(self) -> bool {
+        matches!(self, DecisionKind::Admit | DecisionKind::ReduceBatch)
+    }
+}
+
+impl fmt::Display for DecisionKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a decision was taken; stable snake_case codes for scripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ReasonCode {
+    /// Granted in full.
+    Admitted,
+    /// Granted with a smaller batch than the target (memory was short).
+    BatchReduced,
+    /// Granted with fewer CPUs or slots than wanted.
+    ResourcesReduced,
+    /// Granted at minimum because the host is under pressure (envelopes).
+    PressureDecrease,
+    /// The estimate broke a rule (§2).
+    InvalidEstimate,
+    /// The snapshot is older than 1000 ms or from the future.
+    StaleSnapshot,
+    /// The probe could not take a snapshot.
+    ProbeFailed,
+    /// Pressure is RED.
+    PressureRed,
+    /// The task wants a GPU and the host has none.
+    NoGpu,
+    /// The task could not fit even on the idle host.
+    Impossible,
+    /// 1-minute load at or above the ratio.
+    CpuLoad,
+    /// CPU PSI at or above its threshold.
+    CpuPressure,
+    /// Memory PSI at or above its threshold.
+    MemoryPressure,
+    /// IO PSI at or above its threshold (IO-slot work only).
+    IoPressure,
+    /// Not enough free memory for `batch_min`.
+    Memory,
+    /// Not enough free GPU memory for `batch_min`.
+    GpuMemory,
+    /// GPU free memory is unknown.
+    GpuMemoryUnknown,
+    /// No free CPU (or not all CPUs of a non-reducible task).
+    Cpu,
+    /// No free GPU slot.
+    GpuSlot,
+    /// No free IO slot.
+    IoSlot,
+    /// No scratch lease available.
+    Scratch,
+    /// The cap on running tasks is reached.
+    MaxRunning,
+    /// Held back so a long-bypassed head can start (anti-starvation).
+    HeldForHead,
+    /// Every alternative of a capability envelope waits.
+    AllAlternativesWait,
+}
+
+impl ReasonCode {
+    /// The stable snake_case code.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasonCode::Admitted => "admitted",
+            ReasonCode::BatchReduced => "batch_reduced",
+            ReasonCode::ResourcesReduced => "resources_reduced",
+            ReasonCode::PressureDecrease => "pressure_decrease",
+            ReasonCode::InvalidEstimate => "invalid_estimate",
+            ReasonCode::StaleSnapshot => "stale_snapshot",
+            ReasonCode::ProbeFailed => "probe_failed",
+            ReasonCode::PressureRed => "pressure_red",
+            ReasonCode::NoGpu => "no_gpu",
+            ReasonCode::Impossible => "impossible",
+            ReasonCode::CpuLoad => "cpu_load",
+            ReasonCode::CpuPressure => "cpu_pressure",
+            ReasonCode::MemoryPressure => "memory_pressure",
+            ReasonCode::IoPressure => "io_pressure",
+            ReasonCode::Memory => "memory",
+            ReasonCode::GpuMemory => "gpu_memory",
+            ReasonCode::GpuMemoryUnknown => "gpu_memory_unknown",
+            ReasonCode::Cpu => "cpu",
+            ReasonCode::GpuSlot => "gpu_slot",
+            ReasonCode::IoSlot => "io_slot",
+            ReasonCode::Scratch => "scratch",
+            ReasonCode::MaxRunning => "max_running",
+            ReasonCode::HeldForHead => "held_for_head",
+            ReasonCode::AllAlternativesWait => "all_alternatives_wait",
+        }
+    }
+
+    /// True for reasons that clear only when host state changes (as
+    /// opposed to a release by another task): the queue re-samples the
+    /// host while a task waits for one of these.
+    pub fn waits_on_host(self) -> bool {
+        matches!(
+            self,
+            ReasonCode::StaleSnapshot
+                | ReasonCode::ProbeFailed
+                | ReasonCode::PressureRed
+                | ReasonCode::CpuLoad
+                | ReasonCode::CpuPressure
+                | ReasonCode::MemoryPressure
+                | ReasonCode::IoPressure
+                | ReasonCode::Memory
+                | ReasonCode::GpuMemory
+                | ReasonCode::GpuMemoryUnknown
+        )
+    }
+}
+
+impl fmt::Display for ReasonCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The answer of admission for one estimate and one snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Admit, reduce, wait or reject.
+    pub kind: DecisionKind,
+    /// Machine-readable reason.
+    pub reason: ReasonCode,
+    /// Human explanation, with figures.
+    pub message: String,
+    /// The contract granted (for `Admit` and `ReduceBatch` only).
+    pub contract: Option<Contract>,
+}
+
+impl Decision {
+    pub(crate) fn wait(reason: ReasonCode, message: impl Into<String>) -> Self {
+        Decision { kind: DecisionKind::Wait, reason, message: message.into(), contract: None }
+    }
+
+    pub(crate) fn reject(reason: ReasonCode, message: impl Into<String>) -> Self {
+        Decision { kind: DecisionKind::Reject, reason, message: message.into(), contract: None }
+    }
+
+    /// True when a contract was granted.
+    pub fn is_granted(&self) -> bool {
+        self.kind.is_granted()
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}): {}", self.kind, self.reason, self.message)
+    }
+}

@@ -1,0 +1,94 @@
+//! # Implementation details
+//!
+//! Admission of a capability envelope: alternatives in order, each at its
+//! ramp's current rungs; under pressure a ramped alternative is granted at
+//! its minimums and its ramp reset.
+
+use crate::clock::MonoTime;
+use crate::decision::{Decision, DecisionKind, ReasonCode};
+use crate::envelope::{Envelope, Ramp, RampTicket};
+use crate::pressure::PressureLevel;
+use crate::snapshot::Snapshot;
+
+use super::admission::{Evaluation, evaluate as evaluate_estimate};
+use super::ledger::Ledger;
+
+pub(crate) fn evaluate(
+    ledger: &mut Ledger,
+    envelope: &Envelope,
+    snap: &Snapshot,
+    now: MonoTime,
+) -> Evaluation {
+    let running = ledger.active.len();
+    let mut budgets_changed = false;
+    let mut waits: Vec<String> = Vec::new();
+    let mut last_reject: Option<Decision> = None;
+    for (index, alt) in envelope.alternatives.iter().enumerate() {
+        let ramped = Ramp::ramps(alt);
+        let key = (alt.estimate.class.clone(), index);
+        let pool = ledger.policy.compute_cpus(&ledger.profile);
+        let estimate = if ramped {
+            ledger.ramp_for(&key, || Ramp::new(alt, pool)).operational_estimate(alt)
+        } else {
+            alt.estimate.clone()
+        };
+        let eval = evaluate_estimate(ledger, &estimate, snap, now, running);
+        budgets_changed |= eval.budgets_changed;
+        let mut decision = eval.decision;
+        match decision.kind {
+            DecisionKind::Wait => {
+                waits.push(format!("{}: {}", alt.name, decision.message));
+                // Stale snapshots and RED pressure stop every alternative alike.
+                if matches!(decision.reason, ReasonCode::StaleSnapshot | ReasonCode::PressureRed) {
+                    return Evaluation { decision, budgets_changed };
+                }
+                continue;
+            }
+            DecisionKind::Reject => {
+                last_reject = Some(decision);
+                continue;
+            }
+            DecisionKind::Admit | DecisionKind::ReduceBatch => {}
+        }
+        let pressured = ledger.pressure.level() != PressureLevel::Green;
+        if ramped && pressured {
+            let ramp = ledger.ramp_for(&key, || Ramp::new(alt, pool));
+            ramp.reset();
+            let minimum = ramp.operational_estimate(alt);
+            let retry = evaluate_estimate(ledger, &minimum, snap, now, running);
+            decision = retry.decision;
+            if decision.is_granted() {
+                decision.kind = DecisionKind::ReduceBatch;
+                decision.reason = ReasonCode::PressureDecrease;
+                decision.message = format!("host pressure: started at minimum ({})", decision.message);
+            } else {
+                waits.push(format!("{}: {}", alt.name, decision.message));
+                continue;
+            }
+        }
+        let (epoch, inflight, limits) = match ledger.ramps.get(&key) {
+            Some(r) if ramped => (r.epoch(), r.limits().inflight, Some(r.limits())),
+            _ => (0, u64::from(alt.inflight.1), None),
+        };
+        if let Some(contract) = decision.contract.as_mut() {
+            contract.alternative = Some(index);
+            contract.inflight = u32::try_from(inflight).unwrap_or(u32::MAX);
+            if let Some(l) = limits {
+                let cpus_ok = !alt.ramp_cpus || u64::from(contract.cpu_millis) >= l.cpus * 1000;
+                let batch_ok = !alt.ramp_batch || contract.batch >= l.batch;
+                contract.ramp_ticket =
+                    Some(RampTicket { key, epoch, exercised: cpus_ok && batch_ok && !pressured });
+            }
+        }
+        return Evaluation { decision, budgets_changed };
+    }
+    let decision = if waits.is_empty() {
+        last_reject.unwrap_or_else(|| Decision::reject(ReasonCode::InvalidEstimate, "empty envelope"))
+    } else {
+        Decision::wait(
+            ReasonCode::AllAlternativesWait,
+            format!("every alternative waits: {}", waits.join("; ")),
+        )
+    };
+    Evaluation { decision, budgets_changed }
+}

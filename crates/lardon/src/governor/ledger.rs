@@ -1,0 +1,346 @@
+//! # Implementation details
+//!
+//! The Governor's state, touched only under its one lock: policy, active
+//! reservations and their totals, pressure, history and ramps.
+//!
+//! # Invariants (checked by `check` in debug builds)
+//! - every total equals the sum over active reservations;
+//! - reserved host memory never exceeds the static budget
+//!   (`total − reserve`), reserved CPUs never exceed the compute pool,
+//!   slots never exceed their capacity.
+
+use std::collections::HashMap;
+
+use crate::contract::Contract;
+use crate::envelope::{MAX_RAMPS, Ramp};
+use crate::estimate::Class;
+use crate::history::History;
+use crate::policy::{HostPolicy, HostProfile, PolicyError};
+use crate::pressure::{Floors, PressureLevel, PressureMachine, PsiSignal};
+use crate::snapshot::Snapshot;
+
+/// What one active reservation holds.
+#[derive(Debug, Clone)]
+pub(crate) struct Held {
+    pub(crate) charged_memory: u64,
+    pub(crate) gpu_memory: u64,
+    pub(crate) gpu_devices: Vec<u32>,
+    pub(crate) cpu_millis: u32,
+    pub(crate) io_slots: u32,
+    pub(crate) usage: Option<u64>,
+}
+
+impl Held {
+    fn unmaterialised(&self) -> u64 {
+        self.usage.map_or(self.charged_memory, |u| self.charged_memory.saturating_sub(u))
+    }
+}
+
+/// Sums over active reservations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Totals {
+    pub(crate) memory: u64,
+    pub(crate) unmaterialised: u64,
+    pub(crate) cpu_millis: u64,
+    pub(crate) io_slots: u32,
+    pub(crate) gpu_memory: Vec<u64>,
+    pub(crate) gpu_slots: Vec<u32>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Ledger {
+    pub(crate) policy: HostPolicy,
+    pub(crate) profile: HostProfile,
+    pub(crate) active: HashMap<u64, Held>,
+    pub(crate) totals: Totals,
+    pub(crate) next_id: u64,
+    pub(crate) generation: u64,
+    pub(crate) pressure: PressureMachine,
+    pub(crate) last_sample: Option<Snapshot>,
+    pub(crate) budget_fingerprint: Option<Fingerprint>,
+    pub(crate) largest_batch: u64,
+    pub(crate) history: History,
+    pub(crate) ramps: HashMap<(Class, usize), Ramp>,
+    pub(crate) ramp_clock: u64,
+}
+
+/// What a host sample changes about budgets; a new sample bumps the
+/// generation only when this differs.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Fingerprint {
+    level: PressureLevel,
+    slow_start: Option<u64>,
+    memory: u64,
+    gates: [bool; 4],
+    gpus: Vec<Option<u64>>,
+    cgroup_cpu: Option<(Option<u32>, Option<u32>)>,
+}
+
+impl Ledger {
+    pub(crate) fn new(policy: HostPolicy, profile: HostProfile) -> Self {
+        let gpus = profile.gpus.len();
+        Ledger {
+            policy,
+            profile,
+            active: HashMap::new(),
+            totals: Totals { gpu_memory: vec![0; gpus], gpu_slots: vec![0; gpus], ..Totals::default() },
+            next_id: 1,
+            generation: 0,
+            pressure: PressureMachine::default(),
+            last_sample: None,
+            budget_fingerprint: None,
+            largest_batch: 1,
+            history: History::default(),
+            ramps: HashMap::new(),
+            ramp_clock: 0,
+        }
+    }
+
+    /// Host memory that may ever be reserved: `RAM − reserve`. (Our
+    /// cgroup's limit lowers what is available now, through the snapshot,
+    /// not this static budget, so a limit change can never make existing
+    /// reservations exceed it.)
+    pub(crate) fn static_memory_budget(&self) -> u64 {
+        self.profile.total_memory.saturating_sub(self.policy.memory_reserve)
+    }
+
+    /// The compute pool in thousandths.
+    pub(crate) fn cpu_pool_millis(&self) -> u64 {
+        u64::from(self.policy.compute_cpus(&self.profile)) * 1000
+    }
+
+    /// CPUs free now, in thousandths: the pool lowered by our cgroup's CPU
+    /// quota and cpuset when the last sample knows them, minus what is held.
+    pub(crate) fn cpu_available_millis(&self) -> u64 {
+        let mut pool = self.cpu_pool_millis();
+        if let Some(cg) = self.last_sample.as_ref().and_then(|s| s.cgroup) {
+            if let Some(q) = cg.cpu_quota_millis {
+                pool = pool.min(u64::from(q).max(1000));
+            }
+            if let Some(n) = cg.cpuset_cpus {
+                pool = pool.min(u64::from(n.max(1)) * 1000);
+            }
+        }
+        pool.saturating_sub(self.totals.cpu_millis)
+    }
+
+    /// Memory free for a new reservation against `snap` (DESIGN.md §4 step 8).
+    pub(crate) fn memory_available(&self, snap: &Snapshot) -> u64 {
+        let by_static = self.static_memory_budget().saturating_sub(self.totals.memory);
+        let by_host = snap
+            .effective_memory_available()
+            .saturating_sub(self.policy.memory_reserve)
+            .saturating_sub(self.totals.unmaterialised);
+        by_static.min(by_host)
+    }
+
+    pub(crate) fn gpu_reserve(&self, index: u32) -> u64 {
+        self.policy.gpu_memory_reserve.get(index as usize).copied().unwrap_or(0)
+    }
+
+    /// Free GPU memory on device `index`; `None` when unknown.
+    pub(crate) fn gpu_available(&self, index: u32, snap: &Snapshot) -> Option<u64> {
+        let gpu = self.profile.gpus.iter().find(|g| g.index == index)?;
+        let reserve = self.gpu_reserve(index);
+        let reserved = self.totals.gpu_memory.get(index as usize).copied().unwrap_or(0);
+        let by_host = snap.gpu_free(index)?.saturating_sub(reserve).saturating_sub(reserved);
+        let by_static = gpu.vram_total.map(|v| v.saturating_sub(reserve).saturating_sub(reserved));
+        Some(by_static.map_or(by_host, |s| s.min(by_host)))
+    }
+
+    pub(crate) fn gpu_slot_free(&self, index: u32) -> bool {
+        self.totals.gpu_slots.get(index as usize).copied().unwrap_or(0) < self.policy.gpu_slots
+    }
+
+    pub(crate) fn floors(&self) -> Floors {
+        Floors {
+            emergency: self.policy.emergency_floor,
+            caution_band: self.policy.memory_caution,
+            reserve_signal: if self.policy.memory_caution.is_none() {
+                Some(self.policy.memory_reserve)
+            } else {
+                None
+            },
+        }
+    }
+
+    /// PSI and load gates of `snap` under the policy: (load, cpu, memory, io).
+    pub(crate) fn gates(&self, snap: &Snapshot) -> [bool; 4] {
+        let p = &self.policy;
+        let reached =
+            |value: Option<f64>, threshold: f64| threshold > 0.0 && value.is_some_and(|v| v >= threshold);
+        [
+            snap.load.one >= p.max_load_ratio * f64::from(self.profile.logical_cpus),
+            reached(snap.pressure.cpu, p.psi_cpu),
+            reached(snap.pressure.memory, p.psi_memory),
+            reached(snap.pressure.io, p.psi_io),
+        ]
+    }
+
+    /// Feeds a new host sample to the pressure machine; returns whether
+    /// budgets changed (the caller bumps the generation).
+    pub(crate) fn observe_sample(&mut self, snap: &Snapshot) -> bool {
+        let gates = self.gates(snap);
+        // IO pressure gates IO-slot work only; it is no host-wide signal, or one
+        // slow disk would throttle every CPU- and memory-bound task.
+        let psi = PsiSignal { reached: gates[1] || gates[2] };
+        self.pressure.observe(snap, psi, self.floors(), self.largest_batch);
+        self.last_sample = Some(snap.clone());
+        let fp = Fingerprint {
+            level: self.pressure.level(),
+            slow_start: self.pressure.slow_start(),
+            memory: snap.effective_memory_available(),
+            gates,
+            gpus: snap.gpus.iter().map(|g| g.free).collect(),
+            cgroup_cpu: snap.cgroup.map(|c| (c.cpu_quota_millis, c.cpuset_cpus)),
+        };
+        if self.pressure.level() != PressureLevel::Green {
+            for ramp in self.ramps.values_mut() {
+                ramp.reset_unless_fresh();
+            }
+        }
+        let changed = self.budget_fingerprint.as_ref() != Some(&fp);
+        self.budget_fingerprint = Some(fp);
+        changed
+    }
+
+    /// Whether `snap` is a host sample not yet observed.
+    pub(crate) fn is_new_sample(&self, snap: &Snapshot) -> bool {
+        self.last_sample.as_ref().is_none_or(|last| snap.captured_at > last.captured_at)
+    }
+
+    pub(crate) fn hold(&mut self, contract: &Contract) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let held = Held {
+            charged_memory: contract.charged_memory,
+            gpu_memory: contract.gpu_memory,
+            gpu_devices: contract.gpu_devices.clone(),
+            cpu_millis: contract.cpu_millis,
+            io_slots: contract.io_slots,
+            usage: None,
+        };
+        let t = &mut self.totals;
+        t.memory += held.charged_memory;
+        t.unmaterialised += held.unmaterialised();
+        t.cpu_millis += u64::from(held.cpu_millis);
+        t.io_slots += held.io_slots;
+        for &d in &held.gpu_devices {
+            if let Some(m) = t.gpu_memory.get_mut(d as usize) {
+                *m += held.gpu_memory;
+            }
+            if let Some(s) = t.gpu_slots.get_mut(d as usize) {
+                *s += 1;
+            }
+        }
+        self.active.insert(id, held);
+        self.generation += 1;
+        self.check();
+        id
+    }
+
+    /// Releases `id`; false when it is not active (nothing changes).
+    pub(crate) fn release(&mut self, id: u64) -> bool {
+        let Some(held) = self.active.remove(&id) else { return false };
+        let t = &mut self.totals;
+        t.memory -= held.charged_memory;
+        t.unmaterialised -= held.unmaterialised();
+        t.cpu_millis -= u64::from(held.cpu_millis);
+        t.io_slots -= held.io_slots;
+        for &d in &held.gpu_devices {
+            if let Some(m) = t.gpu_memory.get_mut(d as usize) {
+                *m -= held.gpu_memory;
+            }
+            if let Some(s) = t.gpu_slots.get_mut(d as usize) {
+                *s -= 1;
+            }
+        }
+        self.generation += 1;
+        self.check();
+        true
+    }
+
+    /// Records measured usage of `id`; false when it is not active.
+    pub(crate) fn report_usage(&mut self, id: u64, bytes: u64) -> bool {
+        let Some(held) = self.active.get_mut(&id) else { return false };
+        let before = held.unmaterialised();
+        held.usage = Some(bytes);
+        let after = held.unmaterialised();
+        self.totals.unmaterialised = self.totals.unmaterialised - before + after;
+        if before != after {
+            self.generation += 1;
+        }
+        self.check();
+        true
+    }
+
+    /// Whether `policy` still covers every active reservation.
+    pub(crate) fn covers(&self, policy: &HostPolicy) -> Result<(), PolicyError> {
+        let mut probe = Ledger::new(policy.clone(), self.profile.clone());
+        probe.last_sample = self.last_sample.clone();
+        let not = |what: String| Err(PolicyError::DoesNotCover(what));
+        if self.totals.memory > probe.static_memory_budget() {
+            return not(format!("{} B of memory reserved", self.totals.memory));
+        }
+        if self.totals.cpu_millis > probe.cpu_pool_millis() {
+            return not(format!("{} CPUs reserved", crate::format_cpus(self.totals.cpu_millis as u32)));
+        }
+        if self.totals.io_slots > policy.io_slots {
+            return not(format!("{} IO slots held", self.totals.io_slots));
+        }
+        for gpu in &self.profile.gpus {
+            let i = gpu.index as usize;
+            if self.totals.gpu_slots.get(i).copied().unwrap_or(0) > policy.gpu_slots {
+                return not(format!("GPU {} slots held", gpu.index));
+            }
+            let reserve = policy.gpu_memory_reserve.get(i).copied().unwrap_or(0);
+            if let Some(vram) = gpu.vram_total
+                && !gpu.unified
+                && self.totals.gpu_memory.get(i).copied().unwrap_or(0) > vram.saturating_sub(reserve)
+            {
+                return not(format!("GPU {} memory reserved", gpu.index));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn ramp_for(&mut self, key: &(Class, usize), make: impl FnOnce() -> Ramp) -> &mut Ramp {
+        self.ramp_clock += 1;
+        if !self.ramps.contains_key(key) && self.ramps.len() >= MAX_RAMPS {
+            let oldest = self.ramps.iter().min_by_key(|(_, r)| r.touched).map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                self.ramps.remove(&oldest);
+            }
+        }
+        let clock = self.ramp_clock;
+        let ramp = self.ramps.entry(key.clone()).or_insert_with(make);
+        ramp.touched = clock;
+        ramp
+    }
+
+    /// Recomputes every total from the active set (debug builds only).
+    pub(crate) fn check(&self) {
+        #[cfg(debug_assertions)]
+        {
+            let mut sum = Totals {
+                gpu_memory: vec![0; self.profile.gpus.len()],
+                gpu_slots: vec![0; self.profile.gpus.len()],
+                ..Totals::default()
+            };
+            for h in self.active.values() {
+                sum.memory += h.charged_memory;
+                sum.unmaterialised += h.unmaterialised();
+                sum.cpu_millis += u64::from(h.cpu_millis);
+                sum.io_slots += h.io_slots;
+                for &d in &h.gpu_devices {
+                    sum.gpu_memory[d as usize] += h.gpu_memory;
+                    sum.gpu_slots[d as usize] += 1;
+                }
+            }
+            debug_assert_eq!(sum, self.totals, "totals drifted from the active reservations");
+            debug_assert!(self.totals.memory <= self.static_memory_budget(), "memory over the static budget");
+            debug_assert!(self.totals.cpu_millis <= self.cpu_pool_millis(), "CPUs over the pool");
+            debug_assert!(self.totals.io_slots <= self.policy.io_slots, "IO slots over capacity");
+        }
+    }
+}

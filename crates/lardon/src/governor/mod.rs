@@ -1,0 +1,453 @@
+//! The [`Governor`]: sole owner of the host's budgets.
+
+// A WAIT is the common answer during a queue scan: returning the Decision
+// by value costs a copy, boxing it would cost an allocation every time.
+#![allow(clippy::result_large_err)]
+
+mod admission;
+mod availability;
+mod envelopes;
+mod ledger;
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+use std::time::Duration;
+
+pub use admission::MAX_SNAPSHOT_AGE;
+pub use availability::{Availability, GpuAvailability};
+
+use crate::clock::{Clock, SystemClock};
+use crate::contract::Contract;
+use crate::decision::{Decision, ReasonCode};
+use crate::envelope::{Envelope, RampLimits};
+use crate::estimate::{Class, Estimate};
+use crate::history::BatchSample;
+use crate::policy::{HostPolicy, HostProfile, PolicyError};
+use crate::pressure::PressureLevel;
+use crate::reservation::{ReleaseError, Reservation, ReservationId};
+use crate::snapshot::{Probe, ProbeError, Snapshot};
+use crate::sync::{self, Arc, AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
+
+use ledger::Ledger;
+
+/// Process-wide source of Governor ids (to refuse foreign reservations).
+static NEXT_GOVERNOR: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// State shared by a Governor and its reservations.
+pub(crate) struct Shared {
+    id: u64,
+    ledger: Mutex<Ledger>,
+    changed: Condvar,
+    /// Mirror of `ledger.generation`, readable without the lock.
+    generation: AtomicU64,
+    probe: Box<dyn Probe>,
+    clock: Arc<dyn Clock>,
+    #[cfg(feature = "async")]
+    wakers: std::sync::Mutex<Vec<std::task::Waker>>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Ledger> {
+        sync::lock(&self.ledger)
+    }
+
+    /// Publishes a generation change made under `guard`, then drops the
+    /// lock before waking async waiters (their wake code is not ours).
+    fn publish(&self, guard: MutexGuard<'_, Ledger>) {
+        let generation = guard.generation;
+        let changed = self.generation.load(Ordering::SeqCst) != generation;
+        if changed {
+            self.generation.store(generation, Ordering::SeqCst);
+            self.changed.notify_all();
+        }
+        drop(guard);
+        #[cfg(feature = "async")]
+        if changed {
+            let wakers =
+                std::mem::take(&mut *self.wakers.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+            for w in wakers {
+                w.wake();
+            }
+        }
+    }
+
+    pub(crate) fn is_active(&self, seq: u64) -> bool {
+        self.lock().active.contains_key(&seq)
+    }
+
+    pub(crate) fn release(&self, seq: u64) -> bool {
+        let mut guard = self.lock();
+        let released = guard.release(seq);
+        self.publish(guard);
+        released
+    }
+
+    pub(crate) fn report_usage(&self, seq: u64, bytes: u64) -> bool {
+        let mut guard = self.lock();
+        let ok = guard.report_usage(seq, bytes);
+        self.publish(guard);
+        ok
+    }
+}
+
+/// The admission engine: owns the host's budgets, admits, shrinks, delays
+/// or rejects work, and learns from what ran.
+///
+/// Cheap to clone (a shared handle). Every method is thread-safe; the
+/// Governor's lock is never held while calling the probe, the clock or
+/// any code outside the engine.
+///
+/// # Examples
+/// ```
+/// use lardon::{Estimate, FakeProbe, Governor, HostPolicy, HostProfile};
+///
+/// let profile = HostProfile::new(16 << 30, 8);
+/// let governor = Governor::new(HostPolicy::default_for(&profile), FakeProbe::new(profile)).unwrap();
+/// let estimate = Estimate::builder().memory(1 << 30).memory_per_item(256 << 20).batch(1, 64).build();
+/// let reservation = governor.reserve_available(&estimate).expect("admitted");
+/// // 16 GiB − 3 GiB reserve − 1 GiB fixed leaves room for 48 items of 256 MiB.
+/// assert_eq!(reservation.contract().batch, 48);
+/// drop(reservation); // released
+/// assert_eq!(governor.availability().reservations, 0);
+/// ```
+#[derive(Clone)]
+pub struct Governor {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Governor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Governor")
+            .field("id", &self.shared.id)
+            .field("generation", &self.generation())
+            .finish()
+    }
+}
+
+impl Governor {
+    /// A Governor for the probe's host under `policy`, on the system clock.
+    ///
+    /// # Errors
+    /// [`PolicyError`] when the policy is invalid for the probe's host.
+    pub fn new(policy: HostPolicy, probe: impl Probe + 'static) -> Result<Self, PolicyError> {
+        Self::with_clock(policy, probe, Arc::new(SystemClock))
+    }
+
+    /// Like [`Governor::new`] with an injected clock (tests, simulations).
+    ///
+    /// # Errors
+    /// [`PolicyError`] when the policy is invalid for the probe's host.
+    pub fn with_clock(
+        policy: HostPolicy,
+        probe: impl Probe + 'static,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, PolicyError> {
+        let profile = probe.profile();
+        policy.validate(&profile)?;
+        Ok(Governor {
+            shared: Arc::new(Shared {
+                id: NEXT_GOVERNOR.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                ledger: Mutex::new(Ledger::new(policy, profile)),
+                changed: Condvar::new(),
+                generation: AtomicU64::new(0),
+                probe: Box::new(probe),
+                clock,
+                #[cfg(feature = "async")]
+                wakers: std::sync::Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    /// The host's static description.
+    pub fn profile(&self) -> HostProfile {
+        self.shared.lock().profile.clone()
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> HostPolicy {
+        self.shared.lock().policy.clone()
+    }
+
+    /// The Governor's clock reading.
+    pub fn now(&self) -> crate::MonoTime {
+        self.shared.clock.now()
+    }
+
+    /// Replaces the policy. Refused when it is invalid or no longer covers
+    /// the reservations already granted; on success the generation moves
+    /// and waiters wake.
+    ///
+    /// # Errors
+    /// [`PolicyError`], with nothing changed.
+    pub fn set_policy(&self, policy: HostPolicy) -> Result<(), PolicyError> {
+        let mut guard = self.shared.lock();
+        policy.validate(&guard.profile)?;
+        guard.covers(&policy)?;
+        guard.policy = policy;
+        guard.generation += 1;
+        guard.check();
+        self.shared.publish(guard);
+        Ok(())
+    }
+
+    /// Evaluates `estimate` against `snapshot` without reserving. A new
+    /// host sample still feeds the pressure state (once per sample).
+    pub fn decide(&self, estimate: &Estimate, snapshot: &Snapshot) -> Decision {
+        let now = self.shared.clock.now();
+        let mut guard = self.shared.lock();
+        let running = guard.active.len();
+        let eval = admission::evaluate(&mut guard, estimate, snapshot, now, running);
+        if eval.budgets_changed {
+            guard.generation += 1;
+        }
+        self.shared.publish(guard);
+        eval.decision
+    }
+
+    /// Evaluates and, on ADMIT or REDUCE_BATCH, reserves.
+    ///
+    /// # Errors
+    /// The WAIT or REJECT [`Decision`] when nothing was reserved.
+    pub fn reserve(&self, estimate: &Estimate, snapshot: &Snapshot) -> Result<Reservation, Decision> {
+        let now = self.shared.clock.now();
+        let mut guard = self.shared.lock();
+        let running = guard.active.len();
+        let eval = admission::evaluate(&mut guard, estimate, snapshot, now, running);
+        if eval.budgets_changed {
+            guard.generation += 1;
+        }
+        self.grant(guard, eval.decision)
+    }
+
+    /// [`Governor::reserve`] against a fresh snapshot from the probe. A
+    /// probe failure is a WAIT with reason `probe_failed`.
+    ///
+    /// # Errors
+    /// The WAIT or REJECT [`Decision`] when nothing was reserved.
+    pub fn reserve_available(&self, estimate: &Estimate) -> Result<Reservation, Decision> {
+        let snapshot = self.take_snapshot()?;
+        self.reserve(estimate, &snapshot)
+    }
+
+    /// Takes a snapshot from the probe (outside the lock) and feeds it to
+    /// the pressure state; the generation moves when budgets changed.
+    ///
+    /// # Errors
+    /// The probe's error.
+    pub fn sample(&self) -> Result<Snapshot, ProbeError> {
+        let snapshot = self.shared.probe.snapshot()?;
+        self.observe(&snapshot);
+        Ok(snapshot)
+    }
+
+    /// Feeds `snapshot` to the pressure state if it is fresh and new.
+    pub fn observe(&self, snapshot: &Snapshot) {
+        let now = self.shared.clock.now();
+        let mut guard = self.shared.lock();
+        let (_, changed) = admission::observe(&mut guard, snapshot, now);
+        if changed {
+            guard.generation += 1;
+        }
+        self.shared.publish(guard);
+    }
+
+    fn take_snapshot(&self) -> Result<Snapshot, Decision> {
+        self.shared
+            .probe
+            .snapshot()
+            .map_err(|e| Decision::wait(ReasonCode::ProbeFailed, format!("cannot observe the host: {e}")))
+    }
+
+    /// Turns a granted decision into a reservation under `guard`.
+    fn grant(&self, mut guard: MutexGuard<'_, Ledger>, decision: Decision) -> Result<Reservation, Decision> {
+        let Some(contract) = decision.contract.clone().filter(|_| decision.is_granted()) else {
+            self.shared.publish(guard);
+            return Err(decision);
+        };
+        let seq = guard.hold(&contract);
+        self.shared.publish(guard);
+        Ok(Reservation {
+            shared: Arc::clone(&self.shared),
+            id: ReservationId { governor: self.shared.id, seq },
+            contract,
+            kind: decision.kind,
+            reason: decision.reason,
+            released: false,
+        })
+    }
+
+    /// Evaluates a capability envelope: alternatives in order, the first
+    /// granted wins; WAIT if any alternative waits, else the last REJECT.
+    pub fn decide_envelope(&self, envelope: &Envelope, snapshot: &Snapshot) -> Decision {
+        let now = self.shared.clock.now();
+        let mut guard = self.shared.lock();
+        let eval = envelopes::evaluate(&mut guard, envelope, snapshot, now);
+        if eval.budgets_changed {
+            guard.generation += 1;
+        }
+        self.shared.publish(guard);
+        eval.decision
+    }
+
+    /// Evaluates a capability envelope and reserves the chosen alternative
+    /// at its current ramp rungs (the choice is frozen for the sequence).
+    ///
+    /// # Errors
+    /// The WAIT or REJECT [`Decision`] when nothing was reserved.
+    pub fn reserve_envelope(
+        &self,
+        envelope: &Envelope,
+        snapshot: &Snapshot,
+    ) -> Result<Reservation, Decision> {
+        let now = self.shared.clock.now();
+        let mut guard = self.shared.lock();
+        let eval = envelopes::evaluate(&mut guard, envelope, snapshot, now);
+        if eval.budgets_changed {
+            guard.generation += 1;
+        }
+        self.grant(guard, eval.decision)
+    }
+
+    /// [`Governor::reserve_envelope`] against a fresh snapshot.
+    ///
+    /// # Errors
+    /// The WAIT or REJECT [`Decision`] when nothing was reserved.
+    pub fn reserve_envelope_available(&self, envelope: &Envelope) -> Result<Reservation, Decision> {
+        let snapshot = self.take_snapshot()?;
+        self.reserve_envelope(envelope, &snapshot)
+    }
+
+    /// Records a measured batch of `class` (DESIGN.md §6); the last 8 per
+    /// class drive the adaptive batch target. `peak_memory = None` is kept
+    /// but never used for memory adaptation.
+    pub fn record_batch(&self, class: &Class, items: u64, duration: Duration, peak_memory: Option<u64>) {
+        let mut guard = self.shared.lock();
+        guard.history.record(class, BatchSample { items, duration, peak_memory });
+        guard.generation += 1;
+        self.shared.publish(guard);
+    }
+
+    /// Feeds the throughput of one sequence run under `contract` to its
+    /// alternative's ramp. Returns whether the evidence was used (it is
+    /// ignored for plain estimates, stale epochs, pressure or a contract
+    /// that did not reach its rungs).
+    pub fn record_sequence(&self, contract: &Contract, items: u64, wall: Duration) -> bool {
+        let Some(ticket) = &contract.ramp_ticket else { return false };
+        let mut guard = self.shared.lock();
+        let rate = crate::envelope::rate(items, wall);
+        let used = match guard.ramps.get_mut(&ticket.key) {
+            Some(ramp) => ramp.observe(ticket.epoch, ticket.exercised, rate),
+            None => false,
+        };
+        if used {
+            guard.generation += 1;
+        }
+        self.shared.publish(guard);
+        used
+    }
+
+    /// The current rungs of (class, alternative index), if it has a ramp.
+    pub fn ramp_limits(&self, class: &Class, alternative: usize) -> Option<RampLimits> {
+        self.shared.lock().ramps.get(&(class.clone(), alternative)).map(|r| r.limits())
+    }
+
+    /// The batch samples kept for `class`, oldest first.
+    pub fn history(&self, class: &Class) -> Vec<BatchSample> {
+        self.shared.lock().history.samples(class)
+    }
+
+    /// Releases `reservation`.
+    ///
+    /// # Errors
+    /// [`ReleaseError::Foreign`] (handing it back untouched) when it belongs
+    /// to another Governor; [`ReleaseError::NotActive`] when already released.
+    pub fn release(&self, reservation: Reservation) -> Result<(), ReleaseError> {
+        if !reservation.belongs_to(&self.shared) {
+            return Err(ReleaseError::Foreign(Box::new(reservation)));
+        }
+        reservation.release()
+    }
+
+    /// Releases the reservation `id` (for holders that track ids, such as
+    /// a daemon cancelling a task). A handle still holding it becomes
+    /// invalid and its drop does nothing.
+    ///
+    /// # Errors
+    /// [`ReleaseError::NotActive`] when `id` is not active here (double
+    /// release, or another Governor's id); nothing changes.
+    pub fn release_id(&self, id: ReservationId) -> Result<(), ReleaseError> {
+        if id.governor != self.shared.id || !self.shared.release(id.seq) {
+            return Err(ReleaseError::NotActive(id));
+        }
+        Ok(())
+    }
+
+    /// The generation: moves on every reservation made or released, batch
+    /// or sequence recorded, usage report that changes availability,
+    /// policy change, and host sample that changes any budget. WAIT and
+    /// REJECT never move it.
+    pub fn generation(&self) -> u64 {
+        self.shared.generation.load(Ordering::SeqCst)
+    }
+
+    /// Blocks until the generation differs from `seen` or `timeout`
+    /// passes (`None`: no timeout); returns the generation then.
+    ///
+    /// # Blocking
+    /// Blocks the calling thread on a condition variable; never polls.
+    pub fn wait_for_change(&self, seen: u64, timeout: Option<Duration>) -> u64 {
+        let mut guard = self.shared.lock();
+        match timeout {
+            None => {
+                while guard.generation == seen {
+                    guard =
+                        self.shared.changed.wait(guard).unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+            }
+            #[cfg(not(loom))]
+            Some(timeout) => {
+                let deadline = std::time::Instant::now() + timeout;
+                while guard.generation == seen {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    guard = self
+                        .shared
+                        .changed
+                        .wait_timeout(guard, left)
+                        .map(|(g, _)| g)
+                        .unwrap_or_else(|e| e.into_inner().0);
+                }
+            }
+            #[cfg(loom)]
+            Some(_) => {}
+        }
+        guard.generation
+    }
+
+    /// Pressure level and why.
+    pub fn pressure(&self) -> (PressureLevel, String) {
+        let guard = self.shared.lock();
+        (guard.pressure.level(), guard.pressure.reason().to_owned())
+    }
+
+    /// Budgets, what is reserved and what is available now, as of the last
+    /// host sample.
+    pub fn availability(&self) -> Availability {
+        Availability::of(&self.shared.lock())
+    }
+
+    #[cfg(feature = "async")]
+    pub(crate) fn register_waker(&self, seen: u64, waker: &std::task::Waker) -> bool {
+        let mut wakers = self.shared.wakers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Checked under the waker lock: a publish after this sees our waker.
+        if self.generation() != seen {
+            return false;
+        }
+        if !wakers.iter().any(|w| w.will_wake(waker)) {
+            wakers.push(waker.clone());
+        }
+        true
+    }
+}

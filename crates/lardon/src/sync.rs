@@ -1,0 +1,22 @@
+//! std/loom switch: under `--cfg loom` the Governor's lock, condition
+//! variable and atomics are loom's, so the models explore every
+//! interleaving of the real code.
+//!
+//! Poisoning is ignored on purpose: the ledger is updated in one step
+//! under the lock and checked by `debug_assert!`s, so a panic elsewhere
+//! (a user callback) cannot leave it half-written.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+#[cfg(loom)]
+pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// Locks `mutex`, ignoring poison.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
