@@ -1,0 +1,249 @@
+//! cgroups: our own figures ([`OwnCgroup`]) and per-task enforcement behind
+//! one backend trait ([`Enforcer`]) with three implementations — [`V2Enforcer`],
+//! [`V1Enforcer`] and [`NoneEnforcer`] — chosen by [`detect_enforcer`].
+
+mod files;
+mod fsops;
+mod layout;
+mod none;
+mod own;
+mod v1;
+mod v2;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use files::{
+    V1_UNLIMITED, parse_cfs_quota, parse_counter, parse_cpu_max, parse_keyed, parse_v1_limit, parse_v2_limit,
+};
+pub use layout::CgroupLayout;
+pub use none::NoneEnforcer;
+pub use own::OwnCgroup;
+pub use v1::V1Enforcer;
+pub use v2::V2Enforcer;
+
+use crate::error::HostError;
+use crate::root::HostRoot;
+use crate::spawn::ChildExit;
+
+/// Limits applied to one task's cgroup. `None` leaves a figure unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TaskLimits {
+    /// Hard memory limit in bytes (v2 `memory.max`, v1 `memory.limit_in_bytes`,
+    /// none: RSS watchdog).
+    pub memory_max: Option<u64>,
+    /// Soft limit in bytes: reclaim pressure above it (v2 `memory.high`, v1
+    /// `memory.soft_limit_in_bytes`; ignored by the none backend).
+    pub memory_high: Option<u64>,
+    /// CPU quota in thousandths of a CPU (v2 `cpu.max`, v1 `cpu.cfs_quota_us`).
+    pub cpu_millis: Option<u32>,
+}
+
+/// Which enforcement backend is in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// A delegated cgroup v2 subtree with the memory controller.
+    V2,
+    /// cgroup v1 memory (and cpu) hierarchies.
+    V1,
+    /// No writable cgroup with a memory controller: RSS watchdog.
+    None,
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendKind::V2 => "cgroup v2",
+            BackendKind::V1 => "cgroup v1",
+            BackendKind::None => "none (RSS watchdog)",
+        })
+    }
+}
+
+/// Creates per-task cgroups. One implementation per [`BackendKind`].
+pub trait Enforcer: Send + Sync + fmt::Debug {
+    /// The backend.
+    fn kind(&self) -> BackendKind;
+
+    /// Creates the task cgroup `lardon-<name>` with `limits` applied.
+    /// `name` must be 1–64 characters of `[A-Za-z0-9._-]`, not starting
+    /// with `.`. Dropping the handle kills what is left in it and removes it.
+    ///
+    /// # Errors
+    /// [`HostError`] when the directory cannot be created or a limit cannot
+    /// be set (e.g. [`HostError::MissingController`]).
+    fn create(&self, name: &str, limits: &TaskLimits) -> Result<Box<dyn TaskCgroup>, HostError>;
+}
+
+/// One task's cgroup (or, for the none backend, its watched processes).
+pub trait TaskCgroup: Send + Sync + fmt::Debug {
+    /// The task name given to [`Enforcer::create`].
+    fn name(&self) -> &str;
+
+    /// Moves process `pid` (and, for a v1/v2 cgroup, its future children)
+    /// into the task. Prefer [`crate::spawn_in`], which does it before
+    /// `exec` so no allocation escapes the limit.
+    ///
+    /// # Errors
+    /// [`HostError`] when the pid cannot be added.
+    fn add_pid(&self, pid: u32) -> Result<(), HostError>;
+
+    /// The `cgroup.procs` files a new process must write itself into
+    /// (one per hierarchy); empty for the none backend.
+    fn procs_files(&self) -> Vec<PathBuf>;
+
+    /// Sets the hard and soft memory limits (`None` = unlimited).
+    ///
+    /// # Errors
+    /// [`HostError`] when the kernel refuses.
+    fn set_memory_limit(&self, max: Option<u64>, high: Option<u64>) -> Result<(), HostError>;
+
+    /// Sets the CPU quota in millicpus (`None` = unlimited).
+    ///
+    /// # Errors
+    /// [`HostError`] when the kernel refuses or no cpu controller exists.
+    fn set_cpu_quota(&self, millis: Option<u32>) -> Result<(), HostError>;
+
+    /// Current memory use in bytes, when known.
+    ///
+    /// # Errors
+    /// [`HostError`] when the figure cannot be read.
+    fn memory_current(&self) -> Result<Option<u64>, HostError>;
+
+    /// Peak memory use in bytes, when known (v2 `memory.peak`, v1
+    /// `memory.max_usage_in_bytes`, none: the largest RSS seen or
+    /// `ru_maxrss` passed to [`TaskCgroup::record_exit`]).
+    ///
+    /// # Errors
+    /// [`HostError`] when the figure cannot be read.
+    fn memory_peak(&self) -> Result<Option<u64>, HostError>;
+
+    /// Whether any process of the task was killed for exceeding the memory
+    /// limit (v2 `memory.events` `oom_kill`, v1 `memory.oom_control`
+    /// `oom_kill`, none: the watchdog fired).
+    ///
+    /// # Errors
+    /// [`HostError`] when the figure cannot be read.
+    fn oom_killed(&self) -> Result<bool, HostError>;
+
+    /// Feeds the exit of a process reaped with [`crate::wait_child`]
+    /// (the none backend takes its `ru_maxrss` as a peak).
+    fn record_exit(&self, exit: &ChildExit) {
+        let _ = exit;
+    }
+
+    /// Sends SIGKILL to every process of the task and waits (briefly) until
+    /// none is left.
+    ///
+    /// # Errors
+    /// [`HostError`] when processes remain or the kill fails.
+    fn kill_all(&self) -> Result<(), HostError>;
+
+    /// Kills what is left and removes the cgroup. Dropping the handle does
+    /// the same, ignoring errors.
+    ///
+    /// # Errors
+    /// [`HostError`] when the cgroup cannot be removed.
+    fn remove(self: Box<Self>) -> Result<(), HostError>;
+}
+
+/// The chosen backend and why it was chosen.
+#[derive(Debug, Clone)]
+pub struct Detection {
+    /// The backend.
+    pub enforcer: Arc<dyn Enforcer>,
+    /// Human explanation, for `lardon resources`.
+    pub reason: String,
+}
+
+impl Detection {
+    /// The backend's kind.
+    pub fn kind(&self) -> BackendKind {
+        self.enforcer.kind()
+    }
+}
+
+/// Picks the enforcement backend from `<proc>/self/mountinfo` and
+/// `<proc>/self/cgroup`: v2 when our v2 cgroup offers the memory controller
+/// and is writable, else v1 when our v1 memory cgroup is writable, else
+/// none. Never fails: an unreadable layout means the none backend.
+pub fn detect_enforcer(root: &HostRoot) -> Detection {
+    let none = |why: String| Detection {
+        enforcer: Arc::new(NoneEnforcer::new(root.clone(), Duration::from_millis(50))),
+        reason: format!("{why}; using the none backend (ru_maxrss peaks, RSS watchdog kills on overrun)"),
+    };
+    let layout = match CgroupLayout::detect(root) {
+        Ok(l) => l,
+        Err(e) => return none(format!("cgroup layout unreadable ({e})")),
+    };
+    let mut why = Vec::new();
+    match &layout.v2 {
+        Some(dir) => {
+            let controllers = std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
+            let has_memory = controllers.split_whitespace().any(|c| c == "memory");
+            if has_memory && fsops::writable(dir) {
+                let reason =
+                    format!("cgroup v2 at {} with controllers [{}]", dir.display(), controllers.trim());
+                return Detection { enforcer: Arc::new(V2Enforcer::new(dir.clone())), reason };
+            }
+            why.push(format!(
+                "cgroup v2 at {} has controllers [{}]{}",
+                dir.display(),
+                controllers.trim(),
+                if has_memory { " but is not writable" } else { ", no memory controller" }
+            ));
+        }
+        None => why.push("no cgroup v2 mount".to_owned()),
+    }
+    match &layout.v1_memory {
+        Some(dir) if fsops::writable(dir) => {
+            let cpu = layout.v1_cpu.as_ref().filter(|d| fsops::writable(d)).cloned();
+            let reason = format!(
+                "{}; cgroup v1 memory at {}{}",
+                why.join("; "),
+                dir.display(),
+                cpu.as_ref()
+                    .map_or(", no writable v1 cpu".to_owned(), |c| format!(", v1 cpu at {}", c.display()))
+            );
+            Detection { enforcer: Arc::new(V1Enforcer::new(dir.clone(), cpu)), reason }
+        }
+        Some(dir) => {
+            why.push(format!("cgroup v1 memory at {} is not writable", dir.display()));
+            none(why.join("; "))
+        }
+        None => {
+            why.push("no cgroup v1 memory hierarchy".to_owned());
+            none(why.join("; "))
+        }
+    }
+}
+
+/// Checks a task name and returns its directory name `lardon-<name>`.
+pub(crate) fn task_dir_name(name: &str) -> Result<String, HostError> {
+    let ok = (1..=64).contains(&name.len())
+        && !name.starts_with('.')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok { Ok(format!("lardon-{name}")) } else { Err(HostError::InvalidName(name.to_owned())) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_names() {
+        assert_eq!(task_dir_name("job-1.a_b").unwrap(), "lardon-job-1.a_b");
+        for bad in ["", ".hidden", "a/b", "..", "a b", &"x".repeat(65)] {
+            assert!(task_dir_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn unreadable_layout_means_none() {
+        let d = detect_enforcer(&HostRoot::under("/nonexistent-lardon"));
+        assert_eq!(d.kind(), BackendKind::None);
+        assert!(d.reason.contains("unreadable"), "{}", d.reason);
+    }
+}

@@ -1,0 +1,179 @@
+//! cgroup v1 backend: a task cgroup under our own v1 memory cgroup (and
+//! one under our v1 cpu cgroup when that hierarchy is writable).
+
+use std::path::PathBuf;
+
+use super::files::parse_keyed;
+use super::fsops;
+use super::{BackendKind, Enforcer, TaskCgroup, TaskLimits, task_dir_name};
+use crate::error::HostError;
+
+/// Period written to `cpu.cfs_period_us` (100 ms, the kernel default).
+const CFS_PERIOD_US: u64 = 100_000;
+
+/// The cgroup v1 backend.
+#[derive(Debug, Clone)]
+pub struct V1Enforcer {
+    memory_base: PathBuf,
+    cpu_base: Option<PathBuf>,
+}
+
+impl V1Enforcer {
+    /// Task cgroups go under `memory_base` (our own v1 memory cgroup, e.g.
+    /// `/sys/fs/cgroup/memory/process_api/<id>`) and, for CPU quotas, under
+    /// `cpu_base`.
+    pub fn new(memory_base: PathBuf, cpu_base: Option<PathBuf>) -> Self {
+        V1Enforcer { memory_base, cpu_base }
+    }
+}
+
+impl Enforcer for V1Enforcer {
+    fn kind(&self) -> BackendKind {
+        BackendKind::V1
+    }
+
+    fn create(&self, name: &str, limits: &TaskLimits) -> Result<Box<dyn TaskCgroup>, HostError> {
+        let dir = task_dir_name(name)?;
+        let memory = self.memory_base.join(&dir);
+        fsops::mkdir(&memory)?;
+        let mut task = V1Task { name: name.to_owned(), memory, cpu: None, removed: false };
+        if let Some(base) = &self.cpu_base {
+            let cpu = base.join(&dir);
+            fsops::mkdir(&cpu)?;
+            task.cpu = Some(cpu);
+        }
+        // On error `task` drops here and removes what was created.
+        task.set_memory_limit(limits.memory_max, limits.memory_high)?;
+        if limits.cpu_millis.is_some() {
+            task.set_cpu_quota(limits.cpu_millis)?;
+        }
+        Ok(Box::new(task))
+    }
+}
+
+#[derive(Debug)]
+struct V1Task {
+    name: String,
+    memory: PathBuf,
+    cpu: Option<PathBuf>,
+    removed: bool,
+}
+
+impl V1Task {
+    fn dirs(&self) -> impl Iterator<Item = &PathBuf> {
+        std::iter::once(&self.memory).chain(self.cpu.iter())
+    }
+
+    fn teardown(&mut self) -> Result<(), HostError> {
+        if self.removed {
+            return Ok(());
+        }
+        let killed = fsops::kill_procs(&self.memory);
+        let mut result = killed;
+        for dir in std::iter::once(&self.memory).chain(self.cpu.iter()) {
+            let r = fsops::rmdir(dir);
+            if result.is_ok() {
+                result = r;
+            }
+        }
+        self.removed = true;
+        result
+    }
+}
+
+impl TaskCgroup for V1Task {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn add_pid(&self, pid: u32) -> Result<(), HostError> {
+        self.dirs().try_for_each(|d| fsops::write(&d.join("cgroup.procs"), &pid.to_string()))
+    }
+
+    fn procs_files(&self) -> Vec<PathBuf> {
+        self.dirs().map(|d| d.join("cgroup.procs")).collect()
+    }
+
+    fn set_memory_limit(&self, max: Option<u64>, high: Option<u64>) -> Result<(), HostError> {
+        let value = |v: Option<u64>| v.map_or_else(|| "-1".to_owned(), |b| b.to_string());
+        fsops::write(&self.memory.join("memory.limit_in_bytes"), &value(max))?;
+        fsops::write(&self.memory.join("memory.soft_limit_in_bytes"), &value(high))
+    }
+
+    fn set_cpu_quota(&self, millis: Option<u32>) -> Result<(), HostError> {
+        let Some(cpu) = &self.cpu else {
+            return Err(HostError::MissingController { controller: "cpu", path: self.memory.clone() });
+        };
+        let quota = millis.map_or_else(
+            || "-1".to_owned(),
+            // At least 1 ms of quota: the kernel refuses less.
+            |m| (u64::from(m) * CFS_PERIOD_US / 1000).max(1000).to_string(),
+        );
+        fsops::write(&cpu.join("cpu.cfs_period_us"), &CFS_PERIOD_US.to_string())?;
+        fsops::write(&cpu.join("cpu.cfs_quota_us"), &quota)
+    }
+
+    fn memory_current(&self) -> Result<Option<u64>, HostError> {
+        fsops::counter(&self.memory.join("memory.usage_in_bytes")).map(Some)
+    }
+
+    fn memory_peak(&self) -> Result<Option<u64>, HostError> {
+        fsops::counter(&self.memory.join("memory.max_usage_in_bytes")).map(Some)
+    }
+
+    fn oom_killed(&self) -> Result<bool, HostError> {
+        let path = self.memory.join("memory.oom_control");
+        fsops::parsed(&path, |t| parse_keyed(t, "oom_kill")).map(|n| n > 0)
+    }
+
+    fn kill_all(&self) -> Result<(), HostError> {
+        fsops::kill_procs(&self.memory)?;
+        match &self.cpu {
+            Some(cpu) => fsops::kill_procs(cpu),
+            None => Ok(()),
+        }
+    }
+
+    fn remove(mut self: Box<Self>) -> Result<(), HostError> {
+        self.teardown()
+    }
+}
+
+impl Drop for V1Task {
+    fn drop(&mut self) {
+        let _ = self.teardown();
+    }
+}
+
+/// The limit currently set on a v1 cgroup (`None` = unlimited); used by tests.
+#[cfg(test)]
+pub(crate) fn read_limit(dir: &std::path::Path) -> Result<Option<u64>, HostError> {
+    fsops::parsed(&dir.join("memory.limit_in_bytes"), super::files::parse_v1_limit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_dirs_on_a_fake_tree_are_created_and_removed() {
+        // A plain directory stands in for cgroupfs: files are written as-is.
+        let d = tempfile::tempdir().unwrap();
+        let e = V1Enforcer::new(d.path().join("mem"), None);
+        std::fs::create_dir(d.path().join("mem")).unwrap();
+        let limits = TaskLimits { memory_max: Some(64 << 20), ..TaskLimits::default() };
+        let t = e.create("fake", &limits).unwrap();
+        let dir = d.path().join("mem/lardon-fake");
+        assert_eq!(read_limit(&dir).unwrap(), Some(64 << 20));
+        assert_eq!(t.procs_files(), vec![dir.join("cgroup.procs")]);
+        assert!(matches!(t.set_cpu_quota(Some(500)), Err(HostError::MissingController { .. })));
+        // rmdir of a non-empty plain directory fails: clean it like cgroupfs would.
+        for f in std::fs::read_dir(&dir).unwrap() {
+            std::fs::remove_file(f.unwrap().path()).unwrap();
+        }
+        std::fs::write(dir.join("cgroup.procs"), "").unwrap();
+        std::fs::remove_file(dir.join("cgroup.procs")).unwrap();
+        drop(t);
+        assert!(!dir.exists());
+    }
+}

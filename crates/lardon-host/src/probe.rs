@@ -1,0 +1,248 @@
+//! [`HostProbe`]: the real [`Probe`] for Linux.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use lardon::{Clock, HostProfile, Pressure, Probe, ProbeError, Snapshot, SystemClock};
+
+use crate::cgroup::{CgroupLayout, OwnCgroup};
+use crate::error::HostError;
+use crate::gpu::Gpus;
+use crate::loadavg::parse_loadavg;
+use crate::meminfo::parse_meminfo;
+use crate::parse::ParseError;
+use crate::psi::parse_psi_some_avg10;
+use crate::root::HostRoot;
+use crate::topology::CpuLayout;
+use crate::vmstat::parse_vmstat_swap;
+
+/// Reads `/proc`, PSI, our cgroup and the GPUs. Paths are resolved once at
+/// construction; each snapshot only reads files.
+pub struct HostProbe {
+    clock: Arc<dyn Clock>,
+    profile: HostProfile,
+    cpus: CpuLayout,
+    meminfo: PathBuf,
+    loadavg: PathBuf,
+    psi: [PathBuf; 3],
+    vmstat: PathBuf,
+    cgroup: OwnCgroup,
+    layout: CgroupLayout,
+    gpus: Gpus,
+}
+
+impl fmt::Debug for HostProbe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostProbe")
+            .field("profile", &self.profile)
+            .field("meminfo", &self.meminfo)
+            .field("cgroup", &self.layout)
+            .field("gpus", &self.gpus)
+            .finish_non_exhaustive()
+    }
+}
+
+fn read_mandatory(path: &Path) -> Result<String, ProbeError> {
+    std::fs::read_to_string(path).map_err(|e| ProbeError::Unreadable {
+        source_name: path.display().to_string(),
+        message: e.to_string(),
+    })
+}
+
+fn malformed(path: &Path) -> impl FnOnce(ParseError) -> ProbeError + '_ {
+    move |e| ProbeError::Malformed { source_name: path.display().to_string(), message: e.to_string() }
+}
+
+impl HostProbe {
+    /// The real host, stamped with [`SystemClock`].
+    ///
+    /// # Errors
+    /// See [`HostProbe::with_root`].
+    pub fn new() -> Result<Self, HostError> {
+        Self::with_root(HostRoot::default(), Arc::new(SystemClock))
+    }
+
+    /// A probe of the host under `root`, stamping snapshots with `clock`
+    /// (give it the Governor's clock).
+    ///
+    /// # Errors
+    /// [`HostError`] when `/proc/meminfo` or the CPU list is unreadable or
+    /// malformed, or the affinity cannot be read. An unreadable cgroup
+    /// layout only means no cgroup figures.
+    pub fn with_root(root: HostRoot, clock: Arc<dyn Clock>) -> Result<Self, HostError> {
+        let cpus = CpuLayout::detect(&root)?;
+        Self::with_cpus(root, clock, cpus)
+    }
+
+    /// Like [`HostProbe::with_root`] with the CPU layout given (fixtures).
+    ///
+    /// # Errors
+    /// [`HostError`] when `/proc/meminfo` is unreadable or malformed.
+    pub fn with_cpus(root: HostRoot, clock: Arc<dyn Clock>, cpus: CpuLayout) -> Result<Self, HostError> {
+        let meminfo = root.proc_path("meminfo");
+        let mem = parse_meminfo(&crate::root::read(&meminfo)?)
+            .map_err(|source| HostError::Parse { path: meminfo.clone(), source })?;
+        let layout = CgroupLayout::detect(&root).unwrap_or_default();
+        let gpus = Gpus::detect(&root, mem.total);
+        let count = |s: &std::collections::BTreeSet<u32>| u32::try_from(s.len()).unwrap_or(u32::MAX);
+        let profile = HostProfile {
+            total_memory: mem.total,
+            logical_cpus: count(&cpus.online),
+            allowed_cpus: count(&cpus.allowed),
+            gpus: gpus.devices(),
+        };
+        Ok(HostProbe {
+            clock,
+            profile,
+            cpus,
+            loadavg: root.proc_path("loadavg"),
+            psi: ["cpu", "memory", "io"].map(|k| root.proc_path(&format!("pressure/{k}"))),
+            vmstat: root.proc_path("vmstat"),
+            cgroup: OwnCgroup::new(&layout),
+            layout,
+            meminfo,
+            gpus,
+        })
+    }
+
+    /// The CPU layout read at construction.
+    pub fn cpu_layout(&self) -> &CpuLayout {
+        &self.cpus
+    }
+
+    /// Our cgroup directories.
+    pub fn cgroup_layout(&self) -> &CgroupLayout {
+        &self.layout
+    }
+
+    /// The GPUs (and why NVML is unused, if it is).
+    pub fn gpus(&self) -> &Gpus {
+        &self.gpus
+    }
+}
+
+impl Probe for HostProbe {
+    fn profile(&self) -> HostProfile {
+        self.profile.clone()
+    }
+
+    fn snapshot(&self) -> Result<Snapshot, ProbeError> {
+        let mem = parse_meminfo(&read_mandatory(&self.meminfo)?).map_err(malformed(&self.meminfo))?;
+        let load = parse_loadavg(&read_mandatory(&self.loadavg)?).map_err(malformed(&self.loadavg))?;
+        let psi = |p: &Path| std::fs::read_to_string(p).ok().and_then(|t| parse_psi_some_avg10(&t).ok());
+        let [cpu, memory, io] = &self.psi;
+        let snapshot = Snapshot {
+            captured_at: self.clock.now(),
+            memory_available: mem.available,
+            memory_free: mem.free,
+            swap_free: mem.swap_free,
+            load,
+            pressure: Pressure { cpu: psi(cpu), memory: psi(memory), io: psi(io) },
+            swap: std::fs::read_to_string(&self.vmstat).ok().and_then(|t| parse_vmstat_swap(&t).ok()),
+            gpus: self.gpus.sample(),
+            cgroup: self.cgroup.sample(),
+        };
+        Ok(snapshot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    use lardon::{FakeClock, MonoTime};
+
+    fn fixture_root() -> (tempfile::TempDir, HostRoot) {
+        let d = tempfile::tempdir().unwrap();
+        let fx = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proc");
+        let proc = d.path().join("proc");
+        std::fs::create_dir_all(proc.join("pressure")).unwrap();
+        for f in ["meminfo", "loadavg", "vmstat", "pressure/cpu", "pressure/memory", "pressure/io"] {
+            std::fs::copy(fx.join(f), proc.join(f)).unwrap();
+        }
+        std::fs::create_dir_all(d.path().join("sys")).unwrap();
+        let root = HostRoot::under(d.path());
+        (d, root)
+    }
+
+    fn probe(root: &HostRoot) -> HostProbe {
+        let cpus = CpuLayout { online: BTreeSet::from([0, 1]), allowed: BTreeSet::from([0, 1]), cores: None };
+        HostProbe::with_cpus(root.clone(), Arc::new(FakeClock::new(MonoTime(42))), cpus).unwrap()
+    }
+
+    #[test]
+    fn snapshot_from_fixtures() {
+        let (_d, root) = fixture_root();
+        let p = probe(&root);
+        assert_eq!(p.profile().total_memory, 24_684_092 * 1024);
+        assert_eq!(p.profile().logical_cpus, 2);
+        let s = p.snapshot().unwrap();
+        assert_eq!(s.captured_at, MonoTime(42));
+        assert_eq!(s.memory_available, 24_359_776 * 1024);
+        assert_eq!(s.load.one, 0.46);
+        assert_eq!(s.pressure, Pressure { cpu: Some(1.87), memory: Some(0.04), io: Some(0.0) });
+        assert_eq!(s.swap.map(|s| s.pages_out), Some(345));
+        assert_eq!(s.cgroup, None, "no cgroup files in the fixture");
+    }
+
+    #[test]
+    fn optional_sources_missing_or_malformed_are_unknown() {
+        let (_d, root) = fixture_root();
+        let p = probe(&root);
+        std::fs::remove_file(root.proc_path("pressure/io")).unwrap();
+        std::fs::write(root.proc_path("pressure/cpu"), "some avg10=-1.00 avg60=0 avg300=0 total=0\n")
+            .unwrap();
+        std::fs::write(root.proc_path("vmstat"), "pswpin 1\n").unwrap();
+        let s = p.snapshot().unwrap();
+        assert_eq!(s.pressure, Pressure { cpu: None, memory: Some(0.04), io: None });
+        assert_eq!(s.swap, None);
+    }
+
+    #[test]
+    fn mandatory_sources_name_the_file() {
+        let (_d, root) = fixture_root();
+        let p = probe(&root);
+        std::fs::write(root.proc_path("loadavg"), "0.1 0.2 0.3 1/2 3 junk\n").unwrap();
+        match p.snapshot() {
+            Err(ProbeError::Malformed { source_name, .. }) => assert!(source_name.ends_with("loadavg")),
+            other => panic!("{other:?}"),
+        }
+        std::fs::remove_file(root.proc_path("loadavg")).unwrap();
+        assert!(matches!(p.snapshot(), Err(ProbeError::Unreadable { .. })));
+        std::fs::write(root.proc_path("meminfo"), "MemTotal: 1 kB\n").unwrap();
+        match p.snapshot() {
+            Err(ProbeError::Malformed { source_name, message }) => {
+                assert!(source_name.ends_with("meminfo"));
+                assert!(message.contains("MemFree"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn real_host_snapshot_is_plausible() {
+        let p = HostProbe::new().unwrap();
+        let profile = p.profile();
+        assert!(profile.total_memory > 0);
+        assert!(profile.logical_cpus >= 1 && profile.allowed_cpus <= profile.logical_cpus);
+        let before = SystemClock.now();
+        let s = p.snapshot().unwrap();
+        assert!(s.captured_at >= before && s.captured_at <= SystemClock.now());
+        assert!(s.memory_available <= profile.total_memory);
+        assert!(s.memory_free <= profile.total_memory);
+        assert!(s.load.one >= 0.0 && s.load.five >= 0.0 && s.load.fifteen >= 0.0);
+        for v in [s.pressure.cpu, s.pressure.memory, s.pressure.io].into_iter().flatten() {
+            assert!((0.0..=100.0).contains(&v));
+        }
+        if let Some(cg) = s.cgroup {
+            assert!(s.effective_memory_available() <= s.memory_available);
+            if let Some(n) = cg.cpuset_cpus {
+                assert!(n <= profile.logical_cpus);
+            }
+        }
+        assert_eq!(s.gpus.len(), profile.gpus.len());
+        eprintln!("real host: {profile:?}\n{s:?}\ncgroup layout: {:?}", p.cgroup_layout());
+    }
+}
