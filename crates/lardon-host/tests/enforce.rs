@@ -1,0 +1,158 @@
+//! Enforcement on the real host: a child allocating past its memory limit
+//! is OOM-killed and reported by whichever backend the host offers; the v2
+//! limit path and the forced none backend are exercised too.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
+use std::time::Duration;
+
+use lardon_host::{
+    BackendKind, CgroupLayout, Enforcer, HostError, HostRoot, NoneEnforcer, TaskCgroup, TaskLimits,
+    V2Enforcer, detect_enforcer, spawn_in, wait_child,
+};
+
+const MIB: u64 = 1 << 20;
+
+/// Python that touches `mib` MiB (a filled `bytes`, so every page is
+/// resident), then lingers so a poller can see it.
+fn hog(mib: u64, linger_s: u32) -> Command {
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", &format!("import time\nb = b'x' * ({mib} << 20)\ntime.sleep({linger_s})")]);
+    cmd
+}
+
+fn unique(name: &str) -> String {
+    format!("test-{name}-{}", std::process::id())
+}
+
+/// Runs `cmd` in `task` (spawned into it before exec where the backend has
+/// cgroups; added after spawn otherwise) and reaps it.
+fn run_in(task: &dyn TaskCgroup, mut cmd: Command) -> lardon_host::ChildExit {
+    let child = spawn_in(&mut cmd, Some(task), None).expect("python3 must be installed");
+    if task.procs_files().is_empty() {
+        task.add_pid(child.id()).unwrap();
+    }
+    let exit = wait_child(child).unwrap();
+    task.record_exit(&exit);
+    exit
+}
+
+#[test]
+fn over_limit_child_is_oom_killed_and_reported_by_the_host_backend() {
+    let detection = detect_enforcer(&HostRoot::default());
+    eprintln!("backend: {} — {}", detection.kind(), detection.reason);
+    // On our hybrid machines (v2 without a memory controller, v1 memory
+    // writable) this must be v1 and must really run.
+    let layout = CgroupLayout::detect(&HostRoot::default()).unwrap();
+    let v2_has_memory = layout.v2.as_ref().is_some_and(|d| {
+        std::fs::read_to_string(d.join("cgroup.controllers")).unwrap_or_default().contains("memory")
+    });
+    let v1_writable = layout
+        .v1_memory
+        .as_ref()
+        .is_some_and(|d| nix::unistd::access(d, nix::unistd::AccessFlags::W_OK).is_ok());
+    if !v2_has_memory && v1_writable {
+        assert_eq!(detection.kind(), BackendKind::V1);
+    }
+    let limits = TaskLimits { memory_max: Some(64 * MIB), ..TaskLimits::default() };
+    let task = detection.enforcer.create(&unique("oom"), &limits).unwrap();
+    let exit = run_in(task.as_ref(), hog(200, 10));
+    assert_eq!(exit.status.signal(), Some(9), "killed by SIGKILL: {:?}", exit.status);
+    assert!(task.oom_killed().unwrap(), "the OOM kill is reported");
+    let peak = task.memory_peak().unwrap().expect("a peak is known");
+    assert!(peak >= 32 * MIB, "peak {peak}");
+    task.remove().unwrap();
+}
+
+#[test]
+fn within_limit_child_completes_with_a_peak() {
+    let detection = detect_enforcer(&HostRoot::default());
+    let limits = TaskLimits { memory_max: Some(256 * MIB), ..TaskLimits::default() };
+    let task = detection.enforcer.create(&unique("fits"), &limits).unwrap();
+    let exit = run_in(task.as_ref(), hog(40, 0));
+    assert!(exit.status.success(), "{:?}", exit.status);
+    assert!(exit.max_rss >= 40 * MIB, "ru_maxrss {}", exit.max_rss);
+    assert!(!task.oom_killed().unwrap());
+    let peak = task.memory_peak().unwrap().expect("a peak is known");
+    assert!((40 * MIB..256 * MIB).contains(&peak), "peak {peak}");
+    // Drop removes the cgroup.
+}
+
+#[test]
+fn v2_limits_need_the_memory_controller() {
+    let layout = CgroupLayout::detect(&HostRoot::default()).unwrap();
+    let Some(base) = layout.v2 else {
+        eprintln!("skipped: no cgroup v2 hierarchy");
+        return;
+    };
+    let v2 = V2Enforcer::new(base.clone());
+    let limits = TaskLimits { memory_max: Some(64 * MIB), ..TaskLimits::default() };
+    let task = match v2.create(&unique("v2oom"), &limits) {
+        Err(HostError::MissingController { controller, path }) => {
+            eprintln!("skipped: cgroup v2 at {} has no {controller} controller", path.display());
+            assert!(!base.join(format!("lardon-{}", unique("v2oom"))).exists(), "nothing left behind");
+            return;
+        }
+        Err(e) => {
+            eprintln!("skipped: cgroup v2 at {} not usable: {e}", base.display());
+            return;
+        }
+        Ok(task) => task,
+    };
+    let exit = run_in(task.as_ref(), hog(200, 10));
+    assert_eq!(exit.status.signal(), Some(9));
+    assert!(task.oom_killed().unwrap());
+    task.remove().unwrap();
+}
+
+#[test]
+fn v2_groups_and_kills_without_controllers() {
+    let layout = CgroupLayout::detect(&HostRoot::default()).unwrap();
+    let Some(base) = layout.v2 else {
+        eprintln!("skipped: no cgroup v2 hierarchy");
+        return;
+    };
+    let v2 = V2Enforcer::new(base.clone());
+    let task = match v2.create(&unique("v2group"), &TaskLimits::default()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("skipped: cannot create a v2 cgroup under {}: {e}", base.display());
+            return;
+        }
+    };
+    let dir = base.join(format!("lardon-{}", unique("v2group")));
+    let mut cmd = Command::new("sleep");
+    cmd.arg("30");
+    let child = spawn_in(&mut cmd, Some(task.as_ref()), None).unwrap();
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap();
+    assert!(procs.lines().any(|l| l == child.id().to_string()), "{procs}");
+    task.kill_all().unwrap();
+    let exit = wait_child(child).unwrap();
+    assert_eq!(exit.status.signal(), Some(9));
+    task.remove().unwrap();
+    assert!(!dir.exists());
+}
+
+#[test]
+fn forced_none_backend_watchdog_kills_an_overrun() {
+    let none = NoneEnforcer::new(HostRoot::default(), Duration::from_millis(10));
+    let limits = TaskLimits { memory_max: Some(64 * MIB), ..TaskLimits::default() };
+    let task = none.create(&unique("none"), &limits).unwrap();
+    let exit = run_in(task.as_ref(), hog(200, 10));
+    assert_eq!(exit.status.signal(), Some(9), "{:?}", exit.status);
+    assert!(task.oom_killed().unwrap());
+    assert!(task.memory_peak().unwrap().unwrap() > 64 * MIB);
+    assert!(task.set_cpu_quota(Some(500)).is_err(), "no CPU quota without cgroups");
+    task.remove().unwrap();
+}
+
+#[test]
+fn forced_none_backend_peak_from_ru_maxrss() {
+    let none = NoneEnforcer::new(HostRoot::default(), Duration::from_secs(60));
+    let task = none.create(&unique("none-peak"), &TaskLimits::default()).unwrap();
+    let exit = run_in(task.as_ref(), hog(30, 0));
+    assert!(exit.status.success());
+    assert!(!task.oom_killed().unwrap());
+    assert!(task.memory_peak().unwrap().unwrap() >= 30 * MIB);
+}
