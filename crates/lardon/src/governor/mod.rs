@@ -41,7 +41,7 @@ pub(crate) struct Shared {
     /// Mirror of `ledger.generation`, readable without the lock.
     generation: AtomicU64,
     probe: Box<dyn Probe>,
-    clock: Arc<dyn Clock>,
+    clock: std::sync::Arc<dyn Clock>,
     #[cfg(feature = "async")]
     wakers: std::sync::Mutex<Vec<std::task::Waker>>,
 }
@@ -130,7 +130,7 @@ impl Governor {
     /// # Errors
     /// [`PolicyError`] when the policy is invalid for the probe's host.
     pub fn new(policy: HostPolicy, probe: impl Probe + 'static) -> Result<Self, PolicyError> {
-        Self::with_clock(policy, probe, Arc::new(SystemClock))
+        Self::with_clock(policy, probe, std::sync::Arc::new(SystemClock))
     }
 
     /// Like [`Governor::new`] with an injected clock (tests, simulations).
@@ -140,7 +140,7 @@ impl Governor {
     pub fn with_clock(
         policy: HostPolicy,
         probe: impl Probe + 'static,
-        clock: Arc<dyn Clock>,
+        clock: std::sync::Arc<dyn Clock>,
     ) -> Result<Self, PolicyError> {
         let profile = probe.profile();
         policy.validate(&profile)?;
