@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use lardon::{Clock, HostProfile, Pressure, Probe, ProbeError, Snapshot, SystemClock};
+use lardon::{Clock, HostPolicy, HostProfile, Pressure, Probe, ProbeError, Snapshot, SystemClock};
 
 use crate::cgroup::{CgroupLayout, OwnCgroup};
 use crate::error::HostError;
@@ -14,7 +14,7 @@ use crate::meminfo::parse_meminfo;
 use crate::parse::ParseError;
 use crate::psi::parse_psi_some_avg10;
 use crate::root::HostRoot;
-use crate::topology::CpuLayout;
+use crate::topology::{CpuLayout, CpuPlan, default_policy, plan_cpu_pool};
 use crate::vmstat::parse_vmstat_swap;
 
 /// Reads `/proc`, PSI, our cgroup and the GPUs. Paths are resolved once at
@@ -109,6 +109,18 @@ impl HostProbe {
     /// The CPU layout read at construction.
     pub fn cpu_layout(&self) -> &CpuLayout {
         &self.cpus
+    }
+
+    /// The whole-core CPU reserve and compute pool for the default policy's
+    /// CPU reserve (pin task processes and worker threads to `compute`).
+    pub fn cpu_plan(&self) -> CpuPlan {
+        plan_cpu_pool(&self.cpus, HostPolicy::default_for(&self.profile).cpu_reserve)
+    }
+
+    /// The default policy of DESIGN.md §3 for this host, with the
+    /// whole-core CPU reserve ([`crate::default_policy`]).
+    pub fn default_policy(&self) -> HostPolicy {
+        default_policy(&self.profile, &self.cpus)
     }
 
     /// Our cgroup directories.
@@ -243,6 +255,10 @@ mod tests {
             }
         }
         assert_eq!(s.gpus.len(), profile.gpus.len());
+        let policy = p.default_policy();
+        assert_eq!(policy.validate(&profile), Ok(()));
+        assert_eq!(p.cpu_plan().reserve_count(), policy.cpu_reserve);
+        assert!(p.cpu_plan().compute.count() >= 1);
         eprintln!("real host: {profile:?}\n{s:?}\ncgroup layout: {:?}", p.cgroup_layout());
     }
 }

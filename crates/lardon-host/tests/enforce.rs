@@ -156,3 +156,25 @@ fn forced_none_backend_peak_from_ru_maxrss() {
     assert!(!task.oom_killed().unwrap());
     assert!(task.memory_peak().unwrap().unwrap() >= 30 * MIB);
 }
+
+#[test]
+fn cpu_quota_through_the_host_backend() {
+    let detection = detect_enforcer(&HostRoot::default());
+    let limits = TaskLimits { cpu_millis: Some(500), ..TaskLimits::default() };
+    match (detection.kind(), detection.enforcer.create(&unique("cpu"), &limits)) {
+        (BackendKind::None, Err(HostError::Unsupported(_))) => eprintln!("skipped: no cgroup backend"),
+        (_, Err(HostError::MissingController { .. })) => eprintln!("skipped: no cpu controller"),
+        (kind, Ok(task)) => {
+            assert_ne!(kind, BackendKind::None);
+            let files = task.procs_files();
+            let dir = files.last().unwrap().parent().unwrap();
+            let quota = std::fs::read_to_string(dir.join("cpu.cfs_quota_us"))
+                .or_else(|_| std::fs::read_to_string(dir.join("cpu.max")))
+                .unwrap();
+            assert!(quota.starts_with("50000"), "{quota}");
+            task.set_cpu_quota(None).unwrap();
+            task.remove().unwrap();
+        }
+        (kind, Err(e)) => panic!("{kind}: {e}"),
+    }
+}

@@ -39,6 +39,9 @@ impl Enforcer for NoneEnforcer {
 
     fn create(&self, name: &str, limits: &TaskLimits) -> Result<Box<dyn TaskCgroup>, HostError> {
         task_dir_name(name)?;
+        if limits.cpu_millis.is_some() {
+            return Err(HostError::Unsupported("the none backend cannot enforce a CPU quota".to_owned()));
+        }
         let shared = Arc::new(Shared {
             proc: self.proc.clone(),
             limit: AtomicU64::new(limits.memory_max.unwrap_or(u64::MAX)),

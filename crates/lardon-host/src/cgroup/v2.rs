@@ -18,7 +18,11 @@ pub struct V2Enforcer {
 impl V2Enforcer {
     /// Task cgroups go under `base`, a delegated cgroup we may write to.
     /// The controllers a limit needs are enabled in `base`'s
-    /// `cgroup.subtree_control` on demand.
+    /// `cgroup.subtree_control` on demand. cgroup v2's "no internal
+    /// processes" rule means a non-root `base` must hold no process itself
+    /// (run the daemon in a leaf sibling, e.g. systemd `Delegate=yes` with
+    /// the daemon moved to `base/supervisor`); otherwise enabling a
+    /// controller fails with `EBUSY`, reported as [`HostError::Io`].
     pub fn new(base: PathBuf) -> Self {
         V2Enforcer { base }
     }
