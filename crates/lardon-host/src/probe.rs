@@ -200,6 +200,40 @@ mod tests {
     }
 
     #[test]
+    fn hybrid_cgroup_figures_are_found_through_mountinfo_and_folded() {
+        let (d, root) = fixture_root();
+        let fx = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proc/self");
+        std::fs::create_dir_all(root.proc_path("self")).unwrap();
+        for f in ["mountinfo", "cgroup"] {
+            std::fs::copy(fx.join(f), root.proc_path(&format!("self/{f}"))).unwrap();
+        }
+        let cg = d.path().join("sys/fs/cgroup");
+        let mem = cg.join("memory/process_api/a90de98ae5bbdd41ed56a11cc58f966e");
+        std::fs::create_dir_all(&mem).unwrap();
+        std::fs::write(mem.join("memory.limit_in_bytes"), "4294967296\n").unwrap();
+        std::fs::write(mem.join("memory.usage_in_bytes"), "1073741824\n").unwrap();
+        std::fs::create_dir_all(cg.join("cpu")).unwrap();
+        std::fs::write(cg.join("cpu/cpu.cfs_quota_us"), "-1\n").unwrap();
+        std::fs::write(cg.join("cpu/cpu.cfs_period_us"), "100000\n").unwrap();
+        std::fs::create_dir_all(cg.join("cpuset")).unwrap();
+        std::fs::write(cg.join("cpuset/cpuset.effective_cpus"), "0-1\n").unwrap();
+        // The v2 root of a hybrid host has no memory.max: v1 is used.
+        std::fs::create_dir_all(cg.join("unified")).unwrap();
+        let p = probe(&root);
+        let s = p.snapshot().unwrap();
+        let sample = s.cgroup.unwrap();
+        assert_eq!(sample.memory_limit, Some(4 << 30));
+        assert_eq!(sample.memory_usage, Some(1 << 30));
+        assert_eq!((sample.cpu_quota_millis, sample.cpuset_cpus), (None, Some(2)));
+        assert_eq!(s.effective_memory_available(), 3 << 30);
+        // The v1 "unlimited" value is no limit: MemAvailable stands.
+        std::fs::write(mem.join("memory.limit_in_bytes"), "9223372036854771712\n").unwrap();
+        let s = p.snapshot().unwrap();
+        assert_eq!(s.cgroup.unwrap().memory_limit, None);
+        assert_eq!(s.effective_memory_available(), s.memory_available);
+    }
+
+    #[test]
     fn optional_sources_missing_or_malformed_are_unknown() {
         let (_d, root) = fixture_root();
         let p = probe(&root);

@@ -68,6 +68,8 @@ fn install_pre_exec(cmd: &mut Command, files: Vec<File>, cpus: Option<CpuSet>) {
 }
 
 /// Reaps `child` with `wait4(2)` and returns its status and `ru_maxrss`.
+/// Blocks until it exits. Take any piped `stdin`/`stdout`/`stderr` out of
+/// `child` first: they are closed when `child` is consumed.
 ///
 /// # Errors
 /// [`HostError::Sys`] when `wait4` fails.

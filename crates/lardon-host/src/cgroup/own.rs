@@ -30,11 +30,34 @@ fn first_existing(candidates: Vec<Option<Source>>) -> Option<Source> {
     })
 }
 
+/// Our memory cgroup and its ancestors (nearest first) that carry a limit
+/// file: `(limit, usage)` per level.
+fn memory_levels(
+    own: Option<&PathBuf>,
+    limit_file: &str,
+    usage_file: &str,
+    v2: bool,
+) -> Vec<(Source, Source)> {
+    let mut levels = Vec::new();
+    let mut dir = own.map(PathBuf::as_path);
+    while let Some(d) = dir {
+        let limit = d.join(limit_file);
+        if !limit.is_file() {
+            break;
+        }
+        let limit = if v2 { Source::V2Limit(limit) } else { Source::V1Limit(limit) };
+        levels.push((limit, Source::Counter(d.join(usage_file))));
+        dir = d.parent();
+    }
+    levels
+}
+
 /// The files holding our cgroup's figures, resolved once (v2 preferred,
-/// v1 where the v2 file is absent, as on hybrid hosts).
+/// v1 where the v2 file is absent, as on hybrid hosts). Memory limits of
+/// ancestors apply too: the sample reports the level with the least room.
 #[derive(Debug, Clone, Default)]
 pub struct OwnCgroup {
-    limit: Option<Source>,
+    levels: Vec<(Source, Source)>,
     usage: Option<Source>,
     cpu: Option<Source>,
     cpuset: Option<Source>,
@@ -46,10 +69,15 @@ impl OwnCgroup {
         let v2 = |f: &str| layout.v2.as_ref().map(|d| d.join(f));
         let v1m = |f: &str| layout.v1_memory.as_ref().map(|d| d.join(f));
         OwnCgroup {
-            limit: first_existing(vec![
-                v2("memory.max").map(Source::V2Limit),
-                v1m("memory.limit_in_bytes").map(Source::V1Limit),
-            ]),
+            levels: match memory_levels(layout.v2.as_ref(), "memory.max", "memory.current", true) {
+                l if !l.is_empty() => l,
+                _ => memory_levels(
+                    layout.v1_memory.as_ref(),
+                    "memory.limit_in_bytes",
+                    "memory.usage_in_bytes",
+                    false,
+                ),
+            },
             usage: first_existing(vec![
                 v2("memory.current").map(Source::Counter),
                 v1m("memory.usage_in_bytes").map(Source::Counter),
@@ -99,11 +127,18 @@ impl OwnCgroup {
                 _ => None,
             }
         };
-        let limit = self.limit.as_ref().and_then(limit);
+        // The level with the least room (limit − usage) constrains us.
+        let levels: Vec<(Option<Option<u64>>, Option<u64>)> =
+            self.levels.iter().map(|(l, u)| (limit(l), counter(u))).collect();
+        let tightest =
+            levels.iter().filter_map(|&(l, u)| Some((l??, u?))).min_by_key(|&(l, u)| l.saturating_sub(u));
+        let own_limit = levels.first().and_then(|&(l, _)| l);
+        let limit = tightest.map(|(l, _)| Some(l)).or(own_limit);
+        let usage = tightest.map(|(_, u)| u).or_else(|| self.usage.as_ref().and_then(counter));
         let cpu = self.cpu.as_ref().and_then(cpu);
         let sample = CgroupSample {
             memory_limit: limit.flatten(),
-            memory_usage: self.usage.as_ref().and_then(counter),
+            memory_usage: usage,
             cpu_quota_millis: cpu.flatten(),
             cpuset_cpus: self.cpuset.as_ref().and_then(cpuset),
         };
@@ -165,6 +200,28 @@ mod tests {
         assert_eq!(s.memory_usage, None, "malformed usage is unknown");
         assert_eq!(s.cpu_quota_millis, Some(500));
         assert_eq!(s.cpuset_cpus, Some(3));
+    }
+
+    #[test]
+    fn an_ancestor_limit_with_less_room_wins() {
+        let d = tempfile::tempdir().unwrap();
+        let parent = d.path().join("memory/slice");
+        let own = parent.join("app");
+        write(&d.path().join("memory"), "memory.limit_in_bytes", "9223372036854771712\n");
+        write(&d.path().join("memory"), "memory.usage_in_bytes", "9000000000\n");
+        write(&parent, "memory.limit_in_bytes", "4294967296\n");
+        write(&parent, "memory.usage_in_bytes", "3221225472\n");
+        write(&own, "memory.limit_in_bytes", "3221225472\n");
+        write(&own, "memory.usage_in_bytes", "1073741824\n");
+        let layout = CgroupLayout { v1_memory: Some(own.clone()), ..CgroupLayout::default() };
+        let s = OwnCgroup::new(&layout).sample().unwrap();
+        // Own room 2 GiB, parent room 1 GiB: the parent constrains.
+        assert_eq!((s.memory_limit, s.memory_usage), (Some(4 << 30), Some(3 << 30)));
+        // No limit anywhere: no limit, own usage.
+        write(&parent, "memory.limit_in_bytes", "9223372036854771712\n");
+        write(&own, "memory.limit_in_bytes", "9223372036854771712\n");
+        let s = OwnCgroup::new(&layout).sample().unwrap();
+        assert_eq!((s.memory_limit, s.memory_usage), (None, Some(1 << 30)));
     }
 
     #[test]
