@@ -1,0 +1,506 @@
+//! What a queued command is: the [`TaskSpec`] the store persists and the
+//! small value types around it.
+//!
+//! A spec is immutable once submitted. It serialises (JSON in the store)
+//! without any reference to a local file handle, so it can later travel to
+//! another host (DESIGN.md §14). Two levels of checking:
+//!
+//! * [`TaskSpec::validate`]: malformed requests the API refuses outright
+//!   (empty argv, NUL bytes, bad env keys, zero items, …);
+//! * [`EstimateSpec::to_estimate`] + [`lardon::Estimate::validate`]: an
+//!   invalid *estimate* is not an API error; admission REJECTs it with a
+//!   reason (DESIGN.md §2).
+
+use std::fmt;
+use std::str::FromStr;
+
+use lardon::{Class, Estimate, MILLIS_PER_CPU};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// The daemon-local number of a task; never reused (see
+/// [`crate::store::Store::next_task_number`]). The API boundary prefixes it
+/// with the host to make it unique across hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TaskId(pub u64);
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl FromStr for TaskId {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse::<u64>().map(TaskId).map_err(|_| SpecError::BadTaskId(s.to_owned()))
+    }
+}
+
+/// Life cycle of a task (DESIGN.md §8). The last three are terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Queued, waiting for dependencies or admission.
+    Pending,
+    /// Admitted and running (holds a reservation).
+    Running,
+    /// Held by the user; see [`crate::store::TaskRecord::paused_running`].
+    Paused,
+    /// Ended successfully.
+    Completed,
+    /// Ended in failure (exit code, rejection, failed dependency, …).
+    Failed,
+    /// Cancelled by the user.
+    Cancelled,
+}
+
+impl TaskState {
+    /// Every state, in life-cycle order.
+    pub const ALL: [TaskState; 6] = [
+        TaskState::Pending,
+        TaskState::Running,
+        TaskState::Paused,
+        TaskState::Completed,
+        TaskState::Failed,
+        TaskState::Cancelled,
+    ];
+
+    /// The lower-case word stored and printed.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Pending => "pending",
+            TaskState::Running => "running",
+            TaskState::Paused => "paused",
+            TaskState::Completed => "completed",
+            TaskState::Failed => "failed",
+            TaskState::Cancelled => "cancelled",
+        }
+    }
+
+    /// Completed, failed and cancelled are final.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, TaskState::Completed | TaskState::Failed | TaskState::Cancelled)
+    }
+}
+
+impl fmt::Display for TaskState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for TaskState {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        TaskState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| SpecError::BadState(s.to_owned()))
+    }
+}
+
+/// The four answers of admission, as persisted (DESIGN.md §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionKind {
+    /// Granted in full.
+    Admit,
+    /// Granted with a smaller batch or fewer CPUs/slots.
+    ReduceBatch,
+    /// Not now.
+    Wait,
+    /// Never on this host.
+    Reject,
+}
+
+impl DecisionKind {
+    /// Every kind.
+    pub const ALL: [DecisionKind; 4] =
+        [DecisionKind::Admit, DecisionKind::ReduceBatch, DecisionKind::Wait, DecisionKind::Reject];
+
+    /// `admit`, `reduce_batch`, `wait` or `reject`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionKind::Admit => "admit",
+            DecisionKind::ReduceBatch => "reduce_batch",
+            DecisionKind::Wait => "wait",
+            DecisionKind::Reject => "reject",
+        }
+    }
+}
+
+impl fmt::Display for DecisionKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for DecisionKind {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        DecisionKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| SpecError::BadDecision(s.to_owned()))
+    }
+}
+
+fn default_batch_min() -> u64 {
+    1
+}
+fn default_cpu_millis() -> u32 {
+    MILLIS_PER_CPU
+}
+fn default_class() -> String {
+    Class::DEFAULT.to_owned()
+}
+fn default_true() -> bool {
+    true
+}
+
+/// The estimate as submitted: plain integers (bytes, thousandths of a CPU),
+/// converted to a [`lardon::Estimate`] for admission.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EstimateSpec {
+    /// Fixed host memory per sequence, bytes.
+    #[serde(default)]
+    pub memory_fixed: u64,
+    /// Host memory per item, bytes.
+    #[serde(default)]
+    pub memory_per_item: u64,
+    /// Fixed GPU memory per device, bytes.
+    #[serde(default)]
+    pub gpu_memory_fixed: u64,
+    /// GPU memory per item per device, bytes.
+    #[serde(default)]
+    pub gpu_memory_per_item: u64,
+    /// Smallest useful batch (default 1).
+    #[serde(default = "default_batch_min")]
+    pub batch_min: u64,
+    /// Largest batch wanted (default: `batch_min`).
+    #[serde(default)]
+    pub batch_max: Option<u64>,
+    /// CPUs wanted in thousandths (default 1000).
+    #[serde(default = "default_cpu_millis")]
+    pub cpu_millis: u32,
+    /// Wait for every CPU rather than run with fewer.
+    #[serde(default)]
+    pub cpus_exact: bool,
+    /// GPU devices wanted.
+    #[serde(default)]
+    pub gpu_slots: u32,
+    /// IO slots wanted.
+    #[serde(default)]
+    pub io_slots: u32,
+    /// Scratch space wanted, bytes.
+    #[serde(default)]
+    pub scratch_bytes: u64,
+    /// Learning key (default `default`).
+    #[serde(default = "default_class")]
+    pub class: String,
+}
+
+impl Default for EstimateSpec {
+    fn default() -> Self {
+        EstimateSpec {
+            memory_fixed: 0,
+            memory_per_item: 0,
+            gpu_memory_fixed: 0,
+            gpu_memory_per_item: 0,
+            batch_min: default_batch_min(),
+            batch_max: None,
+            cpu_millis: default_cpu_millis(),
+            cpus_exact: false,
+            gpu_slots: 0,
+            io_slots: 0,
+            scratch_bytes: 0,
+            class: default_class(),
+        }
+    }
+}
+
+impl EstimateSpec {
+    /// The effective largest batch.
+    pub fn batch_max(&self) -> u64 {
+        self.batch_max.unwrap_or(self.batch_min)
+    }
+
+    /// The engine's estimate (not validated: admission does that, or call
+    /// [`Estimate::validate`]).
+    pub fn to_estimate(&self) -> Estimate {
+        let b = Estimate::builder()
+            .memory(self.memory_fixed)
+            .memory_per_item(self.memory_per_item)
+            .gpu_memory(self.gpu_memory_fixed)
+            .gpu_memory_per_item(self.gpu_memory_per_item)
+            .batch(self.batch_min, self.batch_max())
+            .cpu_millis(self.cpu_millis)
+            .gpu_slots(self.gpu_slots)
+            .io_slots(self.io_slots)
+            .scratch(self.scratch_bytes)
+            .class(self.class.clone());
+        if self.cpus_exact { b.cpus_exact().build() } else { b.build() }
+    }
+}
+
+/// One environment variable added to the task's environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvVar {
+    /// Name (non-empty, no `=` or NUL).
+    pub key: String,
+    /// Value (no NUL).
+    pub value: String,
+}
+
+/// Everything `lardon submit` says about a command (DESIGN.md §10).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSpec {
+    /// Display name (default: empty, shown as argv).
+    #[serde(default)]
+    pub name: String,
+    /// The command, run without a shell.
+    pub argv: Vec<String>,
+    /// Working directory on the daemon's host (absolute), if given.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Extra environment, applied in order.
+    #[serde(default)]
+    pub env: Vec<EnvVar>,
+    /// Resources per sequence.
+    #[serde(default)]
+    pub estimate: EstimateSpec,
+    /// Higher runs first; FIFO within a priority.
+    #[serde(default)]
+    pub priority: i32,
+    /// Wait for these to succeed.
+    #[serde(default)]
+    pub after: Vec<TaskId>,
+    /// Wait for these to end, however they end.
+    #[serde(default)]
+    pub after_any: Vec<TaskId>,
+    /// Total items: present for a batched command task.
+    #[serde(default)]
+    pub items: Option<u64>,
+    /// Whether a run interrupted by a daemon crash is started again
+    /// (default) or the task fails.
+    #[serde(default = "default_true")]
+    pub retry_on_interrupt: bool,
+}
+
+impl TaskSpec {
+    /// A spec running `argv` with every default.
+    pub fn command<I, S>(argv: I) -> TaskSpec
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        TaskSpec {
+            name: String::new(),
+            argv: argv.into_iter().map(Into::into).collect(),
+            cwd: None,
+            env: Vec::new(),
+            estimate: EstimateSpec::default(),
+            priority: 0,
+            after: Vec::new(),
+            after_any: Vec::new(),
+            items: None,
+            retry_on_interrupt: true,
+        }
+    }
+
+    /// Checks what the API must refuse (the estimate is left to admission).
+    ///
+    /// # Errors
+    /// The first [`SpecError`], naming the field.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        let Some(program) = self.argv.first() else {
+            return Err(SpecError::EmptyArgv);
+        };
+        if program.is_empty() {
+            return Err(SpecError::EmptyProgram);
+        }
+        if let Some(i) = self.argv.iter().position(|a| a.contains('\0')) {
+            return Err(SpecError::Nul(format!("argv[{i}]")));
+        }
+        if self.name.contains('\0') {
+            return Err(SpecError::Nul("name".into()));
+        }
+        if self.name.chars().count() > MAX_NAME_CHARS {
+            return Err(SpecError::NameTooLong(MAX_NAME_CHARS));
+        }
+        if let Some(cwd) = &self.cwd {
+            if cwd.contains('\0') {
+                return Err(SpecError::Nul("cwd".into()));
+            }
+            if !cwd.starts_with('/') {
+                return Err(SpecError::RelativeCwd(cwd.clone()));
+            }
+        }
+        for var in &self.env {
+            if var.key.is_empty() || var.key.contains('=') || var.key.contains('\0') {
+                return Err(SpecError::BadEnvKey(var.key.clone()));
+            }
+            if var.value.contains('\0') {
+                return Err(SpecError::Nul(format!("env {}", var.key)));
+            }
+        }
+        if self.items == Some(0) {
+            return Err(SpecError::ZeroItems);
+        }
+        Ok(())
+    }
+
+    /// Dependencies of both kinds, `after` first.
+    pub fn dependencies(&self) -> impl Iterator<Item = (TaskId, DepKind)> + '_ {
+        self.after
+            .iter()
+            .map(|id| (*id, DepKind::Success))
+            .chain(self.after_any.iter().map(|id| (*id, DepKind::End)))
+    }
+
+    /// The name to show: the given name, else the argv joined by spaces.
+    pub fn display_name(&self) -> String {
+        if self.name.is_empty() { self.argv.join(" ") } else { self.name.clone() }
+    }
+}
+
+/// Longest task name accepted, in characters.
+pub const MAX_NAME_CHARS: usize = 256;
+
+/// What a dependency waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DepKind {
+    /// `after`: the dependency must complete successfully.
+    Success,
+    /// `after_any`: the dependency must end, however.
+    End,
+}
+
+impl DepKind {
+    /// `success` or `end`, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DepKind::Success => "success",
+            DepKind::End => "end",
+        }
+    }
+}
+
+/// A malformed spec or value, naming the field.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SpecError {
+    /// No command given.
+    #[error("argv: the command is empty")]
+    EmptyArgv,
+    /// The program name is the empty string.
+    #[error("argv[0]: the program name is empty")]
+    EmptyProgram,
+    /// A NUL byte in a string that becomes a C string.
+    #[error("{0}: contains a NUL byte")]
+    Nul(String),
+    /// Name longer than [`MAX_NAME_CHARS`].
+    #[error("name: longer than {0} characters")]
+    NameTooLong(usize),
+    /// `cwd` must be absolute (it is resolved on the daemon's host).
+    #[error("cwd: `{0}` is not an absolute path")]
+    RelativeCwd(String),
+    /// Empty env key or one containing `=`.
+    #[error("env: `{0}` is not a valid variable name")]
+    BadEnvKey(String),
+    /// `items = 0` (omit it for an unbatched task).
+    #[error("items: must be at least 1")]
+    ZeroItems,
+    /// Not a task number.
+    #[error("task id: `{0}` is not a task number")]
+    BadTaskId(String),
+    /// Not a task state word.
+    #[error("state: `{0}` is not a task state")]
+    BadState(String),
+    /// Not a decision kind word.
+    #[error("decision: `{0}` is not a decision kind")]
+    BadDecision(String),
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_round_trip_and_defaults() {
+        let mut spec = TaskSpec::command(["echo", "hi"]);
+        spec.env.push(EnvVar { key: "A".into(), value: "1".into() });
+        spec.after.push(TaskId(3));
+        spec.items = Some(10);
+        spec.estimate.batch_max = Some(4);
+        let json = serde_json::to_string(&spec).unwrap();
+        assert_eq!(serde_json::from_str::<TaskSpec>(&json).unwrap(), spec);
+
+        let minimal: TaskSpec = serde_json::from_str(r#"{"argv":["true"]}"#).unwrap();
+        assert_eq!(minimal, TaskSpec::command(["true"]));
+        assert!(minimal.retry_on_interrupt);
+        assert!(serde_json::from_str::<TaskSpec>(r#"{"argv":["x"],"bogus":1}"#).is_err());
+    }
+
+    #[test]
+    fn estimate_conversion() {
+        let e = EstimateSpec {
+            memory_fixed: 100,
+            memory_per_item: 10,
+            batch_min: 2,
+            batch_max: Some(8),
+            cpu_millis: 250,
+            cpus_exact: true,
+            class: "x.y".into(),
+            ..EstimateSpec::default()
+        }
+        .to_estimate();
+        assert_eq!(e.memory_for(8), Some(180));
+        assert_eq!((e.batch_min(), e.batch_max(), e.cpus()), (2, 8, 250));
+        assert!(!e.cpus_reducible());
+        assert_eq!(e.class().as_str(), "x.y");
+        assert!(e.validate().is_ok());
+        let d = EstimateSpec::default().to_estimate();
+        assert_eq!((d.batch_min(), d.batch_max(), d.cpus()), (1, 1, 1000));
+        // An invalid estimate converts; admission rejects it.
+        let bad = EstimateSpec { gpu_memory_fixed: 1, ..EstimateSpec::default() }.to_estimate();
+        assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let ok = TaskSpec::command(["true"]);
+        assert_eq!(ok.validate(), Ok(()));
+        let with = |f: fn(&mut TaskSpec)| {
+            let mut s = ok.clone();
+            f(&mut s);
+            s.validate().unwrap_err()
+        };
+        assert_eq!(with(|s| s.argv.clear()), SpecError::EmptyArgv);
+        assert_eq!(with(|s| s.argv[0].clear()), SpecError::EmptyProgram);
+        assert_eq!(with(|s| s.argv.push("a\0b".into())), SpecError::Nul("argv[1]".into()));
+        assert_eq!(with(|s| s.cwd = Some("rel".into())), SpecError::RelativeCwd("rel".into()));
+        let e = with(|s| s.env.push(EnvVar { key: "A=B".into(), value: String::new() }));
+        assert!(e.to_string().starts_with("env:"), "{e}");
+        assert_eq!(with(|s| s.items = Some(0)), SpecError::ZeroItems);
+        assert_eq!(with(|s| s.name = "n".repeat(300)), SpecError::NameTooLong(MAX_NAME_CHARS));
+    }
+
+    #[test]
+    fn words_round_trip() {
+        for st in TaskState::ALL {
+            assert_eq!(st.as_str().parse::<TaskState>().unwrap(), st);
+        }
+        for k in DecisionKind::ALL {
+            assert_eq!(k.as_str().parse::<DecisionKind>().unwrap(), k);
+        }
+        assert!("nope".parse::<TaskState>().is_err());
+        assert_eq!("42".parse::<TaskId>().unwrap(), TaskId(42));
+        assert!("x".parse::<TaskId>().is_err());
+    }
+}

@@ -1,0 +1,206 @@
+//! The durable store: one SQLite database (WAL, `synchronous=FULL`) in the
+//! state dir.
+//!
+//! * Every state change is **one** transaction touching only the rows it
+//!   changes (no whole-state rewrites), and appends its event in the same
+//!   transaction.
+//! * Schema versions live in `PRAGMA user_version` ([`schema`]); a database
+//!   from a newer build is refused with [`StoreError::TooNew`].
+//! * Task numbers come from a counter that only moves forward, so ids are
+//!   never reused, even after `remove`/`clean`.
+//! * [`Store::recover_after_crash`] applies DESIGN.md §10's crash recovery.
+//!
+//! The store is synchronous; the daemon owns it on one thread (or behind a
+//! mutex with `spawn_blocking`).
+//!
+//! Table groups: [`tasks`] (insert, read, remove), [`transitions`] (state
+//! changes, cursor, progress, decisions, recovery), [`events`], [`learning`]
+//! (class history, capability feedback), [`config`] (policy overrides,
+//! scratch volumes).
+
+mod config;
+mod error;
+mod events;
+mod learning;
+pub mod schema;
+mod tasks;
+mod transitions;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::Connection;
+
+pub use config::ScratchVolumeRow;
+pub use error::StoreError;
+pub use events::{EventKind, EventRow};
+pub use learning::{FeedbackRow, HISTORY_PER_CLASS, HistorySample, MAX_FEEDBACK_ROWS};
+pub use schema::SCHEMA_VERSION;
+pub use tasks::{NewTask, TaskFilter};
+pub use transitions::{INTERRUPTED, Outcome, RecoveryReport};
+
+use crate::spec::{DecisionKind, TaskId, TaskSpec, TaskState};
+use error::Ctx;
+
+/// How long a writer waits for a lock held by another connection.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Default bound on the events table (oldest pruned first).
+pub const DEFAULT_MAX_EVENTS: u64 = 200_000;
+
+/// A source of wall-clock time in Unix milliseconds (injectable for tests).
+pub type WallClock = Box<dyn Fn() -> i64 + Send>;
+
+fn system_now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Durable progress reported by a task.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Units done.
+    pub done: u64,
+    /// Units in all (0 = unknown).
+    pub total: u64,
+    /// Last message.
+    pub message: String,
+}
+
+/// The last admission decision on a task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecisionRecord {
+    /// What admission answered.
+    pub kind: DecisionKind,
+    /// Stable machine key (e.g. `memory`, `pressure_red`).
+    pub reason_code: String,
+    /// One human sentence.
+    pub message: String,
+    /// Granted batch, for ADMIT / REDUCE_BATCH.
+    pub batch: Option<u64>,
+    /// When (Unix ms; filled by the store).
+    pub at_ms: i64,
+}
+
+/// A task as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskRecord {
+    /// Local number.
+    pub id: TaskId,
+    /// The immutable spec.
+    pub spec: TaskSpec,
+    /// Current state.
+    pub state: TaskState,
+    /// For PAUSED: whether it was running when paused (it keeps its
+    /// reservation and its process is stopped, not gone).
+    pub paused_running: bool,
+    /// Why the task is in its state (`interrupted`, a failure reason, …).
+    pub state_reason: Option<String>,
+    /// Earlier attempts that were interrupted (the current or next attempt
+    /// is number `attempts + 1`).
+    pub attempts: u32,
+    /// Submission time, Unix ms.
+    pub created_ms: i64,
+    /// Start of the latest attempt, Unix ms.
+    pub started_ms: Option<i64>,
+    /// End time of a terminal task, Unix ms.
+    pub finished_ms: Option<i64>,
+    /// Exit code of the last run, when it exited.
+    pub exit_code: Option<i32>,
+    /// Durable progress.
+    pub progress: Progress,
+    /// Batched tasks: items durably done (the next run starts here).
+    pub cursor: u64,
+    /// The last admission decision, if any.
+    pub last_decision: Option<DecisionRecord>,
+}
+
+/// The durable store. See the module docs.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+    clock: WallClock,
+    max_events: u64,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).field("max_events", &self.max_events).finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path` and migrates it.
+    ///
+    /// # Errors
+    /// [`StoreError::TooNew`] for a database from a newer lardon; I/O or
+    /// SQLite errors otherwise.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store, StoreError> {
+        Self::open_with_clock(path, Box::new(system_now_ms))
+    }
+
+    /// Like [`Store::open`] with an injected wall clock.
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    pub fn open_with_clock(path: impl AsRef<Path>, clock: WallClock) -> Result<Store, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|source| StoreError::Io { path: dir.to_path_buf(), source })?;
+        }
+        let mut conn = Connection::open(&path).ctx("open database")?;
+        conn.busy_timeout(BUSY_TIMEOUT).ctx("set busy timeout")?;
+        // WAL: readers never block the writer; FULL: a commit is durable
+        // once COMMIT returns, even on power loss.
+        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)).ctx("enable WAL")?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Corrupt {
+                what: "journal mode".into(),
+                detail: format!(
+                    "SQLite refused WAL (got `{mode}`); is the state dir on a network filesystem?"
+                ),
+            });
+        }
+        conn.pragma_update(None, "synchronous", "FULL").ctx("set synchronous=FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON").ctx("enable foreign keys")?;
+        schema::migrate(&mut conn, &path)?;
+        Ok(Store { conn, path, clock, max_events: DEFAULT_MAX_EVENTS })
+    }
+
+    /// Sets the bound on stored events (at least 1).
+    pub fn set_max_events(&mut self, max: u64) {
+        self.max_events = max.max(1);
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The schema version of the open database.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn schema_version(&self) -> Result<u32, StoreError> {
+        schema::version(&self.conn)
+    }
+
+    fn now_ms(&self) -> i64 {
+        (self.clock)()
+    }
+}
+
+/// Converts a stored signed integer to `u64` (negative means corruption).
+fn to_u64(v: i64, what: &str) -> Result<u64, StoreError> {
+    u64::try_from(v)
+        .map_err(|_| StoreError::Corrupt { what: what.to_owned(), detail: format!("negative value {v}") })
+}
+
+/// Converts a `u64` to SQLite's signed integer (values above `i64::MAX`
+/// are refused rather than wrapped).
+fn to_i64(v: u64, what: &'static str) -> Result<i64, StoreError> {
+    i64::try_from(v).map_err(|_| StoreError::OutOfRange { what, value: v })
+}

@@ -1,0 +1,139 @@
+//! Schema migrations, numbered by `PRAGMA user_version`.
+//!
+//! Each migration runs in its own transaction together with the version
+//! bump, so a crash mid-migration leaves the previous version intact. A
+//! database newer than [`SCHEMA_VERSION`] is refused, never touched.
+
+use std::path::Path;
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use super::error::{Ctx, StoreError};
+
+/// Migration `i` (0-based) brings the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[V1];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// Version 1: tasks and their dependencies, events, learning, policy, scratch.
+const V1: &str = r"
+-- Monotonic counters (next task number: ids are never reused, even after
+-- remove/clean, because the counter only moves forward).
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+INSERT INTO meta (key, value) VALUES ('next_task_number', 1);
+
+CREATE TABLE tasks (
+    id                 INTEGER PRIMARY KEY,
+    name               TEXT NOT NULL,
+    spec               TEXT NOT NULL,            -- JSON TaskSpec, immutable
+    class              TEXT NOT NULL,            -- copied from spec for filters
+    priority           INTEGER NOT NULL,         -- copied from spec for ordering
+    items              INTEGER,                  -- batched tasks: total items
+    retry_on_interrupt INTEGER NOT NULL CHECK (retry_on_interrupt IN (0, 1)),
+    state              TEXT NOT NULL CHECK (state IN
+                         ('pending', 'running', 'paused', 'completed', 'failed', 'cancelled')),
+    paused_running     INTEGER NOT NULL DEFAULT 0 CHECK (paused_running IN (0, 1)),
+    state_reason       TEXT,                     -- why the current state ('interrupted', failure reason)
+    attempts           INTEGER NOT NULL DEFAULT 0,   -- earlier attempts that were interrupted
+    created_ms         INTEGER NOT NULL,
+    started_ms         INTEGER,
+    finished_ms        INTEGER,
+    exit_code          INTEGER,
+    progress_done      INTEGER NOT NULL DEFAULT 0,
+    progress_total     INTEGER NOT NULL DEFAULT 0,
+    progress_message   TEXT NOT NULL DEFAULT '',
+    cursor             INTEGER NOT NULL DEFAULT 0 CHECK (cursor >= 0),
+    decision_kind      TEXT CHECK (decision_kind IN ('admit', 'reduce_batch', 'wait', 'reject')),
+    decision_code      TEXT,
+    decision_message   TEXT,
+    decision_batch     INTEGER,
+    decision_ms        INTEGER
+) STRICT;
+-- The dispatcher's scan (state = 'pending' ORDER BY priority DESC, id) and
+-- every listing by state walk this index.
+CREATE INDEX tasks_by_state ON tasks (state, priority DESC, id);
+
+CREATE TABLE task_deps (
+    task_id INTEGER NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    dep_id  INTEGER NOT NULL,                    -- may outlive a removed dependency
+    kind    TEXT NOT NULL CHECK (kind IN ('success', 'end')),
+    PRIMARY KEY (task_id, dep_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX task_deps_by_dep ON task_deps (dep_id);
+
+-- Bounded audit trail: pruned by sequence number as it grows.
+CREATE TABLE events (
+    seq     INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a follower cursor
+    task_id INTEGER REFERENCES tasks (id) ON DELETE CASCADE,
+    at_ms   INTEGER NOT NULL,
+    kind    TEXT NOT NULL,
+    payload TEXT NOT NULL DEFAULT ''
+) STRICT;
+CREATE INDEX events_by_task ON events (task_id, seq);
+
+-- The Governor's per-class history (last 8 samples per class, DESIGN.md §6).
+CREATE TABLE class_history (
+    seq         INTEGER PRIMARY KEY,
+    class       TEXT NOT NULL,
+    items       INTEGER NOT NULL,
+    duration_ns INTEGER NOT NULL,
+    peak_bytes  INTEGER,                         -- unknown peaks are stored as NULL
+    at_ms       INTEGER NOT NULL
+) STRICT;
+CREATE INDEX class_history_by_class ON class_history (class, seq);
+
+-- Capability-envelope feedback, keyed by (class, alternative), opaque blob.
+CREATE TABLE capability_feedback (
+    class       TEXT NOT NULL,
+    alternative TEXT NOT NULL,
+    blob        BLOB NOT NULL,
+    updated_ms  INTEGER NOT NULL,
+    PRIMARY KEY (class, alternative)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE policy_overrides (
+    key        TEXT PRIMARY KEY,
+    value      TEXT NOT NULL,
+    updated_ms INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE scratch_volumes (
+    name     TEXT PRIMARY KEY,
+    path     TEXT NOT NULL UNIQUE,
+    capacity INTEGER,                            -- NULL: the filesystem's size
+    hook     TEXT NOT NULL DEFAULT '[]',         -- JSON argv run on drain
+    draining INTEGER NOT NULL DEFAULT 0 CHECK (draining IN (0, 1)),
+    added_ms INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+";
+
+/// The database's `user_version`.
+pub(crate) fn version(conn: &Connection) -> Result<u32, StoreError> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get::<_, u32>(0)).ctx("read schema version")
+}
+
+/// Brings the database to [`SCHEMA_VERSION`], one transaction per step.
+///
+/// # Errors
+/// [`StoreError::TooNew`] for a database from a newer build; SQLite errors.
+pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    let found = version(conn)?;
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::TooNew { path: path.to_path_buf(), found, known: SCHEMA_VERSION });
+    }
+    for (step, sql) in (found..SCHEMA_VERSION).zip(&MIGRATIONS[found as usize..]) {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).ctx("begin migration")?;
+        // Re-check under the write lock: another process may have migrated.
+        if version(&tx)? != step {
+            continue;
+        }
+        tx.execute_batch(sql).ctx("apply migration")?;
+        tx.pragma_update(None, "user_version", step + 1).ctx("bump schema version")?;
+        tx.commit().ctx("commit migration")?;
+    }
+    Ok(())
+}

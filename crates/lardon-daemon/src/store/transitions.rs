@@ -1,0 +1,366 @@
+//! State changes, cursor, progress, decisions and crash recovery: each one
+//! transaction that updates only the task's row and appends its event.
+
+use rusqlite::{OptionalExtension, Transaction, params};
+
+use super::error::{Ctx, StoreError};
+use super::events::{EventKind, push_event};
+use super::{Store, to_i64, to_u64};
+use crate::spec::{DecisionKind, TaskId, TaskState};
+
+/// Reason recorded on tasks a crash interrupted.
+pub const INTERRUPTED: &str = "interrupted";
+
+/// How a task ended, for [`Store::finish`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// COMPLETED, FAILED or CANCELLED.
+    pub state: TaskState,
+    /// The command's exit code, when it exited.
+    pub exit_code: Option<i32>,
+    /// Why (failure reason, "cancelled by user", …).
+    pub reason: Option<String>,
+}
+
+/// What [`Store::recover_after_crash`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// RUNNING tasks put back to PENDING (attempts + 1, "interrupted").
+    pub requeued: Vec<TaskId>,
+    /// Tasks that were paused while running: still PAUSED (now holding no
+    /// reservation), attempts + 1, "interrupted"; a resume queues them.
+    pub still_paused: Vec<TaskId>,
+    /// Interrupted tasks whose spec forbids a retry: FAILED.
+    pub failed: Vec<TaskId>,
+}
+
+impl RecoveryReport {
+    /// Every task the crash interrupted.
+    pub fn interrupted(&self) -> usize {
+        self.requeued.len() + self.still_paused.len() + self.failed.len()
+    }
+}
+
+/// The (state, paused_running) of a task, inside a transaction.
+fn current(tx: &Transaction<'_>, id: TaskId) -> Result<(TaskState, bool), StoreError> {
+    let row: Option<(String, bool)> = tx
+        .prepare_cached("SELECT state, paused_running FROM tasks WHERE id = ?1")
+        .ctx("read task state")?
+        .query_row([to_i64(id.0, "task id")?], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()
+        .ctx("read task state")?;
+    let (state, paused_running) = row.ok_or(StoreError::NotFound(id))?;
+    let state = state.parse().map_err(|e: crate::spec::SpecError| StoreError::Corrupt {
+        what: format!("task {id} state"),
+        detail: e.to_string(),
+    })?;
+    Ok((state, paused_running))
+}
+
+fn state_event(from: TaskState, to: TaskState, reason: Option<&str>) -> String {
+    serde_json::json!({ "from": from.as_str(), "to": to.as_str(), "reason": reason }).to_string()
+}
+
+impl Store {
+    /// The one place a task's state changes. Rules:
+    /// * nothing leaves a terminal state;
+    /// * RUNNING only from PENDING (a start: sets the first start time and
+    ///   clears the last reason) or from PAUSED-while-running (a resume);
+    /// * PENDING only from PENDING or PAUSED-while-pending (an interrupted
+    ///   run goes back through [`Store::recover_after_crash`]);
+    /// * PAUSED from any live state, remembering whether it was running;
+    /// * terminal from any live state (sets the end time).
+    ///
+    /// Setting the current state again is a no-op. Returns the previous state.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`], [`StoreError::IllegalTransition`]; SQLite errors.
+    pub fn set_state(
+        &mut self,
+        id: TaskId,
+        to: TaskState,
+        reason: Option<&str>,
+    ) -> Result<TaskState, StoreError> {
+        self.transition(id, to, reason, None)
+    }
+
+    fn transition(
+        &mut self,
+        id: TaskId,
+        to: TaskState,
+        reason: Option<&str>,
+        exit_code: Option<i32>,
+    ) -> Result<TaskState, StoreError> {
+        const OP: &str = "change task state";
+        let now = self.now_ms();
+        let max_events = self.max_events;
+        let tx = self.conn.transaction().ctx("begin state change")?;
+        let (from, paused_running) = current(&tx, id)?;
+        let illegal = StoreError::IllegalTransition { id, from, to };
+        if from.is_terminal() {
+            return Err(illegal);
+        }
+        if from == to {
+            return Ok(from);
+        }
+        let key = to_i64(id.0, "task id")?;
+        let exec = |sql: &str, args: &[&dyn rusqlite::ToSql]| -> Result<(), StoreError> {
+            tx.prepare_cached(sql).ctx(OP)?.execute(args).ctx(OP).map(drop)
+        };
+        match to {
+            TaskState::Running if from == TaskState::Pending => exec(
+                "UPDATE tasks SET state = 'running', started_ms = coalesce(started_ms, ?2),
+                        state_reason = ?3, exit_code = NULL WHERE id = ?1",
+                &[&key, &now, &reason],
+            )?,
+            TaskState::Running if paused_running => exec(
+                "UPDATE tasks SET state = 'running', paused_running = 0,
+                        state_reason = coalesce(?2, state_reason) WHERE id = ?1",
+                &[&key, &reason],
+            )?,
+            TaskState::Pending if from == TaskState::Paused && !paused_running => exec(
+                "UPDATE tasks SET state = 'pending', state_reason = coalesce(?2, state_reason) WHERE id = ?1",
+                &[&key, &reason],
+            )?,
+            // SET expressions see the old row: `state = 'running'` is the state before.
+            TaskState::Paused => exec(
+                "UPDATE tasks SET state = 'paused', paused_running = (state = 'running'),
+                        state_reason = coalesce(?2, state_reason) WHERE id = ?1",
+                &[&key, &reason],
+            )?,
+            TaskState::Completed | TaskState::Failed | TaskState::Cancelled => exec(
+                "UPDATE tasks SET state = ?2, paused_running = 0, finished_ms = ?3, state_reason = ?4,
+                        exit_code = coalesce(?5, exit_code) WHERE id = ?1",
+                &[&key, &to.as_str(), &now, &reason, &exit_code],
+            )?,
+            TaskState::Running | TaskState::Pending => return Err(illegal),
+        }
+        push_event(&tx, Some(id), EventKind::State, &state_event(from, to, reason), now, max_events)?;
+        tx.commit().ctx("commit state change")?;
+        Ok(from)
+    }
+
+    /// PENDING → RUNNING for a new attempt; returns its number (1 for the
+    /// first run, 2 after one interruption, …).
+    ///
+    /// # Errors
+    /// [`StoreError::IllegalTransition`] unless the task is PENDING.
+    pub fn start_attempt(&mut self, id: TaskId) -> Result<u32, StoreError> {
+        let task = self.get_task(id)?.ok_or(StoreError::NotFound(id))?;
+        if task.state != TaskState::Pending {
+            return Err(StoreError::IllegalTransition { id, from: task.state, to: TaskState::Running });
+        }
+        self.transition(id, TaskState::Running, None, None)?;
+        Ok(task.attempts.saturating_add(1))
+    }
+
+    /// Pauses a live task (a no-op if already paused); returns the previous state.
+    ///
+    /// # Errors
+    /// As [`Store::set_state`].
+    pub fn pause(&mut self, id: TaskId) -> Result<TaskState, StoreError> {
+        self.transition(id, TaskState::Paused, None, None)
+    }
+
+    /// Resumes a paused task: back to RUNNING if it was paused while
+    /// running, else to PENDING. Returns the new state (a live task that is
+    /// not paused is left as is).
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`]; [`StoreError::IllegalTransition`] for a terminal task.
+    pub fn resume(&mut self, id: TaskId) -> Result<TaskState, StoreError> {
+        let task = self.get_task(id)?.ok_or(StoreError::NotFound(id))?;
+        let to = match task.state {
+            TaskState::Paused if task.paused_running => TaskState::Running,
+            TaskState::Paused => TaskState::Pending,
+            s if s.is_terminal() => {
+                return Err(StoreError::IllegalTransition { id, from: s, to: TaskState::Pending });
+            }
+            s => return Ok(s),
+        };
+        self.transition(id, to, None, None)?;
+        Ok(to)
+    }
+
+    /// Ends a live task with `outcome` (one transaction).
+    ///
+    /// # Errors
+    /// [`StoreError::IllegalTransition`] if the task already ended or the
+    /// outcome's state is not terminal.
+    pub fn finish(&mut self, id: TaskId, outcome: &Outcome) -> Result<(), StoreError> {
+        if !outcome.state.is_terminal() {
+            let from = self.get_task(id)?.ok_or(StoreError::NotFound(id))?.state;
+            return Err(StoreError::IllegalTransition { id, from, to: outcome.state });
+        }
+        self.transition(id, outcome.state, outcome.reason.as_deref(), outcome.exit_code).map(drop)
+    }
+
+    /// Moves a batched task's durable cursor to `cursor` (items done). Only
+    /// forward; the same value again is a no-op.
+    ///
+    /// # Errors
+    /// [`StoreError::CursorBackwards`], [`StoreError::CursorBeyondEnd`]
+    /// (including any cursor on an unbatched task), [`StoreError::NotFound`].
+    pub fn advance_cursor(&mut self, id: TaskId, cursor: u64) -> Result<(), StoreError> {
+        const OP: &str = "advance cursor";
+        let now = self.now_ms();
+        let max_events = self.max_events;
+        let key = to_i64(id.0, "task id")?;
+        let tx = self.conn.transaction().ctx("begin cursor")?;
+        let row: Option<(i64, Option<i64>)> = tx
+            .prepare_cached("SELECT cursor, items FROM tasks WHERE id = ?1")
+            .ctx(OP)?
+            .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+            .ctx(OP)?;
+        let (current, items) = row.ok_or(StoreError::NotFound(id))?;
+        let current = to_u64(current, "cursor")?;
+        let items = items.map_or(Ok(0), |n| to_u64(n, "items"))?;
+        if cursor < current {
+            return Err(StoreError::CursorBackwards { id, current, requested: cursor });
+        }
+        if cursor > items {
+            return Err(StoreError::CursorBeyondEnd { id, requested: cursor, items });
+        }
+        if cursor == current {
+            return Ok(());
+        }
+        tx.prepare_cached("UPDATE tasks SET cursor = ?2 WHERE id = ?1")
+            .ctx(OP)?
+            .execute(params![key, to_i64(cursor, "cursor")?])
+            .ctx(OP)?;
+        push_event(&tx, Some(id), EventKind::Cursor, &cursor.to_string(), now, max_events)?;
+        tx.commit().ctx("commit cursor")
+    }
+
+    /// Stores a task's latest progress (no event: progress is frequent).
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`]; SQLite errors.
+    pub fn set_progress(
+        &mut self,
+        id: TaskId,
+        done: u64,
+        total: u64,
+        message: &str,
+    ) -> Result<(), StoreError> {
+        let n = self
+            .conn
+            .prepare_cached(
+                "UPDATE tasks SET progress_done = ?2, progress_total = ?3, progress_message = ?4 WHERE id = ?1",
+            )
+            .ctx("set progress")?
+            .execute(params![to_i64(id.0, "task id")?, to_i64(done, "done")?, to_i64(total, "total")?, message])
+            .ctx("set progress")?;
+        if n == 0 { Err(StoreError::NotFound(id)) } else { Ok(()) }
+    }
+
+    /// Stores the last admission decision on a task. An event is appended
+    /// only when the kind or reason code changes, so a task waiting through
+    /// many scans does not flood the events table.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`]; SQLite errors.
+    pub fn record_decision(
+        &mut self,
+        id: TaskId,
+        kind: DecisionKind,
+        reason_code: &str,
+        message: &str,
+        batch: Option<u64>,
+    ) -> Result<(), StoreError> {
+        const OP: &str = "record decision";
+        let now = self.now_ms();
+        let max_events = self.max_events;
+        let key = to_i64(id.0, "task id")?;
+        let tx = self.conn.transaction().ctx("begin decision")?;
+        let prev: Option<(Option<String>, Option<String>)> = tx
+            .prepare_cached("SELECT decision_kind, decision_code FROM tasks WHERE id = ?1")
+            .ctx(OP)?
+            .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+            .ctx(OP)?;
+        let (prev_kind, prev_code) = prev.ok_or(StoreError::NotFound(id))?;
+        tx.prepare_cached(
+            "UPDATE tasks SET decision_kind = ?2, decision_code = ?3, decision_message = ?4,
+                    decision_batch = ?5, decision_ms = ?6 WHERE id = ?1",
+        )
+        .ctx(OP)?
+        .execute(params![
+            key,
+            kind.as_str(),
+            reason_code,
+            message,
+            batch.map(|b| to_i64(b, "batch")).transpose()?,
+            now
+        ])
+        .ctx(OP)?;
+        if prev_kind.as_deref() != Some(kind.as_str()) || prev_code.as_deref() != Some(reason_code) {
+            let payload =
+                serde_json::json!({ "kind": kind.as_str(), "reason": reason_code, "message": message });
+            push_event(&tx, Some(id), EventKind::Decision, &payload.to_string(), now, max_events)?;
+        }
+        tx.commit().ctx("commit decision")
+    }
+
+    /// Crash recovery (DESIGN.md §10), in one transaction, at daemon start
+    /// before anything runs:
+    /// * RUNNING → PENDING, attempts + 1, reason "interrupted";
+    /// * PAUSED while running → PAUSED (no longer holding anything),
+    ///   attempts + 1, reason "interrupted": the user's pause is kept;
+    /// * either of those with `retry_on_interrupt = false` → FAILED;
+    /// * batched tasks keep their cursor, and their progress falls back to
+    ///   it (work after the cursor was not committed);
+    /// * everything else (pending, paused pending, terminal) is untouched.
+    ///
+    /// # Errors
+    /// SQLite errors (nothing is changed then).
+    pub fn recover_after_crash(&mut self) -> Result<RecoveryReport, StoreError> {
+        const OP: &str = "recover after crash";
+        const LIVE_RUN: &str = "(state = 'running' OR (state = 'paused' AND paused_running = 1))";
+        let now = self.now_ms();
+        let max_events = self.max_events;
+        let failed_reason = format!("{INTERRUPTED} (not retried: the task asked for no retry)");
+        let tx = self.conn.transaction().ctx("begin recovery")?;
+        let run = |sql: &str, args: &[&dyn rusqlite::ToSql]| -> Result<Vec<TaskId>, StoreError> {
+            let mut stmt = tx.prepare(sql).ctx(OP)?;
+            let mut ids = stmt
+                .query_map(args, |r| r.get::<_, i64>(0))
+                .ctx(OP)?
+                .map(|r| r.ctx(OP).and_then(|i| to_u64(i, "task id").map(TaskId)))
+                .collect::<Result<Vec<_>, _>>()?;
+            ids.sort_unstable();
+            Ok(ids)
+        };
+        let common = "attempts = attempts + 1, paused_running = 0,
+                      progress_done = CASE WHEN items IS NULL THEN progress_done ELSE cursor END";
+        let failed = run(
+            &format!(
+                "UPDATE tasks SET state = 'failed', state_reason = ?1, finished_ms = ?2, {common}
+                  WHERE {LIVE_RUN} AND retry_on_interrupt = 0 RETURNING id"
+            ),
+            &[&failed_reason, &now],
+        )?;
+        let requeued = run(
+            &format!(
+                "UPDATE tasks SET state = 'pending', state_reason = ?1, {common}
+                  WHERE state = 'running' RETURNING id"
+            ),
+            &[&INTERRUPTED],
+        )?;
+        let still_paused = run(
+            &format!(
+                "UPDATE tasks SET state_reason = ?1, {common}
+                  WHERE state = 'paused' AND paused_running = 1 RETURNING id"
+            ),
+            &[&INTERRUPTED],
+        )?;
+        for (ids, what) in [(&failed, "failed"), (&requeued, "pending"), (&still_paused, "paused")] {
+            for id in ids {
+                push_event(&tx, Some(*id), EventKind::Recovered, what, now, max_events)?;
+            }
+        }
+        tx.commit().ctx("commit recovery")?;
+        Ok(RecoveryReport { requeued, still_paused, failed })
+    }
+}
