@@ -204,3 +204,6 @@ fn to_u64(v: i64, what: &str) -> Result<u64, StoreError> {
 fn to_i64(v: u64, what: &'static str) -> Result<i64, StoreError> {
     i64::try_from(v).map_err(|_| StoreError::OutOfRange { what, value: v })
 }
+
+#[cfg(test)]
+mod tests;

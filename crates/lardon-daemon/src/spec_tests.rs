@@ -1,0 +1,77 @@
+//! Unit tests of the spec types.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::*;
+
+#[test]
+fn json_round_trip_and_defaults() {
+    let mut spec = TaskSpec::command(["echo", "hi"]);
+    spec.env.push(EnvVar { key: "A".into(), value: "1".into() });
+    spec.after.push(TaskId(3));
+    spec.items = Some(10);
+    spec.estimate.batch_max = Some(4);
+    let json = serde_json::to_string(&spec).unwrap();
+    assert_eq!(serde_json::from_str::<TaskSpec>(&json).unwrap(), spec);
+
+    let minimal: TaskSpec = serde_json::from_str(r#"{"argv":["true"]}"#).unwrap();
+    assert_eq!(minimal, TaskSpec::command(["true"]));
+    assert!(minimal.retry_on_interrupt);
+    assert!(serde_json::from_str::<TaskSpec>(r#"{"argv":["x"],"bogus":1}"#).is_err());
+}
+
+#[test]
+fn estimate_conversion() {
+    let e = EstimateSpec {
+        memory_fixed: 100,
+        memory_per_item: 10,
+        batch_min: 2,
+        batch_max: Some(8),
+        cpu_millis: 250,
+        cpus_exact: true,
+        class: "x.y".into(),
+        ..EstimateSpec::default()
+    }
+    .to_estimate();
+    assert_eq!(e.memory_for(8), Some(180));
+    assert_eq!((e.batch_min(), e.batch_max(), e.cpus()), (2, 8, 250));
+    assert!(!e.cpus_reducible());
+    assert_eq!(e.class().as_str(), "x.y");
+    assert!(e.validate().is_ok());
+    let d = EstimateSpec::default().to_estimate();
+    assert_eq!((d.batch_min(), d.batch_max(), d.cpus()), (1, 1, 1000));
+    // An invalid estimate converts; admission rejects it.
+    let bad = EstimateSpec { gpu_memory_fixed: 1, ..EstimateSpec::default() }.to_estimate();
+    assert!(bad.validate().is_err());
+}
+
+#[test]
+fn validation_names_the_field() {
+    let ok = TaskSpec::command(["true"]);
+    assert_eq!(ok.validate(), Ok(()));
+    let with = |f: fn(&mut TaskSpec)| {
+        let mut s = ok.clone();
+        f(&mut s);
+        s.validate().unwrap_err()
+    };
+    assert_eq!(with(|s| s.argv.clear()), SpecError::EmptyArgv);
+    assert_eq!(with(|s| s.argv[0].clear()), SpecError::EmptyProgram);
+    assert_eq!(with(|s| s.argv.push("a\0b".into())), SpecError::Nul("argv[1]".into()));
+    assert_eq!(with(|s| s.cwd = Some("rel".into())), SpecError::RelativeCwd("rel".into()));
+    let e = with(|s| s.env.push(EnvVar { key: "A=B".into(), value: String::new() }));
+    assert!(e.to_string().starts_with("env:"), "{e}");
+    assert_eq!(with(|s| s.items = Some(0)), SpecError::ZeroItems);
+    assert_eq!(with(|s| s.name = "n".repeat(300)), SpecError::NameTooLong(MAX_NAME_CHARS));
+}
+
+#[test]
+fn words_round_trip() {
+    for st in TaskState::ALL {
+        assert_eq!(st.as_str().parse::<TaskState>().unwrap(), st);
+    }
+    for k in DecisionKind::ALL {
+        assert_eq!(k.as_str().parse::<DecisionKind>().unwrap(), k);
+    }
+    assert!("nope".parse::<TaskState>().is_err());
+    assert_eq!("42".parse::<TaskId>().unwrap(), TaskId(42));
+    assert!("x".parse::<TaskId>().is_err());
+}
