@@ -316,10 +316,13 @@ fn crash_recovery_follows_the_design() {
     }
     store.advance_cursor(batch, 40).unwrap();
     store.set_progress(batch, 55, 100, "mid-batch").unwrap();
+    store.set_run_handle(running, Some(r#"{"pgid":4242}"#)).unwrap();
+    store.set_run_handle(done, Some(r#"{"pgid":1}"#)).unwrap();
     store.finish(done, &outcome(TaskState::Completed)).unwrap();
     store.pause(paused_run).unwrap();
     store.pause(paused_pend).unwrap();
     let done_before = store.get_task(done).unwrap().unwrap();
+    assert_eq!(done_before.run_handle, None);
     let pending_before = store.get_task(pending).unwrap().unwrap();
     drop(store); // the "crash": nothing else is written
 
@@ -329,6 +332,8 @@ fn crash_recovery_follows_the_design() {
     assert_eq!(report.failed, [no_retry]);
     assert_eq!(report.still_paused, [paused_run]);
     assert_eq!(report.interrupted(), 4);
+    assert_eq!(report.orphans, [(running, r#"{"pgid":4242}"#.to_owned())], "finish cleared the other handle");
+    assert_eq!(store.get_task(running).unwrap().unwrap().run_handle, None);
 
     let t = store.get_task(running).unwrap().unwrap();
     assert_eq!((t.state, t.attempts, t.state_reason.as_deref()), (TaskState::Pending, 1, Some(INTERRUPTED)));

@@ -19,7 +19,7 @@ use thiserror::Error;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-pub use paths::{Paths, SOCKET_FILE};
+pub use paths::{NoStateDir, Paths, SOCKET_FILE};
 
 /// Generated messages, enums, client ([`pb::lardon_client::LardonClient`])
 /// and server ([`pb::lardon_server::LardonServer`]).
@@ -51,6 +51,9 @@ pub enum ConnectError {
         #[source]
         source: tonic::transport::Error,
     },
+    /// No state dir could be resolved, so there is no default socket.
+    #[error(transparent)]
+    NoStateDir(#[from] paths::NoStateDir),
 }
 
 /// The URI given to tonic; never resolved, since the connector dials the
@@ -76,6 +79,16 @@ pub async fn connect(path: impl AsRef<Path>) -> Result<LardonClient<Channel>, Co
         .await
         .map_err(|source| ConnectError::Unreachable { path, source })?;
     Ok(LardonClient::new(channel))
+}
+
+/// Dials the daemon of `state_dir` (the `--state-dir` flag, if any), with
+/// the socket found as [`Paths::resolve`] says.
+///
+/// # Errors
+/// [`ConnectError::NoStateDir`], [`ConnectError::Unreachable`].
+pub async fn connect_default(state_dir: Option<&Path>) -> Result<LardonClient<Channel>, ConnectError> {
+    let paths = Paths::resolve(state_dir)?;
+    connect(paths.socket).await
 }
 
 /// A task state as the lower-case word the CLI prints (`pending`, …).

@@ -13,9 +13,9 @@
 //! The store is synchronous; the daemon owns it on one thread (or behind a
 //! mutex with `spawn_blocking`).
 //!
-//! Table groups: [`tasks`] (insert, read, remove), [`transitions`] (state
-//! changes, cursor, progress, decisions, recovery), [`events`], [`learning`]
-//! (class history, capability feedback), [`config`] (policy overrides,
+//! Table groups: `tasks` (insert, read, remove), `transitions` (state
+//! changes, cursor, progress, decisions, recovery), `events`, `learning`
+//! (class history, capability feedback), `config` (policy overrides,
 //! scratch volumes).
 
 mod config;
@@ -115,6 +115,8 @@ pub struct TaskRecord {
     pub cursor: u64,
     /// The last admission decision, if any.
     pub last_decision: Option<DecisionRecord>,
+    /// The executor's handle of the live run, if recorded.
+    pub run_handle: Option<String>,
 }
 
 /// The durable store. See the module docs.

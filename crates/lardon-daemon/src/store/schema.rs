@@ -11,7 +11,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use super::error::{Ctx, StoreError};
 
 /// Migration `i` (0-based) brings the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1];
+const MIGRATIONS: &[&str] = &[V1, V2];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -111,6 +111,13 @@ CREATE TABLE scratch_volumes (
 ) STRICT, WITHOUT ROWID;
 ";
 
+/// Version 2: the executor's handle of a task's live run (e.g. its process
+/// group or cgroup), so that after a crash the daemon can find and stop
+/// orphaned processes before running the task again.
+const V2: &str = r"
+ALTER TABLE tasks ADD COLUMN run_handle TEXT;
+";
+
 /// The database's `user_version`.
 pub(crate) fn version(conn: &Connection) -> Result<u32, StoreError> {
     conn.query_row("PRAGMA user_version", [], |r| r.get::<_, u32>(0)).ctx("read schema version")
@@ -121,11 +128,16 @@ pub(crate) fn version(conn: &Connection) -> Result<u32, StoreError> {
 /// # Errors
 /// [`StoreError::TooNew`] for a database from a newer build; SQLite errors.
 pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    migrate_to(conn, path, SCHEMA_VERSION)
+}
+
+/// Brings the database to `target` (at most [`SCHEMA_VERSION`]).
+pub(crate) fn migrate_to(conn: &mut Connection, path: &Path, target: u32) -> Result<(), StoreError> {
     let found = version(conn)?;
     if found > SCHEMA_VERSION {
         return Err(StoreError::TooNew { path: path.to_path_buf(), found, known: SCHEMA_VERSION });
     }
-    for (step, sql) in (found..SCHEMA_VERSION).zip(&MIGRATIONS[found as usize..]) {
+    for (step, sql) in (0u32..).zip(MIGRATIONS).skip(found as usize).take_while(|(step, _)| *step < target) {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).ctx("begin migration")?;
         // Re-check under the write lock: another process may have migrated.
         if version(&tx)? != step {

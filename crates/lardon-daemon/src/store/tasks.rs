@@ -42,7 +42,7 @@ pub struct TaskFilter {
 /// Columns read for a [`TaskRecord`], in [`RawTask::from_row`]'s order.
 pub(super) const TASK_COLUMNS: &str = "id, spec, state, paused_running, state_reason, attempts, created_ms, \
      started_ms, finished_ms, exit_code, progress_done, progress_total, progress_message, cursor, \
-     decision_kind, decision_code, decision_message, decision_batch, decision_ms";
+     decision_kind, decision_code, decision_message, decision_batch, decision_ms, run_handle";
 
 /// Decision columns: kind, code, message, batch, time.
 type RawDecision = (Option<String>, Option<String>, Option<String>, Option<i64>, Option<i64>);
@@ -62,6 +62,7 @@ struct RawTask {
     progress: (i64, i64, String),
     cursor: i64,
     decision: RawDecision,
+    run_handle: Option<String>,
 }
 
 impl RawTask {
@@ -80,6 +81,7 @@ impl RawTask {
             progress: (r.get(10)?, r.get(11)?, r.get(12)?),
             cursor: r.get(13)?,
             decision: (r.get(14)?, r.get(15)?, r.get(16)?, r.get(17)?, r.get(18)?),
+            run_handle: r.get(19)?,
         })
     }
 
@@ -120,6 +122,7 @@ impl RawTask {
             },
             cursor: to_u64(self.cursor, "cursor")?,
             last_decision,
+            run_handle: self.run_handle,
         })
     }
 }

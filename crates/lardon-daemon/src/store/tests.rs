@@ -85,3 +85,34 @@ fn hot_queries_use_indexes_at_100k_tasks() {
     assert_eq!(store.pending_in_order(Some(3)).unwrap().len(), 3);
     assert_eq!(store.pending_in_order(Some(1)).unwrap()[0].spec.priority, 6);
 }
+
+#[test]
+fn store_can_move_to_a_db_thread() {
+    fn send<T: Send>() {}
+    send::<Store>();
+}
+
+#[test]
+fn an_older_database_migrates_step_by_step_keeping_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut conn = rusqlite::Connection::open(&path).unwrap();
+    schema::migrate_to(&mut conn, &path, 1).unwrap();
+    assert_eq!(schema::version(&conn).unwrap(), 1);
+    conn.execute(
+        "INSERT INTO tasks (id, name, spec, class, priority, retry_on_interrupt, state, created_ms)
+         VALUES (1, 'old', '{\"argv\":[\"true\"]}', 'default', 0, 1, 'running', 5)",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    let t = store.get_task(TaskId(1)).unwrap().unwrap();
+    assert_eq!(
+        (t.spec.argv.as_slice(), t.state, t.run_handle),
+        (&["true".to_owned()][..], crate::spec::TaskState::Running, None)
+    );
+    store.set_run_handle(TaskId(1), Some("h")).unwrap();
+    assert_eq!(store.recover_after_crash().unwrap().orphans, [(TaskId(1), "h".to_owned())]);
+}

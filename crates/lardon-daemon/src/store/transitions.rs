@@ -32,6 +32,9 @@ pub struct RecoveryReport {
     pub still_paused: Vec<TaskId>,
     /// Interrupted tasks whose spec forbids a retry: FAILED.
     pub failed: Vec<TaskId>,
+    /// Run handles ([`Store::set_run_handle`]) of the interrupted runs: the
+    /// daemon must make sure these processes are gone before anything runs.
+    pub orphans: Vec<(TaskId, String)>,
 }
 
 impl RecoveryReport {
@@ -41,20 +44,20 @@ impl RecoveryReport {
     }
 }
 
-/// The (state, paused_running) of a task, inside a transaction.
-fn current(tx: &Transaction<'_>, id: TaskId) -> Result<(TaskState, bool), StoreError> {
-    let row: Option<(String, bool)> = tx
-        .prepare_cached("SELECT state, paused_running FROM tasks WHERE id = ?1")
+/// The (state, paused_running, attempts) of a task, inside a transaction.
+fn current(tx: &Transaction<'_>, id: TaskId) -> Result<(TaskState, bool, u32), StoreError> {
+    let row: Option<(String, bool, u32)> = tx
+        .prepare_cached("SELECT state, paused_running, attempts FROM tasks WHERE id = ?1")
         .ctx("read task state")?
-        .query_row([to_i64(id.0, "task id")?], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row([to_i64(id.0, "task id")?], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()
         .ctx("read task state")?;
-    let (state, paused_running) = row.ok_or(StoreError::NotFound(id))?;
+    let (state, paused_running, attempts) = row.ok_or(StoreError::NotFound(id))?;
     let state = state.parse().map_err(|e: crate::spec::SpecError| StoreError::Corrupt {
         what: format!("task {id} state"),
         detail: e.to_string(),
     })?;
-    Ok((state, paused_running))
+    Ok((state, paused_running, attempts))
 }
 
 fn state_event(from: TaskState, to: TaskState, reason: Option<&str>) -> String {
@@ -81,27 +84,30 @@ impl Store {
         to: TaskState,
         reason: Option<&str>,
     ) -> Result<TaskState, StoreError> {
-        self.transition(id, to, reason, None)
+        self.transition(id, to, reason, None, None).map(|(from, _)| from)
     }
 
+    /// Changes the state in one transaction; `expect` refuses any other
+    /// starting state. Returns the previous state and the attempts counter.
     fn transition(
         &mut self,
         id: TaskId,
         to: TaskState,
         reason: Option<&str>,
         exit_code: Option<i32>,
-    ) -> Result<TaskState, StoreError> {
+        expect: Option<TaskState>,
+    ) -> Result<(TaskState, u32), StoreError> {
         const OP: &str = "change task state";
         let now = self.now_ms();
         let max_events = self.max_events;
         let tx = self.conn.transaction().ctx("begin state change")?;
-        let (from, paused_running) = current(&tx, id)?;
+        let (from, paused_running, attempts) = current(&tx, id)?;
         let illegal = StoreError::IllegalTransition { id, from, to };
-        if from.is_terminal() {
+        if from.is_terminal() || expect.is_some_and(|e| e != from) {
             return Err(illegal);
         }
         if from == to {
-            return Ok(from);
+            return Ok((from, attempts));
         }
         let key = to_i64(id.0, "task id")?;
         let exec = |sql: &str, args: &[&dyn rusqlite::ToSql]| -> Result<(), StoreError> {
@@ -130,14 +136,14 @@ impl Store {
             )?,
             TaskState::Completed | TaskState::Failed | TaskState::Cancelled => exec(
                 "UPDATE tasks SET state = ?2, paused_running = 0, finished_ms = ?3, state_reason = ?4,
-                        exit_code = coalesce(?5, exit_code) WHERE id = ?1",
+                        exit_code = coalesce(?5, exit_code), run_handle = NULL WHERE id = ?1",
                 &[&key, &to.as_str(), &now, &reason, &exit_code],
             )?,
             TaskState::Running | TaskState::Pending => return Err(illegal),
         }
         push_event(&tx, Some(id), EventKind::State, &state_event(from, to, reason), now, max_events)?;
         tx.commit().ctx("commit state change")?;
-        Ok(from)
+        Ok((from, attempts))
     }
 
     /// PENDING → RUNNING for a new attempt; returns its number (1 for the
@@ -146,12 +152,25 @@ impl Store {
     /// # Errors
     /// [`StoreError::IllegalTransition`] unless the task is PENDING.
     pub fn start_attempt(&mut self, id: TaskId) -> Result<u32, StoreError> {
-        let task = self.get_task(id)?.ok_or(StoreError::NotFound(id))?;
-        if task.state != TaskState::Pending {
-            return Err(StoreError::IllegalTransition { id, from: task.state, to: TaskState::Running });
-        }
-        self.transition(id, TaskState::Running, None, None)?;
-        Ok(task.attempts.saturating_add(1))
+        let (_, attempts) = self.transition(id, TaskState::Running, None, None, Some(TaskState::Pending))?;
+        Ok(attempts.saturating_add(1))
+    }
+
+    /// Records the executor's opaque handle of the task's live run (process
+    /// group, cgroup, …), or clears it. Terminal transitions and crash
+    /// recovery clear it; recovery reports the handles it found
+    /// ([`RecoveryReport::orphans`]).
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`]; SQLite errors.
+    pub fn set_run_handle(&mut self, id: TaskId, handle: Option<&str>) -> Result<(), StoreError> {
+        let n = self
+            .conn
+            .prepare_cached("UPDATE tasks SET run_handle = ?2 WHERE id = ?1")
+            .ctx("set run handle")?
+            .execute(params![to_i64(id.0, "task id")?, handle])
+            .ctx("set run handle")?;
+        if n == 0 { Err(StoreError::NotFound(id)) } else { Ok(()) }
     }
 
     /// Pauses a live task (a no-op if already paused); returns the previous state.
@@ -159,7 +178,7 @@ impl Store {
     /// # Errors
     /// As [`Store::set_state`].
     pub fn pause(&mut self, id: TaskId) -> Result<TaskState, StoreError> {
-        self.transition(id, TaskState::Paused, None, None)
+        self.transition(id, TaskState::Paused, None, None, None).map(|(from, _)| from)
     }
 
     /// Resumes a paused task: back to RUNNING if it was paused while
@@ -178,7 +197,7 @@ impl Store {
             }
             s => return Ok(s),
         };
-        self.transition(id, to, None, None)?;
+        self.transition(id, to, None, None, Some(TaskState::Paused))?;
         Ok(to)
     }
 
@@ -192,7 +211,8 @@ impl Store {
             let from = self.get_task(id)?.ok_or(StoreError::NotFound(id))?.state;
             return Err(StoreError::IllegalTransition { id, from, to: outcome.state });
         }
-        self.transition(id, outcome.state, outcome.reason.as_deref(), outcome.exit_code).map(drop)
+        self.transition(id, outcome.state, outcome.reason.as_deref(), outcome.exit_code, None)?;
+        Ok(())
     }
 
     /// Moves a batched task's durable cursor to `cursor` (items done). Only
@@ -332,7 +352,22 @@ impl Store {
             ids.sort_unstable();
             Ok(ids)
         };
-        let common = "attempts = attempts + 1, paused_running = 0,
+        let orphans = {
+            let mut stmt = tx
+                .prepare(&format!(
+                    "SELECT id, run_handle FROM tasks WHERE {LIVE_RUN} AND run_handle IS NOT NULL ORDER BY id"
+                ))
+                .ctx(OP)?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+                .ctx(OP)?
+                .collect::<Result<Vec<_>, _>>()
+                .ctx(OP)?;
+            rows.into_iter()
+                .map(|(id, h)| Ok((TaskId(to_u64(id, "task id")?), h)))
+                .collect::<Result<Vec<_>, StoreError>>()?
+        };
+        let common = "attempts = attempts + 1, paused_running = 0, run_handle = NULL,
                       progress_done = CASE WHEN items IS NULL THEN progress_done ELSE cursor END";
         let failed = run(
             &format!(
@@ -361,6 +396,6 @@ impl Store {
             }
         }
         tx.commit().ctx("commit recovery")?;
-        Ok(RecoveryReport { requeued, still_paused, failed })
+        Ok(RecoveryReport { requeued, still_paused, failed, orphans })
     }
 }
