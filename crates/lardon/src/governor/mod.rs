@@ -55,9 +55,11 @@ impl Shared {
     /// lock before waking async waiters (their wake code is not ours).
     fn publish(&self, guard: MutexGuard<'_, Ledger>) {
         let generation = guard.generation;
-        let changed = self.generation.load(Ordering::SeqCst) != generation;
+        // One read-modify-write rather than load + store (same effect: the
+        // atomic is only written under the lock); loom misses interleavings
+        // after a redundant load (tokio-rs/loom#166).
+        let changed = self.generation.swap(generation, Ordering::SeqCst) != generation;
         if changed {
-            self.generation.store(generation, Ordering::SeqCst);
             self.changed.notify_all();
         }
         drop(guard);
