@@ -10,6 +10,8 @@
 //! has a deterministic test.
 #![warn(missing_docs)]
 
+#[cfg(feature = "async")]
+mod acquire;
 mod clock;
 mod contract;
 mod decision;
@@ -27,6 +29,8 @@ mod snapshot;
 mod sync;
 mod units;
 
+#[cfg(feature = "async")]
+pub use acquire::Acquire;
 pub use clock::{Clock, FakeClock, MonoTime, SystemClock};
 pub use contract::Contract;
 pub use decision::{Decision, DecisionKind, ReasonCode};
