@@ -205,8 +205,8 @@ fn acquire_envelope_falls_back_and_waits() {
     assert_eq!(r.contract().alternative, Some(1), "no GPU here: the CPU fallback");
     let waiter = {
         let gov = gov.clone();
-        thread::spawn(move || block_on(gov.acquire_envelope(envelope)).0.map(|r| r.contract().memory))
+        thread::spawn(move || block_on(gov.acquire_envelope(envelope)).0.unwrap().contract().memory)
     };
     drop(r);
-    assert_eq!(waiter.join().unwrap().unwrap(), 8 * GIB);
+    assert_eq!(waiter.join().unwrap(), 8 * GIB);
 }
