@@ -142,6 +142,7 @@ impl ReasonCode {
                 | ReasonCode::Memory
                 | ReasonCode::GpuMemory
                 | ReasonCode::GpuMemoryUnknown
+                | ReasonCode::AllAlternativesWait
         )
     }
 }

@@ -24,6 +24,7 @@ pub mod parallel;
 mod policy;
 mod pressure;
 pub mod progress;
+mod queue;
 mod reservation;
 mod snapshot;
 mod sync;
@@ -41,6 +42,10 @@ pub use governor::{Availability, Governor, GpuAvailability, MAX_SNAPSHOT_AGE};
 pub use history::{BatchSample, MAX_CLASSES, SAMPLES_PER_CLASS};
 pub use policy::{GpuDevice, HostPolicy, HostProfile, PolicyError};
 pub use pressure::PressureLevel;
+pub use queue::{
+    DecisionRecord, HISTORY, QueueConfig, QueueError, QueueEvent, QueueSnapshot, SubmitError, Task,
+    TaskContext, TaskError, TaskId, TaskQueue, TaskResult, TaskState, TaskView,
+};
 pub use reservation::{ReleaseError, Reservation, ReservationId};
 pub use snapshot::{
     CgroupSample, GpuSample, LoadAverage, Pressure, Probe, ProbeError, Snapshot, SwapCounters,

@@ -27,6 +27,28 @@ pub(crate) fn capacity(available: u64, fixed: u64, per_item: u64) -> u64 {
     }
 }
 
+/// Resources kept free for a long-bypassed head of the queue
+/// (anti-starvation): later tasks are admitted only if they leave this.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Hold {
+    pub(crate) memory: u64,
+    pub(crate) cpu_millis: u64,
+    pub(crate) io_slots: u32,
+}
+
+impl Hold {
+    /// The minimum the head needs: its memory at `batch_min`, its CPUs (a
+    /// whole one at most when reducible) and one IO slot if it wants any.
+    pub(crate) fn for_estimate(est: &Estimate, unified_gpus: bool) -> Self {
+        let gpu = if unified_gpus { est.gpu_memory_for(est.batch_min).unwrap_or(0) } else { 0 };
+        Hold {
+            memory: est.memory_for(est.batch_min).unwrap_or(u64::MAX).saturating_add(gpu),
+            cpu_millis: u64::from(if est.cpus_reducible { est.cpus.min(1000) } else { est.cpus }),
+            io_slots: est.io_slots.min(1),
+        }
+    }
+}
+
 /// Outcome of evaluation plus whether a new sample changed budgets.
 pub(crate) struct Evaluation {
     pub(crate) decision: Decision,
@@ -80,6 +102,7 @@ pub(crate) fn evaluate(
     snap: &Snapshot,
     now: MonoTime,
     running: usize,
+    hold: Option<&Hold>,
 ) -> Evaluation {
     // 1. Invalid estimate.
     if let Err(e) = est.validate() {
@@ -94,11 +117,12 @@ pub(crate) fn evaluate(
     if let Some(decision) = stop {
         return Evaluation { decision, budgets_changed };
     }
-    let decision = admit(ledger, est, snap, running);
+    let decision = admit(ledger, est, snap, running, hold);
     Evaluation { decision, budgets_changed }
 }
 
-fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize) -> Decision {
+fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize, hold: Option<&Hold>) -> Decision {
+    let hold = hold.copied().unwrap_or_default();
     let profile = &ledger.profile;
     let policy = &ledger.policy;
     // 4. GPU wanted on a host without one.
@@ -205,7 +229,7 @@ fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize) -> De
     }
 
     // 8. Memory and GPU memory available now.
-    let mem_available = ledger.memory_available(snap);
+    let mem_available = ledger.memory_available(snap).saturating_sub(hold.memory);
     let mut batch = capacity(mem_available, mem_fixed, mem_per_item);
     let mut short = ReasonCode::Memory;
     let mut devices: Vec<(u32, u64)> = Vec::new();
@@ -273,7 +297,7 @@ fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize) -> De
     }
 
     // 10. CPUs, slots, running cap.
-    let cpu_free = ledger.cpu_available_millis();
+    let cpu_free = ledger.cpu_available_millis().saturating_sub(hold.cpu_millis);
     let cpu_needed = if est.cpus_reducible { u64::from(est.cpus.min(1000)) } else { u64::from(est.cpus) };
     if cpu_free < cpu_needed {
         return Decision::wait(
@@ -286,7 +310,7 @@ fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize) -> De
             ),
         );
     }
-    let io_free = policy.io_slots.saturating_sub(ledger.totals.io_slots);
+    let io_free = policy.io_slots.saturating_sub(ledger.totals.io_slots).saturating_sub(hold.io_slots);
     if est.io_slots > 0 && io_free == 0 {
         return Decision::wait(ReasonCode::IoSlot, format!("all {} IO slot(s) are taken", policy.io_slots));
     }

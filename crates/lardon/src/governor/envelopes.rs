@@ -10,7 +10,7 @@ use crate::envelope::{Envelope, Ramp, RampTicket};
 use crate::pressure::PressureLevel;
 use crate::snapshot::Snapshot;
 
-use super::admission::{Evaluation, evaluate as evaluate_estimate};
+use super::admission::{Evaluation, Hold, evaluate as evaluate_estimate};
 use super::ledger::Ledger;
 
 pub(crate) fn evaluate(
@@ -18,8 +18,9 @@ pub(crate) fn evaluate(
     envelope: &Envelope,
     snap: &Snapshot,
     now: MonoTime,
+    running: usize,
+    hold: Option<&Hold>,
 ) -> Evaluation {
-    let running = ledger.active.len();
     let mut budgets_changed = false;
     let mut waits: Vec<String> = Vec::new();
     let mut last_reject: Option<Decision> = None;
@@ -32,14 +33,16 @@ pub(crate) fn evaluate(
         } else {
             alt.estimate.clone()
         };
-        let eval = evaluate_estimate(ledger, &estimate, snap, now, running);
+        let eval = evaluate_estimate(ledger, &estimate, snap, now, running, hold);
         budgets_changed |= eval.budgets_changed;
         let mut decision = eval.decision;
         match decision.kind {
             DecisionKind::Wait => {
                 waits.push(format!("{}: {}", alt.name, decision.message));
-                // Stale snapshots and RED pressure stop every alternative alike.
-                if matches!(decision.reason, ReasonCode::StaleSnapshot | ReasonCode::PressureRed) {
+                // Stale snapshots and RED pressure stop every alternative
+                // alike, and a lone alternative's reason is the reason.
+                let single = envelope.alternatives.len() == 1;
+                if single || matches!(decision.reason, ReasonCode::StaleSnapshot | ReasonCode::PressureRed) {
                     return Evaluation { decision, budgets_changed };
                 }
                 continue;
@@ -55,7 +58,7 @@ pub(crate) fn evaluate(
             let ramp = ledger.ramp_for(&key, || Ramp::new(alt, pool));
             ramp.reset();
             let minimum = ramp.operational_estimate(alt);
-            let retry = evaluate_estimate(ledger, &minimum, snap, now, running);
+            let retry = evaluate_estimate(ledger, &minimum, snap, now, running, hold);
             decision = retry.decision;
             if decision.is_granted() {
                 decision.kind = DecisionKind::ReduceBatch;

@@ -13,6 +13,7 @@ mod tests;
 
 use std::time::Duration;
 
+pub(crate) use admission::Hold;
 pub use admission::MAX_SNAPSHOT_AGE;
 pub use availability::{Availability, GpuAvailability};
 
@@ -42,8 +43,7 @@ pub(crate) struct Shared {
     generation: AtomicU64,
     probe: Box<dyn Probe>,
     clock: std::sync::Arc<dyn Clock>,
-    #[cfg(feature = "async")]
-    wakers: std::sync::Mutex<Vec<std::task::Waker>>,
+    wakers: Mutex<Vec<std::task::Waker>>,
 }
 
 impl Shared {
@@ -63,10 +63,8 @@ impl Shared {
             self.changed.notify_all();
         }
         drop(guard);
-        #[cfg(feature = "async")]
         if changed {
-            let wakers =
-                std::mem::take(&mut *self.wakers.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+            let wakers = std::mem::take(&mut *sync::lock(&self.wakers));
             for w in wakers {
                 w.wake();
             }
@@ -89,6 +87,68 @@ impl Shared {
         let ok = guard.report_usage(seq, bytes);
         self.publish(guard);
         ok
+    }
+}
+
+/// A queue scan: several admissions under one hold of the Governor's lock.
+/// Reservations made here must not be dropped before the scan ends.
+pub(crate) struct Scan<'a> {
+    governor: &'a Governor,
+    guard: Option<MutexGuard<'a, Ledger>>,
+    /// Read before locking: the clock is outside code.
+    now: crate::MonoTime,
+}
+
+impl Scan<'_> {
+    /// Evaluates `envelope` with the queue's own count of running tasks (a
+    /// task between sequences holds no reservation but still runs) and an
+    /// optional hold for a starved head; reserves on a grant.
+    pub(crate) fn reserve(
+        &mut self,
+        envelope: &Envelope,
+        snapshot: &Snapshot,
+        running: usize,
+        hold: Option<&Hold>,
+    ) -> Result<Reservation, Decision> {
+        let now = self.now;
+        let Some(guard) = self.guard.as_mut() else {
+            return Err(Decision::wait(ReasonCode::ProbeFailed, "scan already finished"));
+        };
+        let mut eval = envelopes::evaluate(guard, envelope, snapshot, now, running, hold);
+        if hold.is_some() && eval.decision.kind == crate::DecisionKind::Wait {
+            let free = envelopes::evaluate(guard, envelope, snapshot, now, running, None);
+            if free.decision.is_granted() {
+                eval.decision = Decision::wait(
+                    ReasonCode::HeldForHead,
+                    "held back to leave room for a long-waiting task ahead in the queue",
+                );
+            }
+        }
+        if eval.budgets_changed {
+            guard.generation += 1;
+        }
+        let decision = eval.decision;
+        let Some(contract) = decision.contract.clone().filter(|_| decision.is_granted()) else {
+            return Err(decision);
+        };
+        let seq = guard.hold(&contract);
+        let shared = &self.governor.shared;
+        Ok(Reservation {
+            shared: Arc::clone(shared),
+            id: ReservationId { governor: shared.id, seq },
+            contract,
+            kind: decision.kind,
+            reason: decision.reason,
+            released: false,
+        })
+    }
+}
+
+impl Drop for Scan<'_> {
+    fn drop(&mut self) {
+        if let Some(guard) = self.guard.take() {
+            self.governor.shared.publish(guard);
+        }
     }
 }
 
@@ -154,8 +214,7 @@ impl Governor {
                 generation: AtomicU64::new(0),
                 probe: Box::new(probe),
                 clock,
-                #[cfg(feature = "async")]
-                wakers: std::sync::Mutex::new(Vec::new()),
+                wakers: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -198,7 +257,7 @@ impl Governor {
         let now = self.shared.clock.now();
         let mut guard = self.shared.lock();
         let running = guard.active.len();
-        let eval = admission::evaluate(&mut guard, estimate, snapshot, now, running);
+        let eval = admission::evaluate(&mut guard, estimate, snapshot, now, running, None);
         if eval.budgets_changed {
             guard.generation += 1;
         }
@@ -214,7 +273,7 @@ impl Governor {
         let now = self.shared.clock.now();
         let mut guard = self.shared.lock();
         let running = guard.active.len();
-        let eval = admission::evaluate(&mut guard, estimate, snapshot, now, running);
+        let eval = admission::evaluate(&mut guard, estimate, snapshot, now, running, None);
         if eval.budgets_changed {
             guard.generation += 1;
         }
@@ -283,7 +342,8 @@ impl Governor {
     pub fn decide_envelope(&self, envelope: &Envelope, snapshot: &Snapshot) -> Decision {
         let now = self.shared.clock.now();
         let mut guard = self.shared.lock();
-        let eval = envelopes::evaluate(&mut guard, envelope, snapshot, now);
+        let running = guard.active.len();
+        let eval = envelopes::evaluate(&mut guard, envelope, snapshot, now, running, None);
         if eval.budgets_changed {
             guard.generation += 1;
         }
@@ -303,7 +363,8 @@ impl Governor {
     ) -> Result<Reservation, Decision> {
         let now = self.shared.clock.now();
         let mut guard = self.shared.lock();
-        let eval = envelopes::evaluate(&mut guard, envelope, snapshot, now);
+        let running = guard.active.len();
+        let eval = envelopes::evaluate(&mut guard, envelope, snapshot, now, running, None);
         if eval.budgets_changed {
             guard.generation += 1;
         }
@@ -317,6 +378,30 @@ impl Governor {
     pub fn reserve_envelope_available(&self, envelope: &Envelope) -> Result<Reservation, Decision> {
         let snapshot = self.take_snapshot()?;
         self.reserve_envelope(envelope, &snapshot)
+    }
+
+    /// Queue admission of one envelope (see [`Scan::reserve`]).
+    pub(crate) fn reserve_queued(
+        &self,
+        envelope: &Envelope,
+        snapshot: &Snapshot,
+        running: usize,
+        hold: Option<&Hold>,
+    ) -> Result<Reservation, Decision> {
+        self.scan().reserve(envelope, snapshot, running, hold)
+    }
+
+    /// Holds the Governor's lock for a whole queue scan, so that no
+    /// release lands between two evaluations of one scan (a task behind a
+    /// waiting one could otherwise overtake it in FIFO order).
+    pub(crate) fn scan(&self) -> Scan<'_> {
+        let now = self.shared.clock.now();
+        Scan { governor: self, guard: Some(self.shared.lock()), now }
+    }
+
+    /// Whether every GPU of the host is unified-memory.
+    pub(crate) fn gpus_unified(&self) -> bool {
+        self.shared.lock().profile.gpus_unified()
     }
 
     /// Records a measured batch of `class` (DESIGN.md §6); the last 8 per
@@ -440,9 +525,10 @@ impl Governor {
         Availability::of(&self.shared.lock())
     }
 
-    #[cfg(feature = "async")]
+    /// Registers `waker` to be woken at the next generation change, unless
+    /// the generation already differs from `seen` (then returns false).
     pub(crate) fn register_waker(&self, seen: u64, waker: &std::task::Waker) -> bool {
-        let mut wakers = self.shared.wakers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut wakers = sync::lock(&self.shared.wakers);
         // Checked under the waker lock: a publish after this sees our waker.
         if self.generation() != seen {
             return false;

@@ -1,0 +1,489 @@
+//! The [`TaskQueue`]: runs admitted work, many tasks at once (DESIGN.md §8).
+//!
+//! One dispatcher thread scans pending tasks by priority then FIFO and
+//! starts every task the [`Governor`] admits on a pool of worker threads.
+//! It sleeps until something changes — a release, a submit, a resume, a
+//! cancel, a policy change, a host sample that moved a budget — and
+//! re-samples the host only while some task waits on host state.
+
+mod context;
+mod dispatch;
+mod events;
+mod signal;
+mod state;
+mod task;
+#[cfg(test)]
+mod tests;
+mod worker;
+
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use thiserror::Error;
+
+pub use context::TaskContext;
+pub use events::{DecisionRecord, QueueEvent, QueueSnapshot, TaskView};
+pub use state::HISTORY;
+pub use task::{Task, TaskError, TaskId, TaskResult, TaskState};
+
+use crate::governor::Governor;
+use crate::progress::ProgressTracker;
+use signal::Signal;
+use state::{Entry, QueueState};
+use worker::Pool;
+
+/// Tunables of a [`TaskQueue`].
+#[derive(Clone)]
+pub struct QueueConfig {
+    /// Most tasks waiting to start; `submit` blocks and `try_submit`
+    /// fails beyond it (default 100 000).
+    pub capacity: usize,
+    /// How long a waiting head may be bypassed before later tasks must
+    /// leave room for it (default 30 s, on the Governor's clock).
+    pub starvation_bound: Duration,
+    /// Host re-sampling period while a task waits on host state (default
+    /// 250 ms; at most 500 ms so snapshots stay fresh).
+    pub sample_interval: Duration,
+    /// Called once on each worker thread before it runs tasks (e.g. to pin
+    /// it to the compute pool).
+    pub on_worker_start: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            capacity: 100_000,
+            starvation_bound: Duration::from_secs(30),
+            sample_interval: Duration::from_millis(250),
+            on_worker_start: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for QueueConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueConfig")
+            .field("capacity", &self.capacity)
+            .field("starvation_bound", &self.starvation_bound)
+            .field("sample_interval", &self.sample_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a submission was refused; the task is handed back when it can be
+/// retried.
+#[derive(Debug, Error)]
+pub enum SubmitError {
+    /// The pending capacity is reached (`try_submit` only).
+    #[error("the queue is full")]
+    Full(Box<Task>),
+    /// The queue is closing or closed.
+    #[error("the queue is closing")]
+    Closing(Box<Task>),
+    /// The preassigned id is already used.
+    #[error("task id {0} is already used")]
+    DuplicateId(TaskId),
+    /// A dependency names no task this queue knows.
+    #[error("dependency {0} is not a task of this queue")]
+    UnknownDependency(TaskId),
+}
+
+/// Why an operation on a task was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum QueueError {
+    /// No live task (or, for `remove`, no task at all) has this id.
+    #[error("no task {0}")]
+    NotFound(TaskId),
+    /// The task already ended.
+    #[error("task {0} already ended")]
+    AlreadyEnded(TaskId),
+    /// `remove` of a task that has not ended (cancel it first).
+    #[error("task {0} has not ended: cancel it first")]
+    NotEnded(TaskId),
+}
+
+pub(crate) struct Inner {
+    pub(crate) governor: Governor,
+    pub(crate) config: QueueConfig,
+    pub(crate) state: Mutex<QueueState>,
+    /// Wakes the dispatcher.
+    pub(crate) dispatch: Arc<Signal>,
+    /// Wakes tasks blocked in `checkpoint`/`sequence_break`, and `close`.
+    pub(crate) tasks: Arc<Signal>,
+    pub(crate) not_full: Condvar,
+    pub(crate) pool: Arc<Pool>,
+}
+
+impl Inner {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn wake_dispatcher(&self) {
+        self.dispatch.bump();
+    }
+}
+
+/// Runs tasks as the Governor admits them.
+///
+/// # Examples
+/// ```
+/// use lardon::{Estimate, FakeProbe, Governor, HostPolicy, HostProfile, Task, TaskQueue, TaskState};
+///
+/// let profile = HostProfile::new(16 << 30, 8);
+/// let governor = Governor::new(HostPolicy::default_for(&profile), FakeProbe::new(profile)).unwrap();
+/// # let clock = std::sync::Arc::new(lardon::SystemClock);
+/// let queue = TaskQueue::new(governor);
+/// let id = queue
+///     .submit(Task::new("hello", Estimate::builder().memory(1 << 30).build(), |ctx| {
+///         ctx.set_progress(1, 1).ok();
+///         Ok(())
+///     }))
+///     .unwrap();
+/// queue.wait(id);
+/// assert_eq!(queue.get(id).unwrap().state, TaskState::Completed);
+/// ```
+pub struct TaskQueue {
+    inner: Arc<Inner>,
+    dispatcher: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for TaskQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.inner.lock();
+        f.debug_struct("TaskQueue")
+            .field("live", &st.entries.len())
+            .field("running", &st.running)
+            .field("closing", &st.closing)
+            .finish()
+    }
+}
+
+impl TaskQueue {
+    /// A queue over `governor` with default settings.
+    pub fn new(governor: Governor) -> Self {
+        TaskQueue::with_config(governor, QueueConfig::default())
+    }
+
+    /// A queue over `governor` with `config`.
+    pub fn with_config(governor: Governor, mut config: QueueConfig) -> Self {
+        config.sample_interval =
+            config.sample_interval.clamp(Duration::from_millis(1), Duration::from_millis(500));
+        config.capacity = config.capacity.max(1);
+        let pool = Pool::new(config.on_worker_start.clone());
+        let inner = Arc::new(Inner {
+            governor,
+            config,
+            state: Mutex::new(QueueState { next_id: 1, ..QueueState::default() }),
+            dispatch: Arc::new(Signal::default()),
+            tasks: Arc::new(Signal::default()),
+            not_full: Condvar::new(),
+            pool,
+        });
+        let for_thread = Arc::clone(&inner);
+        let dispatcher = std::thread::Builder::new()
+            .name("lardon-dispatch".into())
+            .spawn(move || dispatch::run(&for_thread))
+            .ok();
+        TaskQueue { inner, dispatcher: Mutex::new(dispatcher) }
+    }
+
+    /// The Governor this queue admits through.
+    pub fn governor(&self) -> &Governor {
+        &self.inner.governor
+    }
+
+    /// Submits `task`, blocking while the queue is full.
+    ///
+    /// # Errors
+    /// [`SubmitError::Closing`], [`SubmitError::DuplicateId`] or
+    /// [`SubmitError::UnknownDependency`].
+    pub fn submit(&self, task: Task) -> Result<TaskId, SubmitError> {
+        self.submit_inner(task, true)
+    }
+
+    /// Submits `task` without blocking.
+    ///
+    /// # Errors
+    /// [`SubmitError::Full`] when at capacity, else as [`TaskQueue::submit`].
+    pub fn try_submit(&self, task: Task) -> Result<TaskId, SubmitError> {
+        self.submit_inner(task, false)
+    }
+
+    fn submit_inner(&self, task: Task, block: bool) -> Result<TaskId, SubmitError> {
+        let mut st = self.inner.lock();
+        loop {
+            if st.closing {
+                return Err(SubmitError::Closing(Box::new(task)));
+            }
+            if st.pending.len() < self.inner.config.capacity {
+                break;
+            }
+            if !block {
+                return Err(SubmitError::Full(Box::new(task)));
+            }
+            st = self.inner.not_full.wait(st).unwrap_or_else(PoisonError::into_inner);
+        }
+        let id = match task.id {
+            Some(id) => {
+                if st.entries.contains_key(&id) || st.outcomes.contains_key(&id) {
+                    return Err(SubmitError::DuplicateId(id));
+                }
+                st.next_id = st.next_id.max(id.0.saturating_add(1));
+                id
+            }
+            None => {
+                let id = TaskId(st.next_id);
+                st.next_id += 1;
+                id
+            }
+        };
+        let mut waiting_on = Vec::new();
+        let mut failed_dep = None;
+        for &dep in &task.after {
+            match (st.entries.contains_key(&dep), st.outcomes.get(&dep)) {
+                (true, _) => waiting_on.push(dep),
+                (false, Some(TaskState::Completed)) => {}
+                (false, Some(state)) => failed_dep = Some((dep, *state)),
+                (false, None) => return Err(SubmitError::UnknownDependency(dep)),
+            }
+        }
+        let mut waiting_any = Vec::new();
+        for &dep in &task.after_any {
+            match (st.entries.contains_key(&dep), st.outcomes.contains_key(&dep)) {
+                (true, _) => waiting_any.push(dep),
+                (false, true) => {}
+                (false, false) => return Err(SubmitError::UnknownDependency(dep)),
+            }
+        }
+        let now = self.inner.governor.now();
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        let entry = Entry {
+            id,
+            name: task.name.clone(),
+            envelope: task.envelope,
+            priority: task.priority,
+            seq,
+            state: TaskState::Pending,
+            started: false,
+            waiting_on,
+            waiting_any,
+            callback: Some(task.callback),
+            pause_requested: false,
+            cancel_requested: false,
+            failed_message: None,
+            contract: None,
+            last_decision: None,
+            progress: ProgressTracker::new(),
+            submitted_at: now,
+            started_at: None,
+            finished_at: None,
+            message: None,
+            sequences: 0,
+            bypassed_since: None,
+        };
+        st.pending.insert(entry.order_key(), id);
+        st.entries.insert(id, entry);
+        st.emit(QueueEvent::Submitted { id, name: task.name });
+        let dropped = match failed_dep {
+            Some((dep, state)) => {
+                st.finish(id, TaskState::Failed, Some(format!("dependency {dep} ended {state}")), now)
+            }
+            None => Vec::new(),
+        };
+        drop(st);
+        drop(dropped);
+        self.inner.wake_dispatcher();
+        Ok(id)
+    }
+
+    /// Cancels `id`: a pending or paused-pending task ends at once; a
+    /// running one at its next checkpoint.
+    ///
+    /// # Errors
+    /// [`QueueError::NotFound`] or [`QueueError::AlreadyEnded`].
+    pub fn cancel(&self, id: TaskId) -> Result<(), QueueError> {
+        let now = self.inner.governor.now();
+        let mut st = self.inner.lock();
+        let started = match st.entries.get_mut(&id) {
+            None => return Err(self.missing(&st, id)),
+            Some(e) => {
+                e.cancel_requested = true;
+                e.started
+            }
+        };
+        let dropped = if started { Vec::new() } else { st.finish(id, TaskState::Cancelled, None, now) };
+        self.inner.not_full.notify_all();
+        drop(st);
+        drop(dropped);
+        self.inner.tasks.bump();
+        self.inner.wake_dispatcher();
+        Ok(())
+    }
+
+    /// Pauses `id`: a pending task is skipped by the dispatcher; a running
+    /// one stops at its next checkpoint and keeps its reservation.
+    ///
+    /// # Errors
+    /// [`QueueError::NotFound`] or [`QueueError::AlreadyEnded`].
+    pub fn pause(&self, id: TaskId) -> Result<(), QueueError> {
+        let mut st = self.inner.lock();
+        let Some(e) = st.entries.get_mut(&id) else { return Err(self.missing(&st, id)) };
+        e.pause_requested = true;
+        let changed = !e.started && e.state == TaskState::Pending;
+        if changed {
+            e.state = TaskState::Paused;
+            st.emit(QueueEvent::StateChanged { id, state: TaskState::Paused });
+        }
+        Ok(())
+    }
+
+    /// Resumes `id`.
+    ///
+    /// # Errors
+    /// [`QueueError::NotFound`] or [`QueueError::AlreadyEnded`].
+    pub fn resume(&self, id: TaskId) -> Result<(), QueueError> {
+        let mut st = self.inner.lock();
+        let Some(e) = st.entries.get_mut(&id) else { return Err(self.missing(&st, id)) };
+        e.pause_requested = false;
+        let changed = !e.started && e.state == TaskState::Paused;
+        if changed {
+            e.state = TaskState::Pending;
+            st.emit(QueueEvent::StateChanged { id, state: TaskState::Pending });
+        }
+        drop(st);
+        self.inner.tasks.bump();
+        self.inner.wake_dispatcher();
+        Ok(())
+    }
+
+    /// Forgets an ended task (it leaves `snapshot`; its id stays used).
+    ///
+    /// # Errors
+    /// [`QueueError::NotEnded`] for a live task, [`QueueError::NotFound`].
+    pub fn remove(&self, id: TaskId) -> Result<TaskView, QueueError> {
+        let mut st = self.inner.lock();
+        if st.entries.contains_key(&id) {
+            return Err(QueueError::NotEnded(id));
+        }
+        let pos = st.history.iter().position(|v| v.id == id).ok_or(QueueError::NotFound(id))?;
+        st.history.remove(pos).ok_or(QueueError::NotFound(id))
+    }
+
+    /// A view of `id`, live or among the last 64 ended.
+    pub fn get(&self, id: TaskId) -> Option<TaskView> {
+        let now = self.inner.governor.now();
+        let green = self.pressure_green();
+        let st = self.inner.lock();
+        st.entries
+            .get(&id)
+            .map(|e| e.view(now, green))
+            .or_else(|| st.history.iter().find(|v| v.id == id).cloned())
+    }
+
+    /// Every live task in submission order, then the last 64 ended ones.
+    pub fn snapshot(&self) -> QueueSnapshot {
+        let now = self.inner.governor.now();
+        let green = self.pressure_green();
+        let generation = self.inner.governor.generation();
+        let st = self.inner.lock();
+        let mut live: Vec<&Entry> = st.entries.values().collect();
+        live.sort_by_key(|e| e.seq);
+        QueueSnapshot {
+            live: live.into_iter().map(|e| e.view(now, green)).collect(),
+            finished: st.history.iter().cloned().collect(),
+            generation,
+        }
+    }
+
+    /// A stream of every event from now on.
+    pub fn subscribe(&self) -> Receiver<QueueEvent> {
+        let (tx, rx) = channel();
+        self.inner.lock().subscribers.push(tx);
+        rx
+    }
+
+    /// Tells the dispatcher that host resources changed outside the
+    /// Governor's view (it re-samples the host and rescans at once).
+    pub fn resources_changed(&self) {
+        self.inner.lock().dispatcher_wake = true;
+        self.inner.wake_dispatcher();
+    }
+
+    /// Blocks until `id` has ended (or is unknown); returns its view.
+    ///
+    /// # Blocking
+    /// Sleeps on the queue's task signal; never polls.
+    pub fn wait(&self, id: TaskId) -> Option<TaskView> {
+        loop {
+            let epoch = self.inner.tasks.epoch();
+            {
+                let st = self.inner.lock();
+                if !st.entries.contains_key(&id) {
+                    return st.history.iter().find(|v| v.id == id).cloned();
+                }
+            }
+            self.inner.tasks.wait(epoch, None);
+        }
+    }
+
+    /// Blocks until no task is live.
+    pub fn wait_idle(&self) {
+        loop {
+            let epoch = self.inner.tasks.epoch();
+            if self.inner.lock().entries.is_empty() {
+                return;
+            }
+            self.inner.tasks.wait(epoch, None);
+        }
+    }
+
+    /// Closes the queue: refuses new work, cancels everything pending,
+    /// asks running tasks to cancel at their next checkpoint, waits for
+    /// their callbacks to return (releasing every reservation) and stops
+    /// the dispatcher. Every task's callback is dropped exactly once.
+    /// Idempotent.
+    pub fn close(&self) {
+        let now = self.inner.governor.now();
+        let mut st = self.inner.lock();
+        st.closing = true;
+        let pending: Vec<TaskId> = st.entries.values().filter(|e| !e.started).map(|e| e.id).collect();
+        let mut dropped = Vec::new();
+        for id in pending {
+            if st.entries.contains_key(&id) {
+                dropped.extend(st.finish(id, TaskState::Cancelled, Some("queue closed".into()), now));
+            }
+        }
+        for e in st.entries.values_mut() {
+            e.cancel_requested = true;
+        }
+        self.inner.not_full.notify_all();
+        drop(st);
+        drop(dropped);
+        self.inner.tasks.bump();
+        self.inner.wake_dispatcher();
+        self.wait_idle();
+        let handle = self.dispatcher.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(handle) = handle {
+            let _ = handle.join();
+        }
+        self.inner.pool.shutdown();
+    }
+
+    fn pressure_green(&self) -> bool {
+        self.inner.governor.pressure().0 == crate::PressureLevel::Green
+    }
+
+    fn missing(&self, st: &QueueState, id: TaskId) -> QueueError {
+        if st.outcomes.contains_key(&id) { QueueError::AlreadyEnded(id) } else { QueueError::NotFound(id) }
+    }
+}
+
+impl Drop for TaskQueue {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

@@ -1,0 +1,182 @@
+//! # Implementation details
+//!
+//! The queue's state, touched only under the queue lock: live tasks,
+//! the pending order, dependencies, the terminal history and event
+//! subscribers.
+//!
+//! # Invariants
+//! - `pending` holds exactly the live PENDING/PAUSED tasks that have not
+//!   started, keyed by (−priority, submission sequence);
+//! - a RUNNING task's entry has no callback left (it was taken once);
+//! - `history.len() ≤ HISTORY`.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::mpsc::Sender;
+
+use crate::clock::MonoTime;
+use crate::contract::Contract;
+use crate::decision::{DecisionKind, ReasonCode};
+use crate::envelope::Envelope;
+use crate::progress::{Outcome, ProgressTracker};
+
+use super::events::{DecisionRecord, QueueEvent, TaskView};
+use super::task::{Callback, TaskId, TaskState};
+
+/// Terminal tasks kept for `snapshot`.
+pub const HISTORY: usize = 64;
+
+pub(crate) struct Entry {
+    pub(crate) id: TaskId,
+    pub(crate) name: String,
+    pub(crate) envelope: Envelope,
+    pub(crate) priority: i32,
+    pub(crate) seq: u64,
+    pub(crate) state: TaskState,
+    pub(crate) started: bool,
+    pub(crate) waiting_on: Vec<TaskId>,
+    pub(crate) waiting_any: Vec<TaskId>,
+    pub(crate) callback: Option<Callback>,
+    pub(crate) pause_requested: bool,
+    pub(crate) cancel_requested: bool,
+    pub(crate) failed_message: Option<String>,
+    pub(crate) contract: Option<Contract>,
+    pub(crate) last_decision: Option<DecisionRecord>,
+    pub(crate) progress: ProgressTracker,
+    pub(crate) submitted_at: MonoTime,
+    pub(crate) started_at: Option<MonoTime>,
+    pub(crate) finished_at: Option<MonoTime>,
+    pub(crate) message: Option<String>,
+    pub(crate) sequences: u32,
+    /// Since when this task, at the head of the line, has been bypassed.
+    pub(crate) bypassed_since: Option<MonoTime>,
+}
+
+impl Entry {
+    pub(crate) fn order_key(&self) -> (i64, u64) {
+        (-i64::from(self.priority), self.seq)
+    }
+
+    pub(crate) fn view(&self, now: MonoTime, pressure_green: bool) -> TaskView {
+        TaskView {
+            id: self.id,
+            name: self.name.clone(),
+            state: self.state,
+            priority: self.priority,
+            contract: self.contract.clone(),
+            progress: self.progress.view(now, pressure_green),
+            last_decision: self.last_decision.clone(),
+            submitted_at: self.submitted_at,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            message: self.message.clone(),
+            sequences: self.sequences,
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct QueueState {
+    pub(crate) entries: HashMap<TaskId, Entry>,
+    pub(crate) pending: BTreeMap<(i64, u64), TaskId>,
+    pub(crate) history: VecDeque<TaskView>,
+    pub(crate) next_id: u64,
+    pub(crate) next_seq: u64,
+    pub(crate) running: usize,
+    pub(crate) closing: bool,
+    pub(crate) dispatcher_wake: bool,
+    pub(crate) subscribers: Vec<Sender<QueueEvent>>,
+    /// Terminal outcome of every task that ended, so a dependency on a task
+    /// that ended long ago (out of `history`) still resolves. One small
+    /// entry per task ever run.
+    pub(crate) outcomes: HashMap<TaskId, TaskState>,
+}
+
+impl QueueState {
+    pub(crate) fn emit(&mut self, event: QueueEvent) {
+        self.subscribers.retain(|s| s.send(event.clone()).is_ok());
+    }
+
+    /// Records `decision` for `id` and emits an event when its kind or
+    /// reason changed (a waiting task re-evaluated each scan stays quiet).
+    pub(crate) fn record_decision(
+        &mut self,
+        id: TaskId,
+        kind: DecisionKind,
+        reason: ReasonCode,
+        message: &str,
+        now: MonoTime,
+    ) {
+        let Some(e) = self.entries.get_mut(&id) else { return };
+        let changed = e.last_decision.as_ref().is_none_or(|d| d.kind != kind || d.reason != reason);
+        e.last_decision = Some(DecisionRecord { kind, reason, message: message.to_owned(), at: now });
+        if changed {
+            self.emit(QueueEvent::Decision { id, kind, reason, message: message.to_owned() });
+        }
+    }
+
+    /// Ends `id` in `state` (terminal), dropping its callback if it never
+    /// ran, retiring it to history and resolving its dependents. Returns
+    /// the callback so the caller drops it outside the lock.
+    pub(crate) fn finish(
+        &mut self,
+        id: TaskId,
+        state: TaskState,
+        message: Option<String>,
+        now: MonoTime,
+    ) -> Vec<Callback> {
+        debug_assert!(state.is_terminal());
+        let mut dropped = Vec::new();
+        let mut ended = vec![(id, state, message)];
+        while let Some((id, state, message)) = ended.pop() {
+            let Some(mut e) = self.entries.remove(&id) else { continue };
+            debug_assert!(!e.state.is_terminal(), "a terminal state is final");
+            self.pending.remove(&e.order_key());
+            if e.started {
+                self.running -= 1;
+            }
+            e.state = state;
+            e.finished_at = Some(now);
+            e.message = message.clone();
+            e.contract = None;
+            let outcome = match state {
+                TaskState::Completed => Outcome::Completed,
+                TaskState::Failed => Outcome::Failed,
+                _ => Outcome::Cancelled,
+            };
+            let _ = e.progress.finish(outcome, now);
+            if let Some(cb) = e.callback.take() {
+                dropped.push(cb);
+            }
+            self.emit(QueueEvent::Finished { id, state, message: message.clone() });
+            self.outcomes.insert(id, state);
+            if self.history.len() == HISTORY {
+                self.history.pop_front();
+            }
+            self.history.push_back(e.view(now, true));
+            // Dependents.
+            let dependents: Vec<TaskId> = self
+                .entries
+                .values()
+                .filter(|d| d.waiting_on.contains(&id) || d.waiting_any.contains(&id))
+                .map(|d| d.id)
+                .collect();
+            for dep_id in dependents {
+                let Some(d) = self.entries.get_mut(&dep_id) else { continue };
+                d.waiting_any.retain(|&x| x != id);
+                if d.waiting_on.contains(&id) {
+                    d.waiting_on.retain(|&x| x != id);
+                    if state != TaskState::Completed {
+                        ended.push((
+                            dep_id,
+                            TaskState::Failed,
+                            Some(format!("dependency {id} ended {state}")),
+                        ));
+                    }
+                }
+            }
+            self.dispatcher_wake = true;
+        }
+        debug_assert!(self.history.len() <= HISTORY);
+        dropped
+    }
+}

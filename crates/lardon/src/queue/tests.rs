@@ -1,0 +1,547 @@
+//! Rules of DESIGN.md §8, driven by events (never sleeps for ordering).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::{
+    Estimate, FakeClock, FakeProbe, Governor, HostPolicy, HostProfile, MonoTime, QueueConfig, QueueEvent,
+    ReasonCode, SubmitError, Task, TaskError, TaskId, TaskQueue, TaskState,
+};
+
+const GIB: u64 = 1 << 30;
+const LIMIT: Duration = Duration::from_secs(20);
+
+struct Rig {
+    clock: Arc<FakeClock>,
+    probe: Arc<FakeProbe>,
+    queue: TaskQueue,
+    events: Receiver<QueueEvent>,
+}
+
+/// 16 GiB host, 8 CPUs (pool 4), custom reserve 2 GiB: 14 GiB to hand out.
+fn rig_with(config: QueueConfig, policy: impl FnOnce(&mut HostPolicy)) -> Rig {
+    let profile = HostProfile::new(16 * GIB, 8);
+    let clock = Arc::new(FakeClock::new(MonoTime(1_000_000_000)));
+    let probe = Arc::new(FakeProbe::new(profile.clone()).stamped_by(clock.clone()));
+    let mut p = HostPolicy::default_for(&profile);
+    p.memory_reserve = 2 * GIB;
+    p.emergency_floor = GIB;
+    p.memory_caution = None;
+    policy(&mut p);
+    let gov = Governor::with_clock(p, probe.clone(), clock.clone()).unwrap();
+    let queue = TaskQueue::with_config(gov, config);
+    let events = queue.subscribe();
+    Rig { clock, probe, queue, events }
+}
+
+fn rig() -> Rig {
+    rig_with(QueueConfig::default(), |_| {})
+}
+
+impl Rig {
+    /// Waits for the first event matching `pred`, returning it.
+    fn until(&self, what: &str, pred: impl Fn(&QueueEvent) -> bool) -> QueueEvent {
+        loop {
+            match self.events.recv_timeout(LIMIT) {
+                Ok(e) if pred(&e) => return e,
+                Ok(_) => {}
+                Err(_) => panic!("no event: {what}"),
+            }
+        }
+    }
+
+    fn started(&self, id: TaskId) {
+        self.until(&format!("{id} started"), |e| matches!(e, QueueEvent::Started { id: x, .. } if *x == id));
+    }
+
+    fn finished(&self, id: TaskId) -> TaskState {
+        match self
+            .until(&format!("{id} finished"), |e| matches!(e, QueueEvent::Finished { id: x, .. } if *x == id))
+        {
+            QueueEvent::Finished { state, .. } => state,
+            _ => unreachable!(),
+        }
+    }
+
+    fn reserved(&self) -> (usize, u64) {
+        let av = self.queue.governor().availability();
+        (av.reservations, av.memory_reserved)
+    }
+}
+
+fn mem(bytes: u64) -> Estimate {
+    Estimate::builder().memory(bytes).build()
+}
+
+/// A callback that blocks until told to finish.
+fn gated() -> (Sender<()>, impl FnOnce(&mut crate::TaskContext) -> crate::TaskResult + Send + 'static) {
+    let (tx, rx) = channel::<()>();
+    (tx, move |_ctx: &mut crate::TaskContext| {
+        let _ = rx.recv();
+        Ok(())
+    })
+}
+
+#[test]
+fn four_hundred_tasks_start_in_fifo_order_each_with_its_contract() {
+    let r = rig();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut ids = Vec::new();
+    for i in 0..400u64 {
+        let seen = seen.clone();
+        let e = Estimate::builder().memory(GIB / 64).cpus(1).build();
+        let id = r
+            .queue
+            .submit(Task::new(format!("t{i}"), e, move |ctx| {
+                assert_eq!(ctx.contract().memory, GIB / 64);
+                assert_eq!(ctx.contract().cpu_millis, 1000);
+                seen.lock().unwrap().push(ctx.id());
+                Ok(())
+            }))
+            .unwrap();
+        ids.push(id);
+    }
+    let mut started = Vec::new();
+    while started.len() < 400 {
+        if let QueueEvent::Started { id, .. } = r.until("starts", |e| matches!(e, QueueEvent::Started { .. }))
+        {
+            started.push(id);
+        }
+    }
+    assert_eq!(started, ids, "admission order is FIFO");
+    r.queue.wait_idle();
+    assert_eq!(seen.lock().unwrap().len(), 400);
+    assert_eq!(r.reserved(), (0, 0));
+}
+
+#[test]
+fn a_waiting_head_is_bypassed_then_admitted_on_release() {
+    let r = rig();
+    let (release_a, a_cb) = gated();
+    let a = r.queue.submit(Task::new("a", mem(10 * GIB), a_cb)).unwrap();
+    r.started(a);
+    let (release_b, b_cb) = gated();
+    let b = r.queue.submit(Task::new("b", mem(8 * GIB), b_cb)).unwrap();
+    let (release_c, c_cb) = gated();
+    let c = r.queue.submit(Task::new("c", mem(GIB), c_cb)).unwrap();
+    r.started(c);
+    let view = r.queue.get(b).unwrap();
+    assert_eq!(view.state, TaskState::Pending);
+    assert_eq!(view.last_decision.unwrap().reason, ReasonCode::Memory);
+    release_a.send(()).unwrap();
+    r.started(b);
+    release_b.send(()).unwrap();
+    release_c.send(()).unwrap();
+    r.queue.wait_idle();
+    assert_eq!(r.reserved(), (0, 0));
+}
+
+#[test]
+fn higher_priority_runs_first() {
+    let r = rig_with(QueueConfig::default(), |p| p.max_running = Some(1));
+    let (gate, cb) = gated();
+    let blocker = r.queue.submit(Task::new("blocker", mem(GIB), cb)).unwrap();
+    r.started(blocker);
+    let low = r.queue.submit(Task::new("low", mem(GIB), |_| Ok(()))).unwrap();
+    let high = r.queue.submit(Task::new("high", mem(GIB), |_| Ok(())).priority(5)).unwrap();
+    gate.send(()).unwrap();
+    r.started(high);
+    r.started(low);
+}
+
+#[test]
+fn a_paused_pending_task_is_not_admitted_until_resumed() {
+    let r = rig_with(QueueConfig::default(), |p| p.max_running = Some(1));
+    let (gate, cb) = gated();
+    let blocker = r.queue.submit(Task::new("blocker", mem(GIB), cb)).unwrap();
+    r.started(blocker);
+    let p = r.queue.submit(Task::new("p", mem(GIB), |_| Ok(()))).unwrap();
+    r.queue.pause(p).unwrap();
+    let q = r.queue.submit(Task::new("q", mem(GIB), |_| Ok(()))).unwrap();
+    gate.send(()).unwrap();
+    r.started(q);
+    assert_eq!(r.queue.get(p).unwrap().state, TaskState::Paused);
+    r.queue.resume(p).unwrap();
+    r.started(p);
+    assert_eq!(r.finished(p), TaskState::Completed);
+}
+
+#[test]
+fn pausing_a_running_task_keeps_its_reservation() {
+    let r = rig();
+    let (step_tx, step_rx) = channel::<()>();
+    let (at_tx, at_rx) = channel::<&'static str>();
+    let id = r
+        .queue
+        .submit(Task::new("pausable", mem(3 * GIB), move |ctx| {
+            step_rx.recv().unwrap();
+            at_tx.send("before checkpoint").unwrap();
+            ctx.checkpoint()?;
+            at_tx.send("after checkpoint").unwrap();
+            Ok(())
+        }))
+        .unwrap();
+    r.started(id);
+    r.queue.pause(id).unwrap();
+    step_tx.send(()).unwrap();
+    assert_eq!(at_rx.recv().unwrap(), "before checkpoint");
+    r.until("paused", |e| matches!(e, QueueEvent::StateChanged { state: TaskState::Paused, .. }));
+    assert_eq!(r.reserved(), (1, 3 * GIB), "the reservation is kept while paused");
+    assert_eq!(r.queue.get(id).unwrap().state, TaskState::Paused);
+    r.queue.resume(id).unwrap();
+    assert_eq!(at_rx.recv().unwrap(), "after checkpoint");
+    assert_eq!(r.finished(id), TaskState::Completed);
+    assert_eq!(r.reserved(), (0, 0));
+}
+
+#[test]
+fn cancel_of_pending_is_immediate_and_of_running_at_checkpoint() {
+    let r = rig_with(QueueConfig::default(), |p| p.max_running = Some(1));
+    let (go_tx, go_rx) = channel::<()>();
+    let running = r
+        .queue
+        .submit(Task::new("running", mem(GIB), move |ctx| {
+            go_rx.recv().unwrap();
+            ctx.checkpoint()?;
+            Err(TaskError::failed("should have been cancelled"))
+        }))
+        .unwrap();
+    r.started(running);
+    let called = Arc::new(AtomicUsize::new(0));
+    let c2 = called.clone();
+    let pending = r
+        .queue
+        .submit(Task::new("pending", mem(GIB), move |_| {
+            c2.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }))
+        .unwrap();
+    r.queue.cancel(pending).unwrap();
+    assert_eq!(r.finished(pending), TaskState::Cancelled);
+    r.queue.cancel(running).unwrap();
+    go_tx.send(()).unwrap();
+    assert_eq!(r.finished(running), TaskState::Cancelled);
+    assert_eq!(called.load(Ordering::SeqCst), 0, "a cancelled pending task is never called");
+    assert_eq!(r.queue.cancel(running), Err(crate::QueueError::AlreadyEnded(running)));
+}
+
+#[test]
+fn cancel_during_a_wait_inside_sequence_break() {
+    let r = rig();
+    let (go_tx, go_rx) = channel::<()>();
+    let id = r
+        .queue
+        .submit(Task::new("seq", mem(8 * GIB), move |ctx| {
+            go_rx.recv().unwrap();
+            ctx.sequence_break()?;
+            Err(TaskError::failed("must not get a new sequence"))
+        }))
+        .unwrap();
+    r.started(id);
+    // The hog does not fit beside `seq` (8 + 7 > 14 GiB) and waits.
+    let (gate, hog_cb) = gated();
+    let hog = r.queue.submit(Task::new("hog", mem(7 * GIB), hog_cb)).unwrap();
+    r.until(
+        "hog waits",
+        |e| matches!(e, QueueEvent::Decision { id: x, reason: ReasonCode::Memory, .. } if *x == hog),
+    );
+    // Paused, `seq` releases its reservation in sequence_break and holds at
+    // the checkpoint: the hog takes the memory.
+    r.queue.pause(id).unwrap();
+    go_tx.send(()).unwrap();
+    r.started(hog);
+    r.queue.resume(id).unwrap();
+    r.until(
+        "seq waits",
+        |e| matches!(e, QueueEvent::Decision { id: x, reason: ReasonCode::Memory, .. } if *x == id),
+    );
+    assert_eq!(r.reserved(), (1, 7 * GIB), "only the hog holds memory while seq waits");
+    r.queue.cancel(id).unwrap();
+    assert_eq!(r.finished(id), TaskState::Cancelled);
+    gate.send(()).unwrap();
+    r.queue.wait_idle();
+    assert_eq!(r.reserved(), (0, 0));
+}
+
+#[test]
+fn sequence_loop_grows_its_batch_and_ends_with_nothing_reserved() {
+    let r = rig();
+    let (gate, hog_cb) = gated();
+    let hog = r.queue.submit(Task::new("hog", mem(12 * GIB), hog_cb)).unwrap();
+    r.started(hog);
+    let batches = Arc::new(Mutex::new(Vec::new()));
+    let b2 = batches.clone();
+    let (first_tx, first_rx) = channel::<()>();
+    let (cont_tx, cont_rx) = channel::<()>();
+    let per_item = GIB / 10;
+    let e = Estimate::builder().memory_per_item(per_item).batch(1, 100).build();
+    let id = r
+        .queue
+        .submit(Task::new("seq", e, move |ctx| {
+            let total = 200;
+            let mut done = 0;
+            ctx.set_progress(0, total).unwrap();
+            let mut first = Some(first_tx);
+            while done < total {
+                let batch = ctx.contract().batch.min(total - done);
+                b2.lock().unwrap().push(ctx.contract().batch);
+                done += batch;
+                ctx.set_progress(done, total).unwrap();
+                if let Some(tx) = first.take() {
+                    tx.send(()).unwrap();
+                    cont_rx.recv().unwrap();
+                }
+                if done < total {
+                    ctx.sequence_break()?;
+                }
+            }
+            Ok(())
+        }))
+        .unwrap();
+    first_rx.recv().unwrap();
+    gate.send(()).unwrap();
+    assert_eq!(r.finished(hog), TaskState::Completed);
+    cont_tx.send(()).unwrap();
+    assert_eq!(r.finished(id), TaskState::Completed);
+    let batches = batches.lock().unwrap().clone();
+    assert_eq!(batches[0], 20, "2 GiB free: 20 items of 0.1 GiB");
+    assert!(batches[1..].iter().all(|&b| b >= 20), "{batches:?}");
+    assert!(batches.contains(&100), "full batches once the hog is gone: {batches:?}");
+    let view = r.queue.get(id).unwrap();
+    assert_eq!((view.progress.progress.unwrap().done(), view.sequences as usize), (200, batches.len()));
+    assert_eq!(r.reserved(), (0, 0));
+}
+
+#[test]
+fn rejected_tasks_fail_with_the_reason_and_are_never_called() {
+    let r = rig();
+    let called = Arc::new(AtomicUsize::new(0));
+    let c = called.clone();
+    let id = r
+        .queue
+        .submit(Task::new("huge", mem(20 * GIB), move |_| {
+            c.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }))
+        .unwrap();
+    assert_eq!(r.finished(id), TaskState::Failed);
+    let v = r.queue.get(id).unwrap();
+    assert!(v.message.unwrap().contains("impossible"));
+    assert_eq!(v.last_decision.unwrap().reason, ReasonCode::Impossible);
+    assert_eq!(called.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn errors_and_panics_fail_the_task_and_release_once() {
+    let r = rig();
+    let e = r.queue.submit(Task::new("err", mem(GIB), |_| Err(TaskError::failed("boom")))).unwrap();
+    assert_eq!(r.finished(e), TaskState::Failed);
+    assert_eq!(r.queue.get(e).unwrap().message.as_deref(), Some("boom"));
+    let p = r.queue.submit(Task::new("panic", mem(GIB), |_| panic!("kaboom"))).unwrap();
+    assert_eq!(r.finished(p), TaskState::Failed);
+    assert!(r.queue.get(p).unwrap().message.unwrap().contains("kaboom"));
+    let f = r
+        .queue
+        .submit(Task::new("fail", mem(GIB), |ctx| {
+            ctx.fail("marked");
+            Ok(())
+        }))
+        .unwrap();
+    assert_eq!(r.finished(f), TaskState::Failed);
+    assert_eq!(r.reserved(), (0, 0));
+}
+
+#[test]
+fn dependencies_wait_for_success_and_fail_with_their_dependency() {
+    let r = rig();
+    let (gate, cb) = gated();
+    let a = r.queue.submit(Task::new("a", mem(GIB), cb)).unwrap();
+    let b = r.queue.submit(Task::new("b", mem(GIB), |_| Ok(())).after(a)).unwrap();
+    r.started(a);
+    assert_eq!(r.queue.get(b).unwrap().state, TaskState::Pending);
+    gate.send(()).unwrap();
+    r.started(b);
+    let bad = r.queue.submit(Task::new("bad", mem(GIB), |_| Err(TaskError::failed("no")))).unwrap();
+    let dep = r.queue.submit(Task::new("dep", mem(GIB), |_| Ok(())).after(bad)).unwrap();
+    let any = r.queue.submit(Task::new("any", mem(GIB), |_| Ok(())).after_any(bad)).unwrap();
+    assert_eq!(r.finished(bad), TaskState::Failed);
+    assert_eq!(r.finished(dep), TaskState::Failed);
+    assert!(r.queue.get(dep).unwrap().message.unwrap().contains(&format!("dependency {bad}")));
+    assert_eq!(r.finished(any), TaskState::Completed);
+    assert!(matches!(
+        r.queue.submit(Task::new("x", mem(GIB), |_| Ok(())).after(TaskId(9999))),
+        Err(SubmitError::UnknownDependency(TaskId(9999)))
+    ));
+    let late = r.queue.submit(Task::new("late", mem(GIB), |_| Ok(())).after(bad)).unwrap();
+    assert_eq!(r.queue.get(late).unwrap().state, TaskState::Failed, "an ended dependency resolves at once");
+}
+
+#[test]
+fn ids_are_never_reused_and_history_is_bounded() {
+    let r = rig();
+    let mut last = 0;
+    for i in 0..100 {
+        let id = r.queue.submit(Task::new(format!("t{i}"), mem(GIB), |_| Ok(()))).unwrap();
+        assert!(id.0 > last);
+        last = id.0;
+        r.finished(id);
+        if i % 10 == 0 {
+            r.queue.remove(id).unwrap();
+        }
+    }
+    let snap = r.queue.snapshot();
+    assert!(snap.live.is_empty());
+    assert_eq!(snap.finished.len(), crate::HISTORY);
+    let next = r.queue.submit(Task::new("next", mem(GIB), |_| Ok(()))).unwrap();
+    assert_eq!(next.0, last + 1);
+    assert!(matches!(
+        r.queue.submit(Task::new("dup", mem(GIB), |_| Ok(())).with_id(TaskId(5))),
+        Err(SubmitError::DuplicateId(TaskId(5)))
+    ));
+    let restored = r.queue.submit(Task::new("restored", mem(GIB), |_| Ok(())).with_id(TaskId(1000))).unwrap();
+    assert_eq!(restored, TaskId(1000));
+    assert_eq!(r.queue.submit(Task::new("after", mem(GIB), |_| Ok(()))).unwrap(), TaskId(1001));
+}
+
+#[test]
+fn try_submit_distinguishes_full_and_closing() {
+    let r = rig_with(QueueConfig { capacity: 1, ..QueueConfig::default() }, |p| p.max_running = Some(1));
+    let (gate, cb) = gated();
+    let a = r.queue.submit(Task::new("a", mem(GIB), cb)).unwrap();
+    r.started(a);
+    r.queue.try_submit(Task::new("b", mem(GIB), |_| Ok(()))).unwrap();
+    let Err(SubmitError::Full(task)) = r.queue.try_submit(Task::new("c", mem(GIB), |_| Ok(()))) else {
+        panic!("must be full")
+    };
+    assert_eq!(task.name(), "c", "the task is handed back");
+    gate.send(()).unwrap();
+    r.queue.close();
+    assert!(matches!(r.queue.try_submit(Task::new("d", mem(GIB), |_| Ok(()))), Err(SubmitError::Closing(_))));
+}
+
+#[test]
+fn blocking_submit_waits_for_room() {
+    let r = rig_with(QueueConfig { capacity: 1, ..QueueConfig::default() }, |p| p.max_running = Some(1));
+    let (gate, cb) = gated();
+    let a = r.queue.submit(Task::new("a", mem(GIB), cb)).unwrap();
+    r.started(a);
+    r.queue.submit(Task::new("b", mem(GIB), |_| Ok(()))).unwrap();
+    std::thread::scope(|s| {
+        let q = &r.queue;
+        let blocked = s.spawn(move || q.submit(Task::new("c", mem(GIB), |_| Ok(()))).map(|id| id.0));
+        gate.send(()).unwrap();
+        assert!(blocked.join().unwrap().is_ok());
+    });
+    r.queue.wait_idle();
+}
+
+struct DropCounter(Arc<AtomicUsize>);
+impl Drop for DropCounter {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn close_during_a_long_task_releases_everything_and_drops_each_task_once() {
+    let r = rig_with(QueueConfig::default(), |p| p.max_running = Some(1));
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (started_tx, started_rx) = channel::<()>();
+    let guard = DropCounter(drops.clone());
+    r.queue
+        .submit(Task::new("long", mem(4 * GIB), move |ctx| {
+            let _g = guard;
+            started_tx.send(()).unwrap();
+            loop {
+                ctx.checkpoint()?;
+                std::thread::yield_now();
+            }
+        }))
+        .unwrap();
+    for i in 0..5 {
+        let g = DropCounter(drops.clone());
+        r.queue
+            .submit(Task::new(format!("p{i}"), mem(GIB), move |_| {
+                let _g = g;
+                Ok(())
+            }))
+            .unwrap();
+    }
+    started_rx.recv().unwrap();
+    r.queue.close();
+    assert_eq!(drops.load(Ordering::SeqCst), 6, "each task dropped exactly once");
+    assert_eq!(r.reserved(), (0, 0));
+    let snap = r.queue.snapshot();
+    assert!(snap.live.is_empty());
+    assert!(snap.finished.iter().all(|v| v.state == TaskState::Cancelled));
+    r.queue.close(); // idempotent
+}
+
+#[test]
+fn a_long_bypassed_head_gets_a_hold() {
+    let r =
+        rig_with(QueueConfig { starvation_bound: Duration::from_secs(30), ..QueueConfig::default() }, |_| {});
+    let (gate_a, a_cb) = gated();
+    let a = r.queue.submit(Task::new("a", mem(8 * GIB), a_cb)).unwrap();
+    r.started(a);
+    let head = r.queue.submit(Task::new("head", mem(10 * GIB), |_| Ok(()))).unwrap();
+    let (gate_c, c_cb) = gated();
+    let c = r.queue.submit(Task::new("c", mem(GIB), c_cb)).unwrap();
+    r.started(c);
+    // Past the bound, a later small task is held back for the head.
+    r.clock.advance(Duration::from_secs(31));
+    let d = r.queue.submit(Task::new("d", mem(GIB), |_| Ok(()))).unwrap();
+    r.until(
+        "d held",
+        |e| matches!(e, QueueEvent::Decision { id, reason: ReasonCode::HeldForHead, .. } if *id == d),
+    );
+    gate_c.send(()).unwrap();
+    gate_a.send(()).unwrap();
+    r.started(head);
+    r.queue.wait_idle();
+    let _ = r.probe.calls();
+}
+
+#[test]
+fn host_state_waits_are_resampled_and_released_by_a_host_change() {
+    let r = rig();
+    r.probe.update(|s| s.pressure.cpu = Some(50.0));
+    r.queue.resources_changed();
+    let id = r.queue.submit(Task::new("cpu", mem(GIB), |_| Ok(()))).unwrap();
+    r.until(
+        "waits on cpu pressure",
+        |e| matches!(e, QueueEvent::Decision { id: x, reason: ReasonCode::CpuPressure, .. } if *x == id),
+    );
+    r.probe.update(|s| s.pressure.cpu = Some(0.0));
+    r.clock.advance(Duration::from_millis(300));
+    // No call: the dispatcher re-samples on its own while a task waits on the host.
+    assert_eq!(r.finished(id), TaskState::Completed);
+}
+
+#[test]
+fn progress_and_events_are_observable() {
+    let r = rig();
+    let clock = r.clock.clone();
+    let id = r
+        .queue
+        .submit(Task::new("p", mem(GIB), move |ctx| {
+            for done in [20, 30, 50] {
+                ctx.set_progress(done, 100).unwrap();
+                clock.advance(Duration::from_secs(1));
+            }
+            Ok(())
+        }))
+        .unwrap();
+    let mut progress = Vec::new();
+    let is_progress = |e: &QueueEvent| matches!(e, QueueEvent::Progress { .. } | QueueEvent::Finished { .. });
+    while let QueueEvent::Progress { progress: p, .. } = r.until("progress", is_progress) {
+        progress.push(p.done());
+    }
+    assert_eq!(progress, vec![20, 30, 50]);
+    let v = r.queue.get(id).unwrap();
+    assert_eq!(v.state, TaskState::Completed);
+    assert!(v.progress.is_integrity_error(), "completed with 50 of 100 is never shown as 100 %");
+}
