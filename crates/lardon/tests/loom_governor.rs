@@ -289,17 +289,10 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
 }
 
 /// `acquire(..).await` pending on memory is woken by a release on another
-/// thread (run with `--features async`).
-///
-/// Ignored: it hangs loom today. `Governor::register_waker` holds
-/// `Shared::wakers`, a *std* `Mutex`, while reading the generation (a loom
-/// atomic, hence a loom scheduling point); loom then runs the releasing
-/// thread, whose `publish` blocks the real thread on that std `Mutex`.
-/// Making `wakers` a `crate::sync::Mutex` (locked with `sync::lock`) fixes
-/// it: this model then passes in milliseconds.
+/// thread (run with `--features async`). `Shared::wakers` is a loom mutex
+/// under `--cfg loom`, so the registration racing a publish is explored.
 #[cfg(feature = "async")]
 #[test]
-#[ignore = "hangs under loom until Shared::wakers is a crate::sync::Mutex"]
 fn acquire_is_woken_by_a_release() {
     model(Some(3), || {
         let gov = governor();

@@ -102,6 +102,12 @@ pub enum QueueError {
     /// `remove` of a task that has not ended (cancel it first).
     #[error("task {0} has not ended: cancel it first")]
     NotEnded(TaskId),
+    /// The task has not started (for operations on running tasks).
+    #[error("task {0} has not started")]
+    NotStarted(TaskId),
+    /// Progress figures were refused.
+    #[error("bad progress: {0}")]
+    BadProgress(String),
 }
 
 pub(crate) struct Inner {
@@ -357,6 +363,49 @@ impl TaskQueue {
         drop(st);
         self.inner.tasks.bump();
         self.inner.wake_dispatcher();
+        Ok(())
+    }
+
+    /// Reports progress of a running task from outside its callback (a
+    /// daemon relaying `lardon progress` from a child process).
+    ///
+    /// # Errors
+    /// [`QueueError::NotFound`]/[`QueueError::AlreadyEnded`], or
+    /// [`QueueError::BadProgress`] for `total == 0` or `done > total`.
+    pub fn report_progress(&self, id: TaskId, progress: crate::progress::Progress) -> Result<(), QueueError> {
+        let now = self.inner.governor.now();
+        let mut st = self.inner.lock();
+        let Some(e) = st.entries.get_mut(&id) else { return Err(self.missing(&st, id)) };
+        e.progress.report(progress, now).map_err(|err| QueueError::BadProgress(err.to_string()))?;
+        st.emit(QueueEvent::Progress { id, progress });
+        Ok(())
+    }
+
+    /// Marks a running task paused or running at once, for executors that
+    /// stop work out of band (a daemon sending SIGSTOP/SIGCONT to a child
+    /// process group). The task keeps its reservation. Its callback, if it
+    /// calls `checkpoint`, also honours the flag.
+    ///
+    /// # Errors
+    /// [`QueueError::NotFound`]/[`QueueError::AlreadyEnded`], or
+    /// [`QueueError::NotStarted`] for a task that has not started.
+    pub fn set_running_paused(&self, id: TaskId, paused: bool) -> Result<(), QueueError> {
+        let now = self.inner.governor.now();
+        let mut st = self.inner.lock();
+        let Some(e) = st.entries.get_mut(&id) else { return Err(self.missing(&st, id)) };
+        if !e.started {
+            return Err(QueueError::NotStarted(id));
+        }
+        e.pause_requested = paused;
+        let next = if paused { TaskState::Paused } else { TaskState::Running };
+        if e.state != next {
+            e.state = next;
+            let phase = if paused { crate::progress::Phase::Paused } else { crate::progress::Phase::Running };
+            let _ = e.progress.set_phase(phase, now);
+            st.emit(QueueEvent::StateChanged { id, state: next });
+        }
+        drop(st);
+        self.inner.tasks.bump();
         Ok(())
     }
 

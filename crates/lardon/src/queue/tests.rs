@@ -545,3 +545,29 @@ fn progress_and_events_are_observable() {
     assert_eq!(v.state, TaskState::Completed);
     assert!(v.progress.is_integrity_error(), "completed with 50 of 100 is never shown as 100 %");
 }
+
+#[test]
+fn executors_can_pause_out_of_band_and_relay_progress() {
+    let r = rig_with(QueueConfig::default(), |p| p.max_running = Some(1));
+    let (gate0, cb0) = gated();
+    let first = r.queue.submit(Task::new("first", mem(GIB), cb0)).unwrap();
+    r.started(first);
+    let (gate, cb) = gated();
+    let id = r.queue.submit(Task::new("cmd", mem(2 * GIB), cb)).unwrap();
+    assert_eq!(r.queue.set_running_paused(id, true), Err(crate::QueueError::NotStarted(id)));
+    gate0.send(()).unwrap();
+    r.started(id);
+    r.queue.set_running_paused(id, true).unwrap();
+    assert_eq!(r.queue.get(id).unwrap().state, TaskState::Paused);
+    assert_eq!(r.reserved(), (1, 2 * GIB), "paused out of band, the reservation is kept");
+    r.queue.set_running_paused(id, false).unwrap();
+    assert_eq!(r.queue.get(id).unwrap().state, TaskState::Running);
+    r.queue.report_progress(id, crate::progress::Progress::items(3, 10).unwrap()).unwrap();
+    assert_eq!(r.queue.get(id).unwrap().progress.progress.unwrap().done(), 3);
+    gate.send(()).unwrap();
+    assert_eq!(r.finished(id), TaskState::Completed);
+    assert_eq!(
+        r.queue.report_progress(id, crate::progress::Progress::items(1, 1).unwrap()),
+        Err(crate::QueueError::AlreadyEnded(id))
+    );
+}
