@@ -1,0 +1,1 @@
+//! Benchmarks and the packing simulator for Lardon (under construction).

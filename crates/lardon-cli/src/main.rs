@@ -1,0 +1,2 @@
+//! The `lardon` binary (under construction).
+fn main() {}
