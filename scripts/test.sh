@@ -18,5 +18,6 @@ cargo test --workspace --all-features
 # loom swaps the engine's lock, condvar and atomics for model-checked ones;
 # RUSTFLAGS changes every dependency's build, hence its own target dir.
 step "loom models of the Governor and the dispatcher hand-off"
-RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS=3 \
-  cargo test -p lardon --release --all-features --test 'loom_*'
+export RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom
+cargo test -p lardon --release --all-features --test 'loom_*'
+cargo test -p lardon --release --all-features --lib loom_tests

@@ -50,6 +50,12 @@ impl TaskContext {
         &self.contract
     }
 
+    /// Whether the task holds an active reservation now (false only
+    /// between sequences, inside `sequence_break`).
+    pub fn holds_reservation(&self) -> bool {
+        self.reservation.as_ref().is_some_and(Reservation::is_valid)
+    }
+
     /// The Governor (read-only uses: availability, history).
     pub fn governor(&self) -> &Governor {
         &self.inner.governor

@@ -9,10 +9,14 @@
 mod context;
 mod dispatch;
 mod events;
+#[cfg(all(test, loom))]
+mod loom_tests;
+#[cfg(all(test, not(loom)))]
+mod prop_tests;
 mod signal;
 mod state;
 mod task;
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests;
 mod worker;
 
@@ -140,7 +144,6 @@ impl Inner {
 ///
 /// let profile = HostProfile::new(16 << 30, 8);
 /// let governor = Governor::new(HostPolicy::default_for(&profile), FakeProbe::new(profile)).unwrap();
-/// # let clock = std::sync::Arc::new(lardon::SystemClock);
 /// let queue = TaskQueue::new(governor);
 /// let id = queue
 ///     .submit(Task::new("hello", Estimate::builder().memory(1 << 30).build(), |ctx| {

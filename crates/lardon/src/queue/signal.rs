@@ -4,11 +4,13 @@
 //! while it is unchanged, so a wake between the check and the sleep is
 //! never lost. Its lock is a leaf: nothing else is locked while it is held,
 //! so it may be poked from anywhere — including a Governor waker fired
-//! while the queue lock is held.
+//! while the queue lock is held. Under `--cfg loom` it is built on loom's
+//! primitives (see `loom_tests.rs`).
 
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::task::Wake;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::sync::{self, Condvar, Mutex};
 
 #[derive(Debug, Default)]
 pub(crate) struct Signal {
@@ -18,11 +20,11 @@ pub(crate) struct Signal {
 
 impl Signal {
     pub(crate) fn epoch(&self) -> u64 {
-        *self.epoch.lock().unwrap_or_else(PoisonError::into_inner)
+        *sync::lock(&self.epoch)
     }
 
     pub(crate) fn bump(&self) {
-        let mut e = self.epoch.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut e = sync::lock(&self.epoch);
         *e = e.wrapping_add(1);
         self.cv.notify_all();
     }
@@ -30,29 +32,38 @@ impl Signal {
     /// Sleeps while the epoch equals `seen`, at most `timeout` (`None`:
     /// no limit). Returns whether it changed.
     pub(crate) fn wait(&self, seen: u64, timeout: Option<Duration>) -> bool {
-        let mut e = self.epoch.lock().unwrap_or_else(PoisonError::into_inner);
-        let deadline = timeout.map(|t| Instant::now() + t);
-        while *e == seen {
-            match deadline {
-                None => e = self.cv.wait(e).unwrap_or_else(PoisonError::into_inner),
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
+        let mut e = sync::lock(&self.epoch);
+        match timeout {
+            None => {
+                while *e == seen {
+                    e = self.cv.wait(e).unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+                true
+            }
+            #[cfg(not(loom))]
+            Some(timeout) => {
+                let deadline = std::time::Instant::now() + timeout;
+                while *e == seen {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
                     if left.is_zero() {
                         return false;
                     }
                     e = self.cv.wait_timeout(e, left).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
                 }
+                true
             }
+            // loom has no time: a timed wait is a spurious wake-up.
+            #[cfg(loom)]
+            Some(_) => *e != seen,
         }
-        true
     }
 }
 
 impl Wake for Signal {
-    fn wake(self: Arc<Self>) {
+    fn wake(self: std::sync::Arc<Self>) {
         self.bump();
     }
-    fn wake_by_ref(self: &Arc<Self>) {
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
         self.bump();
     }
 }
