@@ -1,0 +1,1 @@
+//! The observatory behind `lardon top` (under construction).
