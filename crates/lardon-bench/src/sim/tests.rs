@@ -1,0 +1,114 @@
+//! Hand-computed tiny workloads for every metric and strategy.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::workload::{SimTask, Workload};
+use super::*;
+
+const SMALL: Host = Host { total_memory: 16 * GIB, cpus: 16 };
+// 16 GiB host: default reserve 3 GiB, budget 13 GiB.
+const BUDGET: u64 = 13 * GIB;
+
+fn wl(tasks: Vec<SimTask>) -> Workload {
+    Workload { name: "hand".into(), tasks }
+}
+
+fn three_eights() -> Workload {
+    wl((0..3).map(|i| SimTask::simple(format!("t{i}"), 8 * GIB, 10_000)).collect())
+}
+
+#[test]
+fn fixed_two_goes_over_budget_but_not_physical() {
+    let o = simulate(&SMALL, &three_eights(), Strategy::Fixed(2)).unwrap();
+    assert_eq!(o.budget, BUDGET);
+    assert_eq!(o.makespan_ms, 20_000);
+    // 3 × 8 GiB × 10 s ÷ 13 GiB.
+    assert!((o.lower_bound_ms - 240_000.0 / 13.0).abs() < 1e-6);
+    assert_eq!((o.over_budget_ms, o.over_physical_ms, o.oom_events), (10_000, 0, 0));
+    assert_eq!(o.peak_usage, 16 * GIB);
+    assert_eq!(o.peak_reserved, None);
+    assert!((o.usage_ratio() - 16.0 / 13.0).abs() < 1e-9);
+}
+
+#[test]
+fn fixed_three_overcommits_physical_memory() {
+    let o = simulate(&SMALL, &three_eights(), Strategy::Fixed(3)).unwrap();
+    assert_eq!(o.makespan_ms, 10_000);
+    assert_eq!((o.over_budget_ms, o.over_physical_ms, o.oom_events), (10_000, 10_000, 1));
+    // Cheating on memory beats the bound, which assumes the budget holds.
+    assert!((o.makespan_ms as f64) < o.lower_bound_ms);
+}
+
+#[test]
+fn lardon_runs_one_eight_at_a_time() {
+    let o = simulate(&SMALL, &three_eights(), Strategy::Lardon).unwrap();
+    assert_eq!(o.makespan_ms, 30_000);
+    assert_eq!(o.peak_reserved, Some(8 * GIB));
+    assert_eq!((o.over_budget_ms, o.oom_events, o.sequences, o.rejected), (0, 0, 3, 0));
+    assert!((o.makespan_ratio() - 30_000.0 * 13.0 / 240_000.0).abs() < 1e-9);
+    assert!((o.reserved_ratio().unwrap() - 8.0 / 13.0).abs() < 1e-9);
+}
+
+#[test]
+fn wait_bypass_beats_strict_fifo() {
+    // A 8, B 8, C 4, D 4 GiB, 10 s each, budget 13 GiB.
+    // Lardon: A+C at 0, B+D at 10 → 20 s. FIFO: A; B blocks C; B+C at 10; D at 20 → 30 s.
+    let w = wl(vec![
+        SimTask::simple("a", 8 * GIB, 10_000),
+        SimTask::simple("b", 8 * GIB, 10_000),
+        SimTask::simple("c", 4 * GIB, 10_000),
+        SimTask::simple("d", 4 * GIB, 10_000),
+    ]);
+    let lardon = simulate(&SMALL, &w, Strategy::Lardon).unwrap();
+    let fifo = simulate(&SMALL, &w, Strategy::StrictFifo).unwrap();
+    assert_eq!(lardon.makespan_ms, 20_000);
+    assert_eq!(fifo.makespan_ms, 30_000);
+    assert_eq!(lardon.peak_reserved, Some(12 * GIB));
+    assert_eq!(fifo.peak_reserved, Some(12 * GIB));
+    assert!((lardon.lower_bound_ms - 240_000.0 / 13.0).abs() < 1e-6);
+}
+
+#[test]
+fn learning_halves_a_liars_batches() {
+    // Declares 256 MiB per item, really uses 512 MiB. First sequence: 64
+    // items (32 GiB real); learning then gives 64 × 256/512 = 32 items.
+    let liar = SimTask {
+        items: 128,
+        batch_max: 64,
+        est_fixed: 0,
+        est_per_item: 256 << 20,
+        real_fixed: 0,
+        real_per_item: 512 << 20,
+        time_per_item: 100,
+        ..SimTask::simple("liar", 0, 1_000)
+    };
+    let honest = SimTask { name: "honest".into(), real_per_item: 256 << 20, ..liar.clone() };
+    let host = Host::default();
+    let o = simulate(&host, &wl(vec![liar]), Strategy::Lardon).unwrap();
+    assert_eq!(o.sequences, 3);
+    assert_eq!(o.peak_usage, 32 * GIB);
+    assert_eq!(o.makespan_ms, 3 * 1_000 + 128 * 100);
+    let o = simulate(&host, &wl(vec![honest]), Strategy::Lardon).unwrap();
+    assert_eq!(o.sequences, 2);
+    // Fixed-N never learns: 64, 64.
+    let o = simulate(&host, &wl(vec![SimTask { name: "l".into(), ..o_liar() }]), Strategy::Fixed(1)).unwrap();
+    assert_eq!(o.sequences, 2);
+}
+
+fn o_liar() -> SimTask {
+    SimTask {
+        items: 128,
+        batch_max: 64,
+        real_per_item: 1 << 20,
+        est_per_item: 1 << 20,
+        ..SimTask::simple("x", 0, 10)
+    }
+}
+
+#[test]
+fn same_seed_same_outcomes() {
+    let host = Host::default();
+    let w = workload::tiny(9);
+    for s in standard_strategies() {
+        assert_eq!(simulate(&host, &w, s).unwrap(), simulate(&host, &w, s).unwrap(), "{s:?}");
+    }
+}
