@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use lardon::{
     Class, DecisionKind, Estimate, FakeClock, FakeProbe, Governor, HostPolicy, HostProfile, MonoTime,
-    Reservation,
+    PressureLevel, Reservation,
 };
 
 use super::tracker::Tracker;
@@ -50,12 +50,23 @@ struct Running {
     reservation: Reservation,
 }
 
-/// Runs `tasks` on `host` through the real Governor, with WAIT bypass
-/// (`bypass = true`, Lardon) or without it (strict FIFO).
+/// How the governed loop runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// WAIT bypass (Lardon) or not (strict FIFO).
+    pub bypass: bool,
+    /// Record each sequence's measured peak (`record_batch`), as the
+    /// daemon does. `false` is an ablation that shows what learning costs
+    /// or saves.
+    pub learn: bool,
+}
+
+/// Runs `tasks` on `host` through the real Governor.
 ///
 /// # Errors
 /// [`SimError`] when the Governor cannot be built or the loop stalls.
-pub fn run(host: &Host, tasks: &[SimTask], bypass: bool) -> Result<Outcome, SimError> {
+pub fn run(host: &Host, tasks: &[SimTask], options: Options) -> Result<Outcome, SimError> {
+    let Options { bypass, learn } = options;
     let profile = HostProfile::new(host.total_memory, host.cpus);
     let policy = HostPolicy::default_for(&profile);
     let budget = profile.total_memory - policy.memory_reserve;
@@ -75,6 +86,7 @@ pub fn run(host: &Host, tasks: &[SimTask], bypass: bool) -> Result<Outcome, SimE
     let mut resample: Option<u64> = None;
     let mut track = Tracker::new(host.total_memory, budget);
     let (mut now, mut makespan, mut sequences, mut rejected) = (0u64, 0u64, 0u64, 0usize);
+    let mut not_green_ms = 0u64;
 
     loop {
         // 1. Sequences ending now.
@@ -85,7 +97,9 @@ pub fn run(host: &Host, tasks: &[SimTask], bypass: bool) -> Result<Outcome, SimE
             ends.pop();
             let Some(r) = running.get_mut(slot).and_then(Option::take) else { continue };
             let took = Duration::from_millis(now - r.started);
-            governor.record_batch(&classes[r.task], r.items, took, Some(r.real));
+            if learn {
+                governor.record_batch(&classes[r.task], r.items, took, Some(r.real));
+            }
             drop(r.reservation);
             track.end(r.real, r.reserved);
             remaining[r.task] -= r.items;
@@ -106,6 +120,7 @@ pub fn run(host: &Host, tasks: &[SimTask], bypass: bool) -> Result<Outcome, SimE
             s.memory_free = available;
         });
         let snapshot = governor.sample().map_err(|e| SimError(format!("probe: {e}")))?;
+        let green = governor.pressure().0 == PressureLevel::Green;
         for r in running.iter().flatten() {
             let _ = r.reservation.report_usage(r.real);
         }
@@ -171,10 +186,18 @@ pub fn run(host: &Host, tasks: &[SimTask], bypass: bool) -> Result<Outcome, SimE
             }
         };
         track.advance(next);
+        if !green {
+            not_green_ms += next - now;
+        }
         now = next;
     }
     Ok(Outcome {
-        strategy: if bypass { "lardon".into() } else { "strict FIFO".into() },
+        strategy: match (bypass, learn) {
+            (true, true) => "lardon".into(),
+            (false, true) => "strict FIFO".into(),
+            (true, false) => "lardon, peaks not recorded (ablation)".into(),
+            (false, false) => "strict FIFO, peaks not recorded (ablation)".into(),
+        },
         makespan_ms: makespan,
         budget,
         peak_reserved: Some(track.peak_reserved),
@@ -184,6 +207,7 @@ pub fn run(host: &Host, tasks: &[SimTask], bypass: bool) -> Result<Outcome, SimE
         oom_events: track.oom_events,
         sequences,
         rejected,
+        not_green_ms: Some(not_green_ms),
         lower_bound_ms: 0.0,
         workload: String::new(),
     })

@@ -24,6 +24,7 @@ pub mod workload;
 
 use std::fmt;
 
+use governed::Options;
 use workload::{SimTask, Workload};
 
 const GIB: u64 = 1 << 30;
@@ -51,6 +52,8 @@ pub enum Strategy {
     Lardon,
     /// The real Governor, no bypass.
     StrictFifo,
+    /// Lardon without `record_batch` (ablation: what learning does).
+    LardonNoLearning,
     /// N at once, memory ignored.
     Fixed(usize),
 }
@@ -94,6 +97,9 @@ pub struct Outcome {
     pub sequences: u64,
     /// Tasks the Governor rejected.
     pub rejected: usize,
+    /// Virtual ms the Governor's pressure state was not GREEN (YELLOW
+    /// halves batch targets and re-arms slow start; RED admits nothing).
+    pub not_green_ms: Option<u64>,
 }
 
 impl Outcome {
@@ -120,8 +126,9 @@ impl Outcome {
 pub fn simulate(host: &Host, workload: &Workload, strategy: Strategy) -> Result<Outcome, SimError> {
     let tasks: &[SimTask] = &workload.tasks;
     let mut outcome = match strategy {
-        Strategy::Lardon => governed::run(host, tasks, true)?,
-        Strategy::StrictFifo => governed::run(host, tasks, false)?,
+        Strategy::Lardon => governed::run(host, tasks, Options { bypass: true, learn: true })?,
+        Strategy::StrictFifo => governed::run(host, tasks, Options { bypass: false, learn: true })?,
+        Strategy::LardonNoLearning => governed::run(host, tasks, Options { bypass: true, learn: false })?,
         Strategy::Fixed(n) => fixed::run(host, tasks, n),
     };
     outcome.workload = workload.name.clone();
@@ -131,7 +138,14 @@ pub fn simulate(host: &Host, workload: &Workload, strategy: Strategy) -> Result<
 
 /// The strategies of the standard table.
 pub fn standard_strategies() -> Vec<Strategy> {
-    vec![Strategy::Lardon, Strategy::StrictFifo, Strategy::Fixed(4), Strategy::Fixed(8), Strategy::Fixed(16)]
+    vec![
+        Strategy::Lardon,
+        Strategy::StrictFifo,
+        Strategy::LardonNoLearning,
+        Strategy::Fixed(4),
+        Strategy::Fixed(8),
+        Strategy::Fixed(16),
+    ]
 }
 
 #[cfg(test)]

@@ -112,3 +112,22 @@ fn same_seed_same_outcomes() {
         assert_eq!(simulate(&host, &w, s).unwrap(), simulate(&host, &w, s).unwrap(), "{s:?}");
     }
 }
+
+#[test]
+fn ablation_without_learning_keeps_full_batches_and_pressure_is_timed() {
+    let liar = SimTask {
+        items: 128,
+        batch_max: 64,
+        est_per_item: 256 << 20,
+        real_per_item: 512 << 20,
+        time_per_item: 100,
+        ..SimTask::simple("liar", 0, 1_000)
+    };
+    let o = simulate(&Host::default(), &wl(vec![liar]), Strategy::LardonNoLearning).unwrap();
+    assert_eq!(o.sequences, 2);
+    assert_eq!(o.makespan_ms, 2 * 1_000 + 128 * 100);
+    // 32 GiB of real use leaves 32 GiB available: GREEN throughout.
+    assert_eq!(o.not_green_ms, Some(0));
+    // Fixed-N has no pressure state.
+    assert_eq!(simulate(&SMALL, &three_eights(), Strategy::Fixed(1)).unwrap().not_green_ms, None);
+}
