@@ -18,8 +18,8 @@ pub struct Contract {
     pub cpu_millis: u32,
     /// IO slots granted.
     pub io_slots: u32,
-    /// Scratch bytes granted (0 when none was asked for).
-    pub scratch_bytes: u64,
+    /// Scratch lease granted, when the estimate asked for scratch space.
+    pub scratch: Option<crate::scratch::ScratchGrant>,
     /// The learning key of the estimate.
     pub class: Class,
     /// Which alternative of a capability envelope was chosen, if any.

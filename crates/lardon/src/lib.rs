@@ -26,6 +26,7 @@ mod pressure;
 pub mod progress;
 mod queue;
 mod reservation;
+mod scratch;
 mod snapshot;
 mod sync;
 mod units;
@@ -47,6 +48,9 @@ pub use queue::{
     TaskContext, TaskError, TaskId, TaskQueue, TaskResult, TaskState, TaskView,
 };
 pub use reservation::{ReleaseError, Reservation, ReservationId};
+pub use scratch::{
+    FakeVolume, ScratchError, ScratchGrant, VolumeController, VolumeIdentity, VolumeState, VolumeView,
+};
 pub use snapshot::{
     CgroupSample, GpuSample, LoadAverage, Pressure, Probe, ProbeError, Snapshot, SwapCounters,
 };

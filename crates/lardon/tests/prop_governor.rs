@@ -591,7 +591,7 @@ impl World {
                 devices.dedup();
                 assert_eq!(devices.len(), c.gpu_devices.len(), "a device granted twice");
                 assert!(devices.iter().all(|&d| d < 2));
-                assert_eq!(c.scratch_bytes, 0);
+                assert!(c.scratch.is_none(), "no scratch volume, no lease");
                 // The grant fits what was available just before it (as of the
                 // last host sample, which is the snapshot used unless `Old`).
                 if !matches!(via, Via::Old) {

@@ -314,15 +314,37 @@ fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize, hold:
     if est.io_slots > 0 && io_free == 0 {
         return Decision::wait(ReasonCode::IoSlot, format!("all {} IO slot(s) are taken", policy.io_slots));
     }
-    if est.scratch_bytes > 0 {
-        return Decision::wait(
-            ReasonCode::Scratch,
-            format!(
-                "needs {} of scratch space and no scratch volume is registered",
-                format_bytes(est.scratch_bytes)
-            ),
-        );
-    }
+    let scratch = if est.scratch_bytes > 0 {
+        match ledger.scratch_candidate(est.scratch_bytes) {
+            Some(vol) => Some(crate::scratch::ScratchGrant {
+                volume: vol.name.clone(),
+                path: std::path::PathBuf::new(),
+                bytes: est.scratch_bytes,
+            }),
+            None if ledger.volumes.is_empty() => {
+                return Decision::wait(
+                    ReasonCode::Scratch,
+                    format!(
+                        "needs {} of scratch space and no scratch volume is registered",
+                        format_bytes(est.scratch_bytes)
+                    ),
+                );
+            }
+            None => {
+                let best = ledger.volumes.iter().map(|v| v.room()).max().unwrap_or(0);
+                return Decision::wait(
+                    ReasonCode::Scratch,
+                    format!(
+                        "needs {} of scratch space; the roomiest volume taking leases has {}",
+                        format_bytes(est.scratch_bytes),
+                        format_bytes(best)
+                    ),
+                );
+            }
+        }
+    } else {
+        None
+    };
     if let Some(cap) = policy.max_running
         && running >= cap as usize
     {
@@ -379,7 +401,7 @@ fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize, hold:
             gpu_devices,
             cpu_millis,
             io_slots,
-            scratch_bytes: 0,
+            scratch,
             class: est.class.clone(),
             alternative: None,
             inflight: 1,

@@ -62,6 +62,7 @@ pub(crate) struct Ledger {
     pub(crate) history: History,
     pub(crate) ramps: HashMap<(Class, usize), Ramp>,
     pub(crate) ramp_clock: u64,
+    pub(crate) volumes: Vec<super::volumes::Volume>,
 }
 
 /// What a host sample changes about budgets; a new sample bumps the
@@ -93,6 +94,7 @@ impl Ledger {
             history: History::default(),
             ramps: HashMap::new(),
             ramp_clock: 0,
+            volumes: Vec::new(),
         }
     }
 
@@ -209,9 +211,12 @@ impl Ledger {
         self.last_sample.as_ref().is_none_or(|last| snap.captured_at > last.captured_at)
     }
 
-    pub(crate) fn hold(&mut self, contract: &Contract) -> u64 {
+    pub(crate) fn hold(&mut self, contract: &mut Contract) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
+        if let Some(grant) = contract.scratch.as_mut() {
+            grant.path = self.take_lease(grant, id).unwrap_or_default();
+        }
         let held = Held {
             charged_memory: contract.charged_memory,
             gpu_memory: contract.gpu_memory,
@@ -239,9 +244,11 @@ impl Ledger {
         id
     }
 
-    /// Releases `id`; false when it is not active (nothing changes).
-    pub(crate) fn release(&mut self, id: u64) -> bool {
-        let Some(held) = self.active.remove(&id) else { return false };
+    /// Releases `id`; `None` when it is not active (nothing changes), else
+    /// the scratch lease that ended with it, to clean up outside the lock.
+    pub(crate) fn release(&mut self, id: u64) -> Option<Option<super::volumes::LeaseEnd>> {
+        let held = self.active.remove(&id)?;
+        let lease = self.end_lease(id);
         let t = &mut self.totals;
         t.memory -= held.charged_memory;
         t.unmaterialised -= held.unmaterialised();
@@ -257,7 +264,7 @@ impl Ledger {
         }
         self.generation += 1;
         self.check();
-        true
+        Some(lease)
     }
 
     /// Records measured usage of `id`; false when it is not active.

@@ -9,7 +9,10 @@ mod availability;
 mod envelopes;
 mod ledger;
 #[cfg(all(test, not(loom)))]
+mod scratch_tests;
+#[cfg(all(test, not(loom)))]
 mod tests;
+mod volumes;
 
 use std::time::Duration;
 
@@ -79,7 +82,15 @@ impl Shared {
         let mut guard = self.lock();
         let released = guard.release(seq);
         self.publish(guard);
-        released
+        match released {
+            None => false,
+            Some(lease) => {
+                if let Some(end) = lease {
+                    volumes::after_lease_end(self, end);
+                }
+                true
+            }
+        }
     }
 
     pub(crate) fn report_usage(&self, seq: u64, bytes: u64) -> bool {
@@ -128,10 +139,10 @@ impl Scan<'_> {
             guard.generation += 1;
         }
         let decision = eval.decision;
-        let Some(contract) = decision.contract.clone().filter(|_| decision.is_granted()) else {
+        let Some(mut contract) = decision.contract.clone().filter(|_| decision.is_granted()) else {
             return Err(decision);
         };
-        let seq = guard.hold(&contract);
+        let seq = guard.hold(&mut contract);
         let shared = &self.governor.shared;
         Ok(Reservation {
             shared: Arc::clone(shared),
@@ -298,6 +309,7 @@ impl Governor {
     pub fn sample(&self) -> Result<Snapshot, ProbeError> {
         let snapshot = self.shared.probe.snapshot()?;
         self.observe(&snapshot);
+        self.refresh_volumes();
         Ok(snapshot)
     }
 
@@ -321,12 +333,18 @@ impl Governor {
 
     /// Turns a granted decision into a reservation under `guard`.
     fn grant(&self, mut guard: MutexGuard<'_, Ledger>, decision: Decision) -> Result<Reservation, Decision> {
-        let Some(contract) = decision.contract.clone().filter(|_| decision.is_granted()) else {
+        let Some(mut contract) = decision.contract.clone().filter(|_| decision.is_granted()) else {
             self.shared.publish(guard);
             return Err(decision);
         };
-        let seq = guard.hold(&contract);
+        let seq = guard.hold(&mut contract);
         self.shared.publish(guard);
+        if let Some(grant) = &contract.scratch
+            && let Err(message) = self.prepare_scratch(grant)
+        {
+            self.shared.release(seq);
+            return Err(Decision::wait(ReasonCode::Scratch, message));
+        }
         Ok(Reservation {
             shared: Arc::clone(&self.shared),
             id: ReservationId { governor: self.shared.id, seq },
@@ -388,7 +406,14 @@ impl Governor {
         running: usize,
         hold: Option<&Hold>,
     ) -> Result<Reservation, Decision> {
-        self.scan().reserve(envelope, snapshot, running, hold)
+        let reservation = self.scan().reserve(envelope, snapshot, running, hold)?;
+        if let Some(grant) = &reservation.contract.scratch
+            && let Err(message) = self.prepare_scratch(grant)
+        {
+            drop(reservation);
+            return Err(Decision::wait(ReasonCode::Scratch, message));
+        }
+        Ok(reservation)
     }
 
     /// Holds the Governor's lock for a whole queue scan, so that no

@@ -196,6 +196,18 @@ fn start(
 }
 
 fn launch(inner: &Arc<Inner>, id: TaskId, reservation: Reservation, callback: Callback) {
+    if let Some(grant) = reservation.contract().scratch.clone()
+        && let Err(message) = inner.governor.prepare_scratch(&grant)
+    {
+        drop(reservation);
+        let now = inner.governor.now();
+        let dropped = inner.lock().finish(id, TaskState::Failed, Some(message), now);
+        drop(dropped);
+        drop(callback);
+        inner.tasks.bump();
+        inner.wake_dispatcher();
+        return;
+    }
     let ctx = TaskContext::new(Arc::clone(inner), id, reservation);
     let job: Box<dyn FnOnce() + Send> = Box::new(move || run_callback(ctx, callback));
     if let Err(job) = inner.pool.execute(job) {

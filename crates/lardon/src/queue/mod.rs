@@ -532,6 +532,105 @@ impl TaskQueue {
     fn missing(&self, st: &QueueState, id: TaskId) -> QueueError {
         if st.outcomes.contains_key(&id) { QueueError::AlreadyEnded(id) } else { QueueError::NotFound(id) }
     }
+
+    /// Submits `task` already PAUSED (skipped by the dispatcher until
+    /// [`TaskQueue::resume`]), under the same lock as the insertion so it
+    /// can never start before the pause lands: a daemon restoring a paused
+    /// task, or `lardon submit --paused`. Blocks while the queue is full.
+    ///
+    /// # Errors
+    /// As [`TaskQueue::submit`].
+    pub fn submit_paused(&self, task: Task) -> Result<TaskId, SubmitError> {
+        self.submit_paused_inner(task)
+    }
+
+    // A copy of `submit_inner` whose entry starts PAUSED (kept separate so
+    // the hot submit path is untouched).
+    fn submit_paused_inner(&self, task: Task) -> Result<TaskId, SubmitError> {
+        let mut st = self.inner.lock();
+        loop {
+            if st.closing {
+                return Err(SubmitError::Closing(Box::new(task)));
+            }
+            if st.pending.len() < self.inner.config.capacity {
+                break;
+            }
+            st = self.inner.not_full.wait(st).unwrap_or_else(PoisonError::into_inner);
+        }
+        let id = match task.id {
+            Some(id) => {
+                if st.entries.contains_key(&id) || st.outcomes.contains_key(&id) {
+                    return Err(SubmitError::DuplicateId(id));
+                }
+                st.next_id = st.next_id.max(id.0.saturating_add(1));
+                id
+            }
+            None => {
+                let id = TaskId(st.next_id);
+                st.next_id += 1;
+                id
+            }
+        };
+        let mut waiting_on = Vec::new();
+        let mut failed_dep = None;
+        for &dep in &task.after {
+            match (st.entries.contains_key(&dep), st.outcomes.get(&dep)) {
+                (true, _) => waiting_on.push(dep),
+                (false, Some(TaskState::Completed)) => {}
+                (false, Some(state)) => failed_dep = Some((dep, *state)),
+                (false, None) => return Err(SubmitError::UnknownDependency(dep)),
+            }
+        }
+        let mut waiting_any = Vec::new();
+        for &dep in &task.after_any {
+            match (st.entries.contains_key(&dep), st.outcomes.contains_key(&dep)) {
+                (true, _) => waiting_any.push(dep),
+                (false, true) => {}
+                (false, false) => return Err(SubmitError::UnknownDependency(dep)),
+            }
+        }
+        let now = self.inner.governor.now();
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        let entry = Entry {
+            id,
+            name: task.name.clone(),
+            envelope: task.envelope,
+            priority: task.priority,
+            seq,
+            state: TaskState::Paused,
+            started: false,
+            waiting_on,
+            waiting_any,
+            callback: Some(task.callback),
+            pause_requested: true,
+            cancel_requested: false,
+            failed_message: None,
+            contract: None,
+            last_decision: None,
+            progress: ProgressTracker::new(),
+            submitted_at: now,
+            started_at: None,
+            finished_at: None,
+            message: None,
+            sequences: 0,
+            bypassed_since: None,
+        };
+        st.pending.insert(entry.order_key(), id);
+        st.entries.insert(id, entry);
+        st.emit(QueueEvent::Submitted { id, name: task.name });
+        st.emit(QueueEvent::StateChanged { id, state: TaskState::Paused });
+        let dropped = match failed_dep {
+            Some((dep, state)) => {
+                st.finish(id, TaskState::Failed, Some(format!("dependency {dep} ended {state}")), now)
+            }
+            None => Vec::new(),
+        };
+        drop(st);
+        drop(dropped);
+        self.inner.wake_dispatcher();
+        Ok(id)
+    }
 }
 
 impl Drop for TaskQueue {

@@ -571,3 +571,30 @@ fn executors_can_pause_out_of_band_and_relay_progress() {
         Err(crate::QueueError::AlreadyEnded(id))
     );
 }
+
+#[test]
+fn submit_paused_never_starts_until_resumed() {
+    let rig = rig();
+    // A running task ahead proves the dispatcher scanned past the paused one.
+    let ran = Arc::new(AtomicUsize::new(0));
+    let flag = Arc::clone(&ran);
+    let paused = rig
+        .queue
+        .submit_paused(
+            Task::new("p", mem(GIB), move |_| {
+                flag.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .with_id(TaskId(7)),
+        )
+        .unwrap();
+    assert_eq!(paused, TaskId(7));
+    assert_eq!(rig.queue.get(paused).unwrap().state, TaskState::Paused);
+    let other = rig.queue.submit(Task::new("q", mem(GIB), |_| Ok(()))).unwrap();
+    assert_eq!(rig.finished(other), TaskState::Completed);
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+    assert_eq!(rig.queue.get(paused).unwrap().state, TaskState::Paused);
+    rig.queue.resume(paused).unwrap();
+    assert_eq!(rig.finished(paused), TaskState::Completed);
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+}
