@@ -177,3 +177,22 @@ fn lease_accounting_is_exact_under_8_threads() {
     assert!(vol.lease_dirs().is_empty());
     assert_eq!(gov.availability().reservations, 0);
 }
+
+#[test]
+fn an_unleased_volume_unplugged_is_absent_and_a_bare_mount_point_is_not_the_volume() {
+    let gov = governor();
+    let vol = volume(GIB);
+    gov.add_volume("fast", vol.clone(), None).unwrap();
+    vol.set_identity(None);
+    gov.refresh_volumes();
+    assert_eq!(gov.volume("fast").unwrap().state, VolumeState::Absent);
+    // The bare mount point (the root filesystem's id) is not the volume.
+    vol.set_identity(Some(VolumeIdentity { fs_id: 1, path: "/mnt/fast".into() }));
+    gov.refresh_volumes();
+    assert_eq!(gov.volume("fast").unwrap().state, VolumeState::Absent);
+    assert_eq!(gov.reserve_available(&scratch(MIB)).unwrap_err().reason, ReasonCode::Scratch);
+    vol.set_identity(Some(VolumeIdentity { fs_id: 42, path: "/mnt/fast".into() }));
+    gov.refresh_volumes();
+    assert_eq!(gov.volume("fast").unwrap().state, VolumeState::Available);
+    assert!(gov.reserve_available(&scratch(MIB)).is_ok());
+}

@@ -100,29 +100,36 @@ impl Volume {
         }
     }
 
-    /// Applies a presence/free-space reading; returns whether anything changed.
+    /// Applies a presence/free-space reading; returns whether anything
+    /// changed. Only the volume first seen counts as present: another
+    /// filesystem at the same path (the bare mount point of an unplugged
+    /// disk) is absence.
     pub(crate) fn apply_reading(&mut self, identity: Option<VolumeIdentity>, free: Option<u64>) -> bool {
         let before = (self.state(), self.free, self.present.clone());
-        if identity.is_none() && !self.leases.is_empty() && self.fault.is_none() {
+        if self.known.is_none() {
+            self.known.clone_from(&identity);
+        }
+        let stranger = identity.as_ref().filter(|now| Some(*now) != self.known.as_ref());
+        if let Some(other) = stranger
+            && (self.fault.is_some() || !self.leases.is_empty())
+        {
+            self.fault = Some(Fault::Vanished(format!(
+                "a different filesystem (id {}) is at {}: plug the original volume back and drain it",
+                other.fs_id,
+                other.path.display()
+            )));
+        }
+        let present = if stranger.is_some() { None } else { identity };
+        if present.is_none() && !self.leases.is_empty() && self.fault.is_none() {
             self.fault = Some(Fault::Vanished(format!(
                 "vanished while {} lease(s) were held: plug the same volume back and drain it",
                 self.leases.len()
             )));
         }
-        if let (Some(now), Some(known)) = (&identity, &self.known)
-            && now != known
-            && self.fault.is_some()
+        self.present = present;
+        if let Some(f) = free
+            && self.present.is_some()
         {
-            self.fault = Some(Fault::Vanished(format!(
-                "a different filesystem is at {} (expected the volume that vanished)",
-                now.path.display()
-            )));
-        }
-        if self.known.is_none() {
-            self.known.clone_from(&identity);
-        }
-        self.present = identity;
-        if let Some(f) = free {
             self.free = f;
         }
         before != (self.state(), self.free, self.present.clone())
