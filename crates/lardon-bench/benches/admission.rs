@@ -114,3 +114,16 @@ fn governor_reserve_release_x1000(bencher: Bencher) {
         }
     });
 }
+
+/// Attribution only: the human message the Governor formats for every
+/// ADMIT (`batch N, X memory, Y CPUs`), measured alone, to show how much
+/// of `governor_decide` is string formatting.
+#[divan::bench]
+fn admit_message_format_alone() -> String {
+    format!(
+        "batch {}, {} memory, {} CPUs",
+        black_box(16u64),
+        lardon::format_bytes(black_box(2 * GIB)),
+        lardon::format_cpus(black_box(1000))
+    )
+}
