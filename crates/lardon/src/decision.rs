@@ -160,7 +160,8 @@ pub struct Decision {
     pub kind: DecisionKind,
     /// Machine-readable reason.
     pub reason: ReasonCode,
-    /// Human explanation, with figures.
+    /// Human explanation, with figures. Empty for ADMIT, whose contract
+    /// says it all (`Display` then summarises the contract).
     pub message: String,
     /// The contract granted (for `Admit` and `ReduceBatch` only).
     pub contract: Option<Contract>,
@@ -183,6 +184,17 @@ impl Decision {
 
 impl fmt::Display for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({}): {}", self.kind, self.reason, self.message)
+        match (&self.contract, self.message.is_empty()) {
+            (Some(c), true) => write!(
+                f,
+                "{} ({}): batch {}, {} memory, {} CPUs",
+                self.kind,
+                self.reason,
+                c.batch,
+                crate::format_bytes(c.memory),
+                crate::format_cpus(c.cpu_millis)
+            ),
+            _ => write!(f, "{} ({}): {}", self.kind, self.reason, self.message),
+        }
     }
 }

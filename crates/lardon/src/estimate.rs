@@ -6,6 +6,7 @@
 //! task read from a file or an RPC always has a place to report its fault.
 
 use std::fmt;
+use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -44,9 +45,9 @@ pub enum EstimateError {
 ///
 /// Construction does not validate (so an estimate read from outside can
 /// carry a bad class to admission, which rejects it); [`Class::is_valid`]
-/// answers.
+/// answers. Cloning is cheap (shared), since every contract carries one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Class(String);
+pub struct Class(Arc<str>);
 
 impl Class {
     /// The class used when a task names none.
@@ -54,7 +55,7 @@ impl Class {
 
     /// Wraps a class key (validated at admission).
     pub fn new(name: impl Into<String>) -> Self {
-        Class(name.into())
+        Class(Arc::from(name.into()))
     }
 
     /// The key as text.
@@ -76,7 +77,7 @@ impl Class {
 
 impl Default for Class {
     fn default() -> Self {
-        Class(Self::DEFAULT.to_owned())
+        Class(Arc::from(Self::DEFAULT))
     }
 }
 
@@ -216,7 +217,7 @@ impl Estimate {
             return Err(EstimateError::GpuMemoryWithoutSlot);
         }
         if !self.class.is_valid() {
-            return Err(EstimateError::BadClass(self.class.0.clone()));
+            return Err(EstimateError::BadClass(self.class.0.to_string()));
         }
         if self.memory_for(self.batch_max).is_none() {
             return Err(EstimateError::Overflow("memory"));

@@ -54,7 +54,21 @@ impl History {
     /// The adaptive batch maximum: `batch_max`, unless the worst measured
     /// per-item cost exceeds the estimate's, in which case
     /// `max(batch_min, floor(batch_max × estimate / measured))`.
-    pub(crate) fn adaptive_max(&self, class: &Class, batch_min: u64, batch_max: u64, per_item: u64) -> u64 {
+    ///
+    /// The measured per-item cost of a sample is `ceil((peak − fixed) /
+    /// items)`: the estimate's declared fixed memory is not charged to the
+    /// items (DESIGN.md §6 writes `ceil(peak / items)`, which is the same
+    /// when `fixed = 0`; with a fixed part it made every honest batched task
+    /// look costlier per item, the more so the smaller its batch — the
+    /// packing simulator measured a 3.5× longer makespan from it).
+    pub(crate) fn adaptive_max(
+        &self,
+        class: &Class,
+        batch_min: u64,
+        batch_max: u64,
+        per_item: u64,
+        fixed: u64,
+    ) -> u64 {
         if per_item == 0 {
             return batch_max;
         }
@@ -62,7 +76,7 @@ impl History {
         let worst = samples
             .iter()
             .filter(|s| s.items > 0)
-            .filter_map(|s| Some(s.peak_memory?.div_ceil(s.items)))
+            .filter_map(|s| Some(s.peak_memory?.saturating_sub(fixed).div_ceil(s.items)))
             .filter(|&c| c > 0)
             .max();
         match worst {
@@ -94,15 +108,15 @@ mod tests {
     fn worst_sample_halves_the_target_then_ages_out() {
         let mut h = History::default();
         let c = Class::new("import");
-        assert_eq!(h.adaptive_max(&c, 1, 8, 100 * MIB), 8);
+        assert_eq!(h.adaptive_max(&c, 1, 8, 100 * MIB, 0), 8);
         h.record(&c, sample(8, Some(1600 * MIB)));
-        assert_eq!(h.adaptive_max(&c, 1, 8, 100 * MIB), 4);
+        assert_eq!(h.adaptive_max(&c, 1, 8, 100 * MIB, 0), 4);
         for _ in 0..7 {
             h.record(&c, sample(4, Some(400 * MIB)));
-            assert_eq!(h.adaptive_max(&c, 1, 8, 100 * MIB), 4, "the worst sample still counts");
+            assert_eq!(h.adaptive_max(&c, 1, 8, 100 * MIB, 0), 4, "the worst sample still counts");
         }
         h.record(&c, sample(4, Some(400 * MIB)));
-        assert_eq!(h.adaptive_max(&c, 1, 8, 100 * MIB), 8, "aged out after 8 newer samples");
+        assert_eq!(h.adaptive_max(&c, 1, 8, 100 * MIB, 0), 8, "aged out after 8 newer samples");
     }
 
     #[test]
@@ -110,7 +124,7 @@ mod tests {
         let mut h = History::default();
         let c = Class::new("big");
         h.record(&c, sample(8, Some(8 << 30)));
-        assert_eq!(h.adaptive_max(&c, 4, 8, 100 * MIB), 4);
+        assert_eq!(h.adaptive_max(&c, 4, 8, 100 * MIB, 0), 4);
     }
 
     #[test]
@@ -119,7 +133,7 @@ mod tests {
         let c = Class::new("x");
         h.record(&c, sample(8, None));
         assert_eq!(h.samples(&c).len(), 1);
-        assert_eq!(h.adaptive_max(&c, 1, 8, MIB), 8);
+        assert_eq!(h.adaptive_max(&c, 1, 8, MIB, 0), 8);
     }
 
     #[test]
@@ -127,9 +141,23 @@ mod tests {
         let mut h = History::default();
         h.record(&Class::new("a"), sample(8, Some(8 * MIB)));
         h.record(&Class::new("b"), sample(1, Some(100 * MIB)));
-        assert_eq!(h.adaptive_max(&Class::new("a"), 1, 8, 10 * MIB), 8);
-        assert_eq!(h.adaptive_max(&Class::new("b"), 1, 8, 10 * MIB), 1);
-        assert_eq!(h.adaptive_max(&Class::new("b"), 1, 8, 0), 8, "no per-item estimate: no adaptation");
+        assert_eq!(h.adaptive_max(&Class::new("a"), 1, 8, 10 * MIB, 0), 8);
+        assert_eq!(h.adaptive_max(&Class::new("b"), 1, 8, 10 * MIB, 0), 1);
+        assert_eq!(h.adaptive_max(&Class::new("b"), 1, 8, 0, 0), 8, "no per-item estimate: no adaptation");
+    }
+
+    #[test]
+    fn declared_fixed_memory_is_not_charged_to_items() {
+        let mut h = History::default();
+        let c = Class::new("batched");
+        // 1 GiB fixed + 100 MiB × 4 items, exactly as declared.
+        h.record(&c, sample(4, Some(1024 * MIB + 400 * MIB)));
+        assert_eq!(h.adaptive_max(&c, 1, 8, 100 * MIB, 1024 * MIB), 8, "an honest task keeps its target");
+        // Charging the fixed part to 4 items would have made it 356 MiB each.
+        assert_eq!(h.adaptive_max(&c, 1, 8, 100 * MIB, 0), 2);
+        // A real overrun of the per-item part still shrinks the target.
+        h.record(&c, sample(4, Some(1024 * MIB + 800 * MIB)));
+        assert_eq!(h.adaptive_max(&c, 1, 8, 100 * MIB, 1024 * MIB), 4);
     }
 
     #[test]

@@ -268,7 +268,8 @@ fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize, hold:
     }
 
     // 9. Target: history, slow start, YELLOW.
-    let mut target = ledger.history.adaptive_max(&est.class, est.batch_min, est.batch_max, mem_per_item);
+    let mut target =
+        ledger.history.adaptive_max(&est.class, est.batch_min, est.batch_max, mem_per_item, mem_fixed);
     if let Some(limit) = ledger.pressure.slow_start() {
         target = target.min(limit);
     }
@@ -384,11 +385,9 @@ fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize, hold:
             ),
         )
     } else {
-        (
-            DecisionKind::Admit,
-            ReasonCode::Admitted,
-            format!("batch {batch}, {} memory, {} CPUs", format_bytes(memory), format_cpus(cpu_millis)),
-        )
+        // No message: the contract says it all, and formatting figures
+        // would triple the cost of the hottest path (see BENCHMARKS.md).
+        (DecisionKind::Admit, ReasonCode::Admitted, String::new())
     };
     Decision {
         kind,

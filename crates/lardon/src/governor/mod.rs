@@ -138,8 +138,11 @@ impl Scan<'_> {
         if eval.budgets_changed {
             guard.generation += 1;
         }
-        let decision = eval.decision;
-        let Some(mut contract) = decision.contract.clone().filter(|_| decision.is_granted()) else {
+        let mut decision = eval.decision;
+        if !decision.is_granted() {
+            return Err(decision);
+        }
+        let Some(mut contract) = decision.contract.take() else {
             return Err(decision);
         };
         let seq = guard.hold(&mut contract);
@@ -333,7 +336,9 @@ impl Governor {
 
     /// Turns a granted decision into a reservation under `guard`.
     fn grant(&self, mut guard: MutexGuard<'_, Ledger>, decision: Decision) -> Result<Reservation, Decision> {
-        let Some(mut contract) = decision.contract.clone().filter(|_| decision.is_granted()) else {
+        let mut decision = decision;
+        let contract = if decision.is_granted() { decision.contract.take() } else { None };
+        let Some(mut contract) = contract else {
             self.shared.publish(guard);
             return Err(decision);
         };

@@ -21,6 +21,87 @@ use super::state::QueueState;
 use super::task::{Callback, TaskId, TaskState};
 use super::{Inner, MutexGuard};
 
+/// What earlier waits in this scan prove about later tasks: a task that
+/// was already evaluated once and needs at least as much of a resource that
+/// made an earlier task wait would wait too, so it is not evaluated again
+/// (this keeps a scan over a long backlog cheap). Fresh tasks are always
+/// evaluated, so an impossible task is rejected at once.
+#[derive(Default)]
+struct Blocked {
+    /// A host-wide or queue-wide reason: every later evaluated task waits,
+    /// and is told why.
+    all: bool,
+    all_reason: Option<(ReasonCode, String)>,
+    memory: Option<u64>,
+    cpu: Option<u64>,
+    io: bool,
+    gpu: bool,
+    scratch: Option<u64>,
+}
+
+/// The minimum a single-alternative task needs to start.
+struct Need {
+    memory: u64,
+    cpu: u64,
+    io: bool,
+    gpu: bool,
+    scratch: u64,
+}
+
+impl Need {
+    fn of(envelope: &crate::envelope::Envelope, unified: bool) -> Option<Need> {
+        let [alt] = envelope.alternatives() else { return None };
+        let e = alt.estimate();
+        let gpu_bytes = if unified { e.gpu_memory_for(e.batch_min()).unwrap_or(u64::MAX) } else { 0 };
+        Some(Need {
+            memory: e.memory_for(e.batch_min()).unwrap_or(u64::MAX).saturating_add(gpu_bytes),
+            cpu: u64::from(if e.cpus_reducible() { e.cpus().min(1000) } else { e.cpus() }),
+            io: e.io_slots() > 0,
+            gpu: e.gpu_slots() > 0,
+            scratch: e.scratch_bytes(),
+        })
+    }
+}
+
+impl Blocked {
+    fn covers(&self, need: &Need) -> bool {
+        self.all
+            || self.memory.is_some_and(|m| need.memory >= m)
+            || self.cpu.is_some_and(|c| need.cpu >= c)
+            || (self.io && need.io)
+            || (self.gpu && need.gpu)
+            || self.scratch.is_some_and(|b| need.scratch >= b && need.scratch > 0)
+    }
+
+    fn learn(&mut self, reason: ReasonCode, message: &str, need: Option<&Need>) {
+        match (reason, need) {
+            (
+                ReasonCode::StaleSnapshot
+                | ReasonCode::ProbeFailed
+                | ReasonCode::PressureRed
+                | ReasonCode::CpuLoad
+                | ReasonCode::CpuPressure
+                | ReasonCode::MemoryPressure
+                | ReasonCode::MaxRunning,
+                _,
+            ) => {
+                self.all = true;
+                self.all_reason.get_or_insert_with(|| (reason, message.to_owned()));
+            }
+            (ReasonCode::Memory, Some(n)) => {
+                self.memory = Some(self.memory.map_or(n.memory, |m| m.min(n.memory)))
+            }
+            (ReasonCode::Cpu, Some(n)) => self.cpu = Some(self.cpu.map_or(n.cpu, |c| c.min(n.cpu))),
+            (ReasonCode::IoSlot | ReasonCode::IoPressure, Some(_)) => self.io = true,
+            (ReasonCode::GpuSlot | ReasonCode::GpuMemory, Some(_)) => self.gpu = true,
+            (ReasonCode::Scratch, Some(n)) => {
+                self.scratch = Some(self.scratch.map_or(n.scratch, |b| b.min(n.scratch)));
+            }
+            _ => {}
+        }
+    }
+}
+
 struct Scan {
     /// Some task waits on host state: re-sample after the interval.
     host_wait: bool,
@@ -97,10 +178,20 @@ fn scan(inner: &Arc<Inner>, last: &mut Option<Snapshot>) -> Scan {
     let mut to_start: Vec<(TaskId, Reservation, Callback)> = Vec::new();
     let mut dropped: Vec<Callback> = Vec::new();
     let mut unused: Vec<Reservation> = Vec::new();
+    let mut blocked = Blocked::default();
     let mut gov_scan = inner.governor.scan();
     for id in order {
         let Some(e) = st.entries.get(&id) else { continue };
         if e.state == TaskState::Paused || !e.waiting_on.is_empty() || !e.waiting_any.is_empty() {
+            continue;
+        }
+        let need = Need::of(&e.envelope, unified);
+        let evaluated_before = e.last_decision.is_some();
+        // A head with a hold pending is always evaluated (it sets the hold).
+        if evaluated_before && head.is_some() && need.as_ref().is_some_and(|n| blocked.covers(n)) {
+            if let Some((reason, message)) = &blocked.all_reason {
+                st.record_decision(id, DecisionKind::Wait, *reason, message, now);
+            }
             continue;
         }
         let is_head = head.is_none();
@@ -120,6 +211,7 @@ fn scan(inner: &Arc<Inner>, last: &mut Option<Snapshot>) -> Scan {
             }
             Err(decision) if decision.kind == DecisionKind::Wait => {
                 host_wait |= decision.reason.waits_on_host();
+                blocked.learn(decision.reason, &decision.message, need.as_ref());
                 st.record_decision(id, decision.kind, decision.reason, &decision.message, now);
                 if is_head {
                     head = Some(id);

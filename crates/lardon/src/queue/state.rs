@@ -108,7 +108,13 @@ impl QueueState {
     ) {
         let Some(e) = self.entries.get_mut(&id) else { return };
         let changed = e.last_decision.as_ref().is_none_or(|d| d.kind != kind || d.reason != reason);
-        e.last_decision = Some(DecisionRecord { kind, reason, message: message.to_owned(), at: now });
+        match e.last_decision.as_mut() {
+            // Same decision again (a waiting task re-evaluated): no allocation.
+            Some(d) if !changed && d.message == message => d.at = now,
+            _ => {
+                e.last_decision = Some(DecisionRecord { kind, reason, message: message.to_owned(), at: now })
+            }
+        }
         if changed {
             self.emit(QueueEvent::Decision { id, kind, reason, message: message.to_owned() });
         }
