@@ -63,6 +63,9 @@ pub(crate) struct Ledger {
     pub(crate) ramps: HashMap<(Class, usize), Ramp>,
     pub(crate) ramp_clock: u64,
     pub(crate) volumes: Vec<super::volumes::Volume>,
+    /// Threads blocked in `wait_for_change` (they count themselves in and
+    /// out under the lock).
+    pub(crate) waiters: usize,
 }
 
 /// What a host sample changes about budgets; a new sample bumps the
@@ -95,6 +98,7 @@ impl Ledger {
             ramps: HashMap::new(),
             ramp_clock: 0,
             volumes: Vec::new(),
+            waiters: 0,
         }
     }
 

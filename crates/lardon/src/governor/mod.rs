@@ -62,7 +62,9 @@ impl Shared {
         // atomic is only written under the lock); loom misses interleavings
         // after a redundant load (tokio-rs/loom#166).
         let changed = self.generation.swap(generation, Ordering::SeqCst) != generation;
-        if changed {
+        // Waiters register under the lock, so this count is exact; skipping
+        // the notify when nobody waits saves a futex syscall per change.
+        if changed && guard.waiters > 0 {
             self.changed.notify_all();
         }
         drop(guard);
@@ -514,6 +516,7 @@ impl Governor {
     /// Blocks the calling thread on a condition variable; never polls.
     pub fn wait_for_change(&self, seen: u64, timeout: Option<Duration>) -> u64 {
         let mut guard = self.shared.lock();
+        guard.waiters += 1;
         match timeout {
             None => {
                 while guard.generation == seen {
@@ -540,6 +543,7 @@ impl Governor {
             #[cfg(loom)]
             Some(_) => {}
         }
+        guard.waiters -= 1;
         guard.generation
     }
 
