@@ -1,0 +1,364 @@
+//! Engine wiring: the durable [`Store`], a [`Governor`] over the host probe
+//! (default policy + persisted overrides) and a [`TaskQueue`] running
+//! command tasks. Crash recovery and the replay of learned history happen
+//! in [`Engine::start`]; [`pump`] persists every queue event.
+
+mod actions;
+mod events;
+mod probe;
+mod pump;
+mod slot;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use lardon::{Class, FakeProbe, Governor, HostPolicy, Task, TaskQueue};
+use lardon_host::{BackendKind, CpuMask, HostProbe, HostRoot, detect_enforcer};
+use tokio::sync::broadcast;
+
+pub(crate) use actions::ActionError;
+pub(crate) use events::{DaemonEvent, Stats};
+pub use probe::ProbeChoice;
+pub(crate) use slot::Slot;
+
+use crate::DaemonError;
+use crate::runner::{Executor, LocalExecutor, command_callback, orphans};
+use crate::settings::{self, DaemonSettings, EnforceMode};
+use crate::spec::{DepKind, TaskId, TaskSpec, TaskState};
+use crate::store::{Outcome, Store};
+
+/// Capacity of the event fan-out; a slower watcher is told it lagged.
+const EVENT_CAPACITY: usize = 4096;
+
+/// What [`Engine::start`] needs.
+#[derive(Debug, Clone)]
+pub(crate) struct EngineConfig {
+    pub(crate) state_dir: PathBuf,
+    pub(crate) socket: PathBuf,
+    pub(crate) probe: ProbeChoice,
+    pub(crate) enforce: Option<EnforceMode>,
+    pub(crate) kill_grace: Duration,
+}
+
+/// Facts fixed at start.
+#[derive(Debug, Clone)]
+pub(crate) struct Info {
+    pub(crate) host: String,
+    pub(crate) state_dir: PathBuf,
+    pub(crate) logs_dir: PathBuf,
+    pub(crate) socket: PathBuf,
+    pub(crate) started_ms: i64,
+    /// Unique per daemon instance: prefixes cgroup names so that two
+    /// daemons on one host never collide.
+    pub(crate) instance: String,
+    pub(crate) backend: BackendKind,
+    pub(crate) backend_why: String,
+    /// CPUs task processes are pinned to (none with a fake probe).
+    pub(crate) compute: Option<CpuMask>,
+}
+
+/// Everything a running task's callback may touch (not the queue, which
+/// owns the callbacks: no reference cycle).
+#[derive(Debug)]
+pub(crate) struct Shared {
+    store: Mutex<Store>,
+    pub(crate) governor: Governor,
+    pub(crate) executor: Arc<dyn Executor>,
+    settings: Mutex<DaemonSettings>,
+    pub(crate) info: Info,
+    slots: Mutex<HashMap<TaskId, Arc<Slot>>>,
+    exits: Mutex<HashMap<TaskId, i32>>,
+    stopping: AtomicBool,
+    /// Set once the queue closed: the pump drains and exits.
+    closed: AtomicBool,
+    pub(crate) events: broadcast::Sender<DaemonEvent>,
+    pub(crate) stats: Mutex<Stats>,
+    pub(crate) kill_grace: Duration,
+    /// The host's policy before overrides.
+    pub(crate) default_policy: HostPolicy,
+    /// `DaemonConfig::enforce`: wins over the policy key.
+    enforce_override: Option<EnforceMode>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    pub(crate) fn store(&self) -> MutexGuard<'_, Store> {
+        lock(&self.store)
+    }
+
+    pub(crate) fn settings(&self) -> DaemonSettings {
+        *lock(&self.settings)
+    }
+
+    pub(crate) fn replace_settings(&self, mut settings: DaemonSettings) {
+        if let Some(mode) = self.enforce_override {
+            settings.enforce = mode;
+        }
+        *lock(&self.settings) = settings;
+    }
+
+    pub(crate) fn closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn log_path(&self, id: TaskId) -> PathBuf {
+        self.info.logs_dir.join(format!("{}.log", id.0))
+    }
+
+    /// The control slot of a running task (created on first use).
+    pub(crate) fn slot(&self, id: TaskId) -> Arc<Slot> {
+        Arc::clone(lock(&self.slots).entry(id).or_default())
+    }
+
+    pub(crate) fn existing_slot(&self, id: TaskId) -> Option<Arc<Slot>> {
+        lock(&self.slots).get(&id).cloned()
+    }
+
+    pub(crate) fn drop_slot(&self, id: TaskId) {
+        lock(&self.slots).remove(&id);
+    }
+
+    pub(crate) fn all_slots(&self) -> Vec<Arc<Slot>> {
+        lock(&self.slots).values().cloned().collect()
+    }
+
+    pub(crate) fn set_exit(&self, id: TaskId, code: i32) {
+        lock(&self.exits).insert(id, code);
+    }
+
+    pub(crate) fn take_exit(&self, id: TaskId) -> Option<i32> {
+        lock(&self.exits).remove(&id)
+    }
+
+    pub(crate) fn emit(&self, event: DaemonEvent) {
+        // No receiver is fine: nobody is watching.
+        let _ = self.events.send(event);
+    }
+}
+
+/// The running engine.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) queue: TaskQueue,
+    pump: Mutex<Option<JoinHandle<()>>>,
+}
+
+pub(crate) fn qid(id: TaskId) -> lardon::TaskId {
+    lardon::TaskId(id.0)
+}
+
+pub(crate) fn host_name() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+impl Engine {
+    /// Opens the store, recovers from a crash (killing orphaned runs),
+    /// builds the Governor with the persisted policy and history, and
+    /// queues every unfinished task again.
+    pub(crate) fn start(cfg: EngineConfig) -> Result<Engine, DaemonError> {
+        let logs_dir = cfg.state_dir.join("logs");
+        std::fs::create_dir_all(&logs_dir).map_err(|source| DaemonError::Io {
+            what: "create the logs dir",
+            path: logs_dir.clone(),
+            source,
+        })?;
+        let mut store = Store::open(cfg.state_dir.join(lardon_proto::paths::DB_FILE))?;
+        let report = store.recover_after_crash()?;
+        for (id, handle) in &report.orphans {
+            let killed = orphans::kill_orphan(handle);
+            tracing::info!(
+                "task {id}: orphaned run {handle} {}",
+                if killed { "killed" } else { "already gone" }
+            );
+        }
+        if report.interrupted() > 0 {
+            tracing::warn!(
+                "crash recovery: {} requeued, {} still paused, {} failed",
+                report.requeued.len(),
+                report.still_paused.len(),
+                report.failed.len()
+            );
+        }
+
+        let (governor_probe, default_policy, compute): (
+            Box<dyn FnOnce(HostPolicy) -> _>,
+            HostPolicy,
+            Option<CpuMask>,
+        ) = match &cfg.probe {
+            ProbeChoice::Host => {
+                let probe = HostProbe::new()?;
+                let policy = probe.default_policy();
+                let compute = probe.cpu_plan().compute;
+                (Box::new(move |p| Governor::new(p, probe)), policy, Some(compute))
+            }
+            ProbeChoice::Fake(profile) => {
+                let probe = probe::StampedFake(FakeProbe::new(profile.clone()));
+                (Box::new(move |p| Governor::new(p, probe)), HostPolicy::default_for(profile), None)
+            }
+        };
+        let mut policy = default_policy.clone();
+        let mut daemon_settings = DaemonSettings::default();
+        for (key, value) in store.policy_overrides()? {
+            if let Err(e) = settings::set(&mut policy, &mut daemon_settings, &key, &value) {
+                tracing::warn!("ignoring persisted policy override: {e}");
+            }
+        }
+        if let Some(mode) = cfg.enforce {
+            daemon_settings.enforce = mode;
+        }
+        let governor = match governor_probe(policy) {
+            Ok(g) => g,
+            Err(e) => {
+                // The host changed under the overrides: run on the defaults
+                // rather than not at all.
+                tracing::warn!("persisted policy refused ({e}); using the host's default policy");
+                Self::fallback_governor(&cfg.probe, default_policy.clone())?
+            }
+        };
+        for sample in store.all_history()? {
+            governor.record_batch(
+                &Class::new(sample.class),
+                sample.items,
+                sample.duration,
+                sample.peak_bytes,
+            );
+        }
+
+        let detection = detect_enforcer(&HostRoot::default());
+        let info = Info {
+            host: host_name(),
+            state_dir: cfg.state_dir.clone(),
+            logs_dir,
+            socket: cfg.socket.clone(),
+            started_ms: crate::now_ms(),
+            instance: format!("d{}-{}", std::process::id(), next_instance()),
+            backend: detection.kind(),
+            backend_why: detection.reason.clone(),
+            compute,
+        };
+        let (events, _) = broadcast::channel(EVENT_CAPACITY);
+        let shared = Arc::new(Shared {
+            store: Mutex::new(store),
+            governor: governor.clone(),
+            executor: Arc::new(LocalExecutor::new(Some(detection.enforcer))),
+            settings: Mutex::new(daemon_settings),
+            info,
+            slots: Mutex::default(),
+            exits: Mutex::default(),
+            stopping: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            events,
+            stats: Mutex::default(),
+            kill_grace: cfg.kill_grace,
+            default_policy,
+            enforce_override: cfg.enforce,
+        });
+        let queue = TaskQueue::new(governor);
+        let pump = pump::spawn(Arc::clone(&shared), queue.subscribe());
+        let engine = Engine { shared, queue, pump: Mutex::new(Some(pump)) };
+        let tasks = engine.shared.store().load_all()?;
+        for rec in tasks.into_iter().filter(|r| !r.state.is_terminal()) {
+            let paused = rec.state == TaskState::Paused;
+            if let Err(e) = engine.enqueue(rec.id, &rec.spec, paused) {
+                tracing::error!("task {}: cannot queue again after restart: {e}", rec.id);
+            }
+        }
+        Ok(engine)
+    }
+
+    fn fallback_governor(probe: &ProbeChoice, policy: HostPolicy) -> Result<Governor, DaemonError> {
+        Ok(match probe {
+            ProbeChoice::Host => Governor::new(policy, HostProbe::new()?)?,
+            ProbeChoice::Fake(profile) => {
+                Governor::new(policy, probe::StampedFake(FakeProbe::new(profile.clone())))?
+            }
+        })
+    }
+
+    /// Hands a stored task to the queue with its id, priority and
+    /// dependencies. A dependency the queue no longer knows is resolved
+    /// from the store: completed (or removed) satisfies it, any other end
+    /// fails an `after` dependent at once.
+    pub(crate) fn enqueue(&self, id: TaskId, spec: &TaskSpec, paused: bool) -> Result<(), String> {
+        let callback = command_callback(Arc::clone(&self.shared), id, Arc::new(spec.clone()));
+        let mut task = Task::new(spec.display_name(), spec.estimate.to_estimate(), callback)
+            .with_id(qid(id))
+            .priority(spec.priority);
+        for (dep, kind) in spec.dependencies() {
+            let live = self.queue.get(qid(dep)).is_some_and(|v| !v.state.is_terminal());
+            let stored =
+                if live { None } else { self.shared.store().get_task(dep).map_err(|e| e.to_string())? };
+            match stored {
+                None if live => {}
+                // Removed: it ended, and only terminal tasks can be removed.
+                None => continue,
+                Some(rec) if !rec.state.is_terminal() => {}
+                Some(rec) if rec.state == TaskState::Completed || kind == DepKind::End => continue,
+                Some(rec) => {
+                    let reason = format!("dependency {dep} ended {}", rec.state);
+                    self.fail_unqueued(id, reason);
+                    return Ok(());
+                }
+            }
+            task = match kind {
+                DepKind::Success => task.after(qid(dep)),
+                DepKind::End => task.after_any(qid(dep)),
+            };
+        }
+        let submitted = if paused { self.queue.submit_paused(task) } else { self.queue.submit(task) };
+        match submitted {
+            Ok(_) => Ok(()),
+            Err(lardon::SubmitError::UnknownDependency(dep)) => {
+                self.fail_unqueued(id, format!("dependency {dep} is unknown"));
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Ends a task that never reached the queue.
+    fn fail_unqueued(&self, id: TaskId, reason: String) {
+        let outcome = Outcome { state: TaskState::Failed, exit_code: None, reason: Some(reason) };
+        if let Err(e) = self.shared.store().finish(id, &outcome) {
+            tracing::error!("task {id}: cannot record failure: {e}");
+        }
+        self.shared.emit(DaemonEvent::TaskChanged(id));
+        self.shared.emit(DaemonEvent::TaskFinished(id));
+    }
+
+    /// Stops: running commands are terminated (they stay RUNNING in the
+    /// store, so the next start requeues them as interrupted and batched
+    /// tasks resume from their cursor), then the queue closes.
+    pub(crate) fn shutdown(&self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        for slot in self.shared.all_slots() {
+            slot.terminate(self.shared.kill_grace.min(Duration::from_secs(2)));
+        }
+        self.queue.close();
+        // Every event is emitted by now: the pump drains them and exits.
+        self.shared.closed.store(true, Ordering::SeqCst);
+        if let Some(pump) = lock(&self.pump).take() {
+            let _ = pump.join();
+        }
+    }
+}
+
+fn next_instance() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}

@@ -1,0 +1,113 @@
+//! The pump: one thread subscribed to the queue's events persists every
+//! state change, decision and start (one store transaction each) and fans
+//! the change out to the watchers.
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use lardon::QueueEvent;
+
+use super::{DaemonEvent, Shared};
+use crate::spec::{DecisionKind, TaskId, TaskState};
+use crate::store::{DecisionRecord, Outcome};
+
+pub(crate) fn spawn(shared: Arc<Shared>, events: Receiver<QueueEvent>) -> JoinHandle<()> {
+    let run = move || {
+        loop {
+            match events.recv_timeout(Duration::from_millis(100)) {
+                Ok(event) => handle(&shared, event),
+                Err(RecvTimeoutError::Timeout) if shared.closed() => return,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    };
+    // If the thread cannot start, the daemon cannot persist: run inline
+    // is impossible, so fail loudly at start instead.
+    std::thread::Builder::new().name("lardon-pump".into()).spawn(run).unwrap_or_else(|e| {
+        tracing::error!("cannot start the event pump: {e}");
+        std::thread::spawn(|| {})
+    })
+}
+
+fn state_of(s: lardon::TaskState) -> TaskState {
+    match s {
+        lardon::TaskState::Pending => TaskState::Pending,
+        lardon::TaskState::Running => TaskState::Running,
+        lardon::TaskState::Paused => TaskState::Paused,
+        lardon::TaskState::Completed => TaskState::Completed,
+        lardon::TaskState::Failed => TaskState::Failed,
+        lardon::TaskState::Cancelled => TaskState::Cancelled,
+    }
+}
+
+pub(crate) fn kind_of(k: lardon::DecisionKind) -> DecisionKind {
+    match k {
+        lardon::DecisionKind::Admit => DecisionKind::Admit,
+        lardon::DecisionKind::ReduceBatch => DecisionKind::ReduceBatch,
+        lardon::DecisionKind::Wait => DecisionKind::Wait,
+        lardon::DecisionKind::Reject => DecisionKind::Reject,
+    }
+}
+
+fn handle(shared: &Shared, event: QueueEvent) {
+    let (id, result) = match event {
+        QueueEvent::Submitted { id, .. }
+        | QueueEvent::Sequence { id, .. }
+        | QueueEvent::Progress { id, .. } => (TaskId(id.0), Ok(())),
+        QueueEvent::Decision { id, kind, reason, message } => {
+            let id = TaskId(id.0);
+            let kind = kind_of(kind);
+            let result = shared.store().record_decision(id, kind, reason.as_str(), &message, None);
+            let record = DecisionRecord {
+                kind,
+                reason_code: reason.as_str().to_owned(),
+                message,
+                batch: None,
+                at_ms: crate::now_ms(),
+            };
+            shared.stats.lock().unwrap_or_else(std::sync::PoisonError::into_inner).record(id, &record);
+            shared.emit(DaemonEvent::Decision(id, record));
+            (id, result)
+        }
+        QueueEvent::Started { id, .. } => {
+            let id = TaskId(id.0);
+            (id, shared.store().start_attempt(id).map(drop))
+        }
+        QueueEvent::StateChanged { id, state } => {
+            let id = TaskId(id.0);
+            if shared.stopping() {
+                return;
+            }
+            let result = match state {
+                lardon::TaskState::Paused => shared.store().pause(id).map(drop),
+                _ => shared.store().resume(id).map(drop),
+            };
+            (id, result)
+        }
+        QueueEvent::Finished { id, state, message } => {
+            let id = TaskId(id.0);
+            let state = state_of(state);
+            // At shutdown, runs the daemon itself stopped and pending tasks
+            // the closing queue cancelled stay live in the store: the next
+            // start queues them again.
+            if shared.stopping() && state == TaskState::Cancelled {
+                return;
+            }
+            let outcome = Outcome { state, exit_code: shared.take_exit(id), reason: message };
+            let result = shared.store().finish(id, &outcome);
+            shared.emit(DaemonEvent::TaskChanged(id));
+            shared.emit(DaemonEvent::TaskFinished(id));
+            if let Err(e) = result {
+                tracing::error!("task {id}: cannot persist its end: {e}");
+            }
+            return;
+        }
+    };
+    if let Err(e) = result {
+        tracing::error!("task {id}: cannot persist a change: {e}");
+    }
+    shared.emit(DaemonEvent::TaskChanged(id));
+}

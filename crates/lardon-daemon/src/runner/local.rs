@@ -1,0 +1,194 @@
+//! The local executor: a process group per run, in its own task cgroup
+//! (v2, v1 or the none backend's watchdog), pinned to the compute pool,
+//! output appended to the task's log file.
+
+use std::fs::OpenOptions;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use lardon_host::{ChildExit, Enforcer, TaskCgroup, TaskLimits, spawn_in, wait_child};
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::waitpid;
+use nix::unistd::Pid;
+
+use super::orphans::{RunHandle, start_time};
+use super::{Executor, Run, RunError, RunExit, RunRequest, RunSignal};
+
+/// Starts runs on this host.
+#[derive(Debug, Clone)]
+pub struct LocalExecutor {
+    enforcer: Option<Arc<dyn Enforcer>>,
+}
+
+impl LocalExecutor {
+    /// An executor limiting runs through `enforcer` (none: no cgroup).
+    pub fn new(enforcer: Option<Arc<dyn Enforcer>>) -> Self {
+        LocalExecutor { enforcer }
+    }
+}
+
+impl Executor for LocalExecutor {
+    fn start(&self, req: &RunRequest) -> Result<Box<dyn Run>, RunError> {
+        let program = req.argv.first().cloned().unwrap_or_default();
+        let fail = |detail: String| RunError::Start { program: program.clone(), detail };
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&req.log)
+            .map_err(|e| fail(format!("cannot open log {}: {e}", req.log.display())))?;
+        let err = log.try_clone().map_err(|e| fail(format!("cannot duplicate the log handle: {e}")))?;
+        let mut cmd = Command::new(&program);
+        cmd.args(req.argv.iter().skip(1))
+            .envs(req.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            // Its own process group: signals reach every descendant.
+            .process_group(0);
+        if let Some(dir) = &req.cwd {
+            cmd.current_dir(dir);
+        }
+        let limits =
+            TaskLimits { memory_max: req.memory_max, memory_high: req.memory_high, cpu_millis: None };
+        let cgroup = match (&self.enforcer, limits.memory_max.is_some() || limits.memory_high.is_some()) {
+            (Some(enforcer), true) => match enforcer.create(&req.name, &limits) {
+                Ok(cg) => Some(cg),
+                Err(e) => {
+                    // Better a run measured by ru_maxrss than no run; the
+                    // Governor's reservation still bounds admission.
+                    tracing::warn!("task cgroup {} not created ({e}); running without a limit", req.name);
+                    None
+                }
+            },
+            _ => None,
+        };
+        let child =
+            spawn_in(&mut cmd, cgroup.as_deref(), req.cpus.as_ref()).map_err(|e| fail(e.to_string()))?;
+        let pid = child.id();
+        let handle = RunHandle { pgid: pid, start: start_time(pid) };
+        Ok(Box::new(LocalRun {
+            pid,
+            handle,
+            child: Mutex::new(Some(child)),
+            cgroup,
+            exit: Mutex::new(None),
+            started: Instant::now(),
+            done: AtomicBool::new(false),
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct LocalRun {
+    pid: u32,
+    handle: RunHandle,
+    child: Mutex<Option<Child>>,
+    cgroup: Option<Box<dyn TaskCgroup>>,
+    exit: Mutex<Option<ChildExit>>,
+    started: Instant,
+    /// Set once cleaned up: later signals (a grace timer) must not reach
+    /// a process group id the kernel may have recycled.
+    done: AtomicBool,
+}
+
+impl LocalRun {
+    fn pgid(&self) -> Option<Pid> {
+        i32::try_from(self.pid).ok().map(Pid::from_raw)
+    }
+
+    /// SIGKILLs what is left of the group and reaps it: the daemon is a
+    /// child subreaper, so orphaned grandchildren are ours to reap.
+    fn kill_and_reap_group(&self) {
+        let Some(pgid) = self.pgid() else { return };
+        let _ = killpg(pgid, Signal::SIGKILL);
+        for round in 0..3 {
+            while let Ok(_) | Err(Errno::EINTR) = waitpid(Pid::from_raw(-pgid.as_raw()), None) {}
+            // A grandchild whose parent is still dying is re-parented to us
+            // a moment later; look again briefly.
+            if round < 2 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+}
+
+impl Run for LocalRun {
+    fn handle(&self) -> String {
+        self.handle.encode()
+    }
+
+    fn signal(&self, signal: RunSignal) -> Result<(), RunError> {
+        let sig = match signal {
+            RunSignal::Stop => Signal::SIGSTOP,
+            RunSignal::Continue => Signal::SIGCONT,
+            RunSignal::Terminate => Signal::SIGTERM,
+            RunSignal::Kill => Signal::SIGKILL,
+        };
+        let Some(pgid) = self.pgid() else { return Ok(()) };
+        if self.done.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        match killpg(pgid, sig) {
+            Ok(()) | Err(Errno::ESRCH) => {}
+            Err(e) => return Err(RunError::Control(format!("cannot send {sig} to group {pgid}: {e}"))),
+        }
+        if signal == RunSignal::Kill
+            && let Some(cg) = &self.cgroup
+        {
+            // Processes that left the group (setsid) are still in the cgroup.
+            let _ = cg.kill_all();
+        }
+        Ok(())
+    }
+
+    fn wait(&self) -> Result<RunExit, RunError> {
+        let child = self.child.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let Some(child) = child else { return Err(RunError::Control("run already waited for".into())) };
+        let exit = wait_child(child).map_err(|e| RunError::Control(e.to_string()))?;
+        if let Some(cg) = &self.cgroup {
+            cg.record_exit(&exit);
+        }
+        *self.exit.lock().unwrap_or_else(PoisonError::into_inner) = Some(exit);
+        Ok(RunExit { code: exit.status.code(), signal: exit.status.signal(), wall: self.started.elapsed() })
+    }
+
+    fn usage(&self) -> Option<u64> {
+        self.cgroup.as_ref().and_then(|cg| cg.memory_current().ok().flatten())
+    }
+
+    fn peak(&self) -> Option<u64> {
+        let rss = self.exit.lock().unwrap_or_else(PoisonError::into_inner).map(|e| e.max_rss);
+        self.cgroup.as_ref().and_then(|cg| cg.memory_peak().ok().flatten()).or(rss)
+    }
+
+    fn oom_killed(&self) -> bool {
+        self.cgroup.as_ref().is_some_and(|cg| cg.oom_killed().unwrap_or(false))
+    }
+
+    fn cleanup(&self) {
+        if self.done.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.kill_and_reap_group();
+        if let Some(cg) = &self.cgroup {
+            let _ = cg.kill_all();
+        }
+    }
+}
+
+impl Drop for LocalRun {
+    fn drop(&mut self) {
+        // A run dropped without `wait` (an error path) must not leave a
+        // process behind or an unreaped child.
+        let child = self.child.get_mut().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(mut child) = child {
+            let _ = child.kill();
+            let _ = child.wait();
+            self.kill_and_reap_group();
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! Between protobuf messages and the daemon's types. Everything from a
+//! client is checked here; errors name the field.
+
+use lardon::progress::EtaState;
+use lardon::{MILLIS_PER_CPU, PressureLevel, TaskView};
+use lardon_proto::pb;
+use tonic::Status;
+
+use crate::ids::{format_id, parse_id};
+use crate::spec::{DecisionKind, EnvVar, EstimateSpec, TaskId, TaskSpec, TaskState};
+use crate::store::{DecisionRecord, TaskRecord};
+
+/// Parses an API id, naming `field` when it is not one.
+pub(crate) fn id_arg(field: &str, text: &str) -> Result<TaskId, Status> {
+    parse_id(text).ok_or_else(|| Status::invalid_argument(format!("{field}: `{text}` is not a task id")))
+}
+
+pub(crate) fn state_to_pb(s: TaskState) -> pb::TaskState {
+    match s {
+        TaskState::Pending => pb::TaskState::Pending,
+        TaskState::Running => pb::TaskState::Running,
+        TaskState::Paused => pb::TaskState::Paused,
+        TaskState::Completed => pb::TaskState::Completed,
+        TaskState::Failed => pb::TaskState::Failed,
+        TaskState::Cancelled => pb::TaskState::Cancelled,
+    }
+}
+
+/// A client's state filter value; `None` for UNSPECIFIED or unknown numbers.
+pub(crate) fn state_from_pb(v: i32) -> Option<TaskState> {
+    Some(match pb::TaskState::try_from(v).ok()? {
+        pb::TaskState::Unspecified => return None,
+        pb::TaskState::Pending => TaskState::Pending,
+        pb::TaskState::Running => TaskState::Running,
+        pb::TaskState::Paused => TaskState::Paused,
+        pb::TaskState::Completed => TaskState::Completed,
+        pb::TaskState::Failed => TaskState::Failed,
+        pb::TaskState::Cancelled => TaskState::Cancelled,
+    })
+}
+
+pub(crate) fn states_arg(values: &[i32]) -> Result<Vec<TaskState>, Status> {
+    values
+        .iter()
+        .map(|v| {
+            state_from_pb(*v)
+                .ok_or_else(|| Status::invalid_argument(format!("states: {v} is not a task state")))
+        })
+        .collect()
+}
+
+fn kind_to_pb(k: DecisionKind) -> pb::DecisionKind {
+    match k {
+        DecisionKind::Admit => pb::DecisionKind::Admit,
+        DecisionKind::ReduceBatch => pb::DecisionKind::ReduceBatch,
+        DecisionKind::Wait => pb::DecisionKind::Wait,
+        DecisionKind::Reject => pb::DecisionKind::Reject,
+    }
+}
+
+pub(crate) fn decision_to_pb(d: &DecisionRecord) -> pb::Decision {
+    pb::Decision {
+        kind: kind_to_pb(d.kind) as i32,
+        reason_code: d.reason_code.clone(),
+        message: d.message.clone(),
+        batch: d.batch.unwrap_or(0),
+        at_unix_ms: d.at_ms,
+    }
+}
+
+pub(crate) fn pressure_to_pb(p: PressureLevel) -> pb::PressureState {
+    match p {
+        PressureLevel::Green => pb::PressureState::Green,
+        PressureLevel::Yellow => pb::PressureState::Yellow,
+        PressureLevel::Red => pb::PressureState::Red,
+    }
+}
+
+fn eta_to_pb(s: EtaState) -> pb::EtaState {
+    match s {
+        EtaState::Complete => pb::EtaState::Complete,
+        // Shown with `integrity_error`; never as complete.
+        EtaState::IntegrityError | EtaState::Indeterminate => pb::EtaState::Indeterminate,
+        EtaState::Throttled => pb::EtaState::Throttled,
+        EtaState::Stalled => pb::EtaState::Stalled,
+        EtaState::Calculating => pb::EtaState::Calculating,
+        EtaState::Known => pb::EtaState::Known,
+    }
+}
+
+/// A client's spec, checked: ids parsed, defaults applied, then the spec's
+/// own validation (the estimate is checked by the engine).
+pub(crate) fn spec_from_pb(spec: Option<pb::TaskSpec>) -> Result<TaskSpec, Status> {
+    let spec = spec.ok_or_else(|| Status::invalid_argument("spec: missing"))?;
+    let ids = |field: &str, list: &[String]| -> Result<Vec<TaskId>, Status> {
+        list.iter().enumerate().map(|(i, s)| id_arg(&format!("{field}[{i}]"), s)).collect()
+    };
+    let e = spec.estimate.unwrap_or_default();
+    let estimate = EstimateSpec {
+        memory_fixed: e.memory_fixed,
+        memory_per_item: e.memory_per_item,
+        gpu_memory_fixed: e.gpu_memory_fixed,
+        gpu_memory_per_item: e.gpu_memory_per_item,
+        batch_min: e.batch_min.unwrap_or(1),
+        batch_max: e.batch_max,
+        cpu_millis: e.cpu_millis.unwrap_or(MILLIS_PER_CPU),
+        cpus_exact: e.cpus_exact,
+        gpu_slots: e.gpu_slots,
+        io_slots: e.io_slots,
+        scratch_bytes: e.scratch_bytes,
+        class: if e.class.is_empty() { lardon::Class::DEFAULT.to_owned() } else { e.class },
+    };
+    let out = TaskSpec {
+        name: spec.name,
+        argv: spec.argv,
+        cwd: (!spec.cwd.is_empty()).then_some(spec.cwd),
+        env: spec.env.into_iter().map(|v| EnvVar { key: v.key, value: v.value }).collect(),
+        estimate,
+        priority: spec.priority,
+        after: ids("after", &spec.after)?,
+        after_any: ids("after_any", &spec.after_any)?,
+        items: spec.items,
+        retry_on_interrupt: spec.retry_on_interrupt.unwrap_or(true),
+    };
+    out.validate().map_err(|e| Status::invalid_argument(e.to_string()))?;
+    Ok(out)
+}
+
+pub(crate) fn estimate_to_pb(e: &EstimateSpec) -> pb::Estimate {
+    pb::Estimate {
+        memory_fixed: e.memory_fixed,
+        memory_per_item: e.memory_per_item,
+        gpu_memory_fixed: e.gpu_memory_fixed,
+        gpu_memory_per_item: e.gpu_memory_per_item,
+        batch_min: Some(e.batch_min),
+        batch_max: Some(e.batch_max()),
+        cpu_millis: Some(e.cpu_millis),
+        cpus_exact: e.cpus_exact,
+        gpu_slots: e.gpu_slots,
+        io_slots: e.io_slots,
+        scratch_bytes: e.scratch_bytes,
+        class: e.class.clone(),
+    }
+}
+
+pub(crate) fn spec_to_pb(s: &TaskSpec) -> pb::TaskSpec {
+    pb::TaskSpec {
+        name: s.name.clone(),
+        argv: s.argv.clone(),
+        cwd: s.cwd.clone().unwrap_or_default(),
+        env: s.env.iter().map(|v| pb::EnvVar { key: v.key.clone(), value: v.value.clone() }).collect(),
+        estimate: Some(estimate_to_pb(&s.estimate)),
+        priority: s.priority,
+        after: s.after.iter().map(|i| format_id(*i)).collect(),
+        after_any: s.after_any.iter().map(|i| format_id(*i)).collect(),
+        items: s.items,
+        retry_on_interrupt: Some(s.retry_on_interrupt),
+    }
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The durable record, with the live view (contract, ETA) when the queue
+/// holds the task.
+pub(crate) fn task_to_pb(rec: &TaskRecord, live: Option<&TaskView>, host: &str) -> pb::Task {
+    let view = live.map(|v| v.progress);
+    let progress = pb::TaskProgress {
+        done: rec.progress.done,
+        total: rec.progress.total,
+        message: rec.progress.message.clone(),
+        eta_state: view.map_or(
+            if rec.state == TaskState::Completed {
+                pb::EtaState::Complete
+            } else {
+                pb::EtaState::Indeterminate
+            },
+            |p| eta_to_pb(p.state),
+        ) as i32,
+        eta_ms: view.and_then(|p| p.eta).map(millis),
+        items_per_sec: view.and_then(|p| p.rate_per_sec),
+        elapsed_ms: view.and_then(|p| p.elapsed).map_or(0, millis),
+        integrity_error: rec.state == TaskState::Completed
+            && rec.progress.total > 0
+            && rec.progress.done < rec.progress.total,
+    };
+    let running = matches!(rec.state, TaskState::Running | TaskState::Paused);
+    let contract = live.and_then(|v| v.contract.as_ref()).filter(|_| running).map(|c| pb::Contract {
+        batch: c.batch,
+        memory: c.memory,
+        gpu_memory: c.gpu_memory,
+        gpu_devices: c.gpu_devices.clone(),
+        cpu_millis: c.cpu_millis,
+        io_slots: c.io_slots,
+        scratch_dir: String::new(),
+        item_offset: rec.cursor,
+    });
+    let failure_reason = match rec.state {
+        TaskState::Completed => String::new(),
+        _ => rec.state_reason.clone().unwrap_or_default(),
+    };
+    pb::Task {
+        id: format_id(rec.id),
+        spec: Some(spec_to_pb(&rec.spec)),
+        state: state_to_pb(rec.state) as i32,
+        paused_while_running: rec.state == TaskState::Paused && rec.paused_running,
+        attempts: rec.attempts,
+        created_unix_ms: rec.created_ms,
+        started_unix_ms: rec.started_ms,
+        finished_unix_ms: rec.finished_ms,
+        exit_code: rec.exit_code,
+        failure_reason,
+        progress: Some(progress),
+        cursor: rec.cursor,
+        last_decision: rec.last_decision.as_ref().map(decision_to_pb),
+        contract,
+        host: host.to_owned(),
+    }
+}

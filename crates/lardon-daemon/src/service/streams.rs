@@ -1,0 +1,292 @@
+//! Server streams: Wait, Log (with follow) and Watch. Each runs as a task
+//! feeding a bounded channel; a client that goes away only ends its own
+//! stream (the send fails), and shutdown ends them all.
+
+use std::collections::BTreeSet;
+use std::io::SeekFrom;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lardon_proto::pb;
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Response, Status};
+
+use super::convert::{decision_to_pb, id_arg};
+use super::{BoxStream, store_status};
+use crate::engine::{DaemonEvent, Engine};
+use crate::spec::{TaskId, TaskState};
+
+const CHANNEL: usize = 64;
+const LOG_CHUNK: usize = 64 * 1024;
+/// How often a followed log is re-read (like `tail -f`).
+const LOG_POLL: Duration = Duration::from_millis(100);
+/// Availability updates on a Watch are coalesced to at most one a second.
+const AVAILABILITY_EVERY: Duration = Duration::from_secs(1);
+
+fn stream<T: Send + 'static>(rx: mpsc::Receiver<Result<T, Status>>) -> Response<BoxStream<T>> {
+    Response::new(Box::pin(ReceiverStream::new(rx)))
+}
+
+async fn blocking<T: Send + 'static>(
+    engine: &Arc<Engine>,
+    f: impl FnOnce(&Engine) -> Result<T, Status> + Send + 'static,
+) -> Result<T, Status> {
+    let engine = Arc::clone(engine);
+    tokio::task::spawn_blocking(move || f(&engine)).await.map_err(|e| Status::internal(e.to_string()))?
+}
+
+pub(crate) async fn wait(
+    engine: Arc<Engine>,
+    mut stop: watch::Receiver<bool>,
+    req: pb::WaitRequest,
+) -> Result<Response<BoxStream<pb::WaitEvent>>, Status> {
+    // Subscribe before reading states: no end can slip between the two.
+    let mut events = engine.shared.events.subscribe();
+    let ids: Vec<TaskId> =
+        req.ids.iter().enumerate().map(|(i, s)| id_arg(&format!("ids[{i}]"), s)).collect::<Result<_, _>>()?;
+    let mut remaining: BTreeSet<TaskId> = blocking(&engine, move |engine| {
+        let store = engine.shared.store();
+        if ids.is_empty() {
+            let all = store.load_all().map_err(store_status)?;
+            return Ok(all.into_iter().filter(|r| !r.state.is_terminal()).map(|r| r.id).collect());
+        }
+        for id in &ids {
+            if store.get_task(*id).map_err(store_status)?.is_none() {
+                return Err(Status::not_found(format!("no task {id}")));
+            }
+        }
+        Ok(ids.into_iter().collect())
+    })
+    .await?;
+    let (tx, rx) = mpsc::channel(CHANNEL);
+    tokio::spawn(async move {
+        let mut summary = pb::WaitSummary::default();
+        let mut check: Vec<TaskId> = remaining.iter().copied().collect();
+        loop {
+            for id in std::mem::take(&mut check) {
+                let found = blocking(&engine, move |e| {
+                    let rec = e.shared.store().get_task(id).map_err(store_status)?;
+                    Ok(rec.filter(|r| r.state.is_terminal()).map(|r| (r.state, e.task_pb(&r))))
+                })
+                .await;
+                let (state, task) = match found {
+                    Ok(Some(done)) => done,
+                    Ok(None) => continue,
+                    Err(s) => {
+                        let _ = tx.send(Err(s)).await;
+                        return;
+                    }
+                };
+                remaining.remove(&id);
+                match state {
+                    TaskState::Completed => summary.completed += 1,
+                    TaskState::Failed => summary.failed += 1,
+                    _ => summary.cancelled += 1,
+                }
+                let event = pb::WaitEvent { event: Some(pb::wait_event::Event::Finished(task)) };
+                if tx.send(Ok(event)).await.is_err() {
+                    return;
+                }
+            }
+            if remaining.is_empty() {
+                let _ =
+                    tx.send(Ok(pb::WaitEvent { event: Some(pb::wait_event::Event::Summary(summary)) })).await;
+                return;
+            }
+            tokio::select! {
+                ev = events.recv() => match ev {
+                    Ok(DaemonEvent::TaskFinished(id)) if remaining.contains(&id) => check.push(id),
+                    // A removed task ended before; forget it.
+                    Ok(DaemonEvent::TaskRemoved(id)) => { remaining.remove(&id); }
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => check = remaining.iter().copied().collect(),
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                _ = stop.changed() => return,
+                () = tx.closed() => return,
+            }
+        }
+    });
+    Ok(stream(rx))
+}
+
+pub(crate) async fn log(
+    engine: Arc<Engine>,
+    mut stop: watch::Receiver<bool>,
+    req: pb::LogRequest,
+) -> Result<Response<BoxStream<pb::LogChunk>>, Status> {
+    let id = id_arg("id", &req.id)?;
+    if pb::LogStream::try_from(req.stream).is_err() {
+        return Err(Status::invalid_argument(format!("stream: {} is not a log stream", req.stream)));
+    }
+    let exists = blocking(&engine, move |e| e.shared.store().get_task(id).map_err(store_status)).await?;
+    if exists.is_none() {
+        return Err(Status::not_found(format!("no task {id}")));
+    }
+    let path = engine.shared.log_path(id);
+    let (tx, rx) = mpsc::channel(CHANNEL);
+    let follow = req.follow;
+    let tail = req.tail_bytes;
+    tokio::spawn(async move {
+        let mut file: Option<tokio::fs::File> = None;
+        let mut offset = 0u64;
+        let mut buf = vec![0u8; LOG_CHUNK];
+        loop {
+            if file.is_none()
+                && let Ok(mut f) = tokio::fs::File::open(&path).await
+            {
+                if let (Some(tail), Ok(meta)) = (tail, f.metadata().await) {
+                    offset = meta.len().saturating_sub(tail);
+                    if f.seek(SeekFrom::Start(offset)).await.is_err() {
+                        offset = 0;
+                    }
+                }
+                file = Some(f);
+            }
+            // Whether the task has ended, read before draining the file so
+            // the last bytes written before the end are always sent.
+            let ended = blocking(&engine, move |e| {
+                Ok(e.shared.store().get_task(id).ok().flatten().is_none_or(|r| r.state.is_terminal()))
+            })
+            .await
+            .unwrap_or(true);
+            if let Some(f) = file.as_mut() {
+                loop {
+                    match f.read(&mut buf).await {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            let chunk = pb::LogChunk {
+                                stream: pb::LogStream::Unspecified as i32,
+                                offset,
+                                data: buf[..n].to_vec(),
+                            };
+                            offset += n as u64;
+                            if tx.send(Ok(chunk)).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(Status::internal(format!("reading the log: {e}")))).await;
+                            return;
+                        }
+                    }
+                }
+            }
+            if !follow || ended {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(LOG_POLL) => {}
+                _ = stop.changed() => return,
+                () = tx.closed() => return,
+            }
+        }
+    });
+    Ok(stream(rx))
+}
+
+fn event(seq: &mut u64, e: pb::watch_event::Event) -> pb::WatchEvent {
+    *seq += 1;
+    pb::WatchEvent { seq: *seq, at_unix_ms: crate::now_ms(), event: Some(e) }
+}
+
+fn snapshot(engine: &Engine) -> Result<pb::WatchSnapshot, Status> {
+    let recs = engine.shared.store().load_all().map_err(store_status)?;
+    let recent = engine
+        .shared
+        .stats
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .recent
+        .iter()
+        .map(|(id, d)| pb::DecisionMade {
+            task_id: crate::ids::format_id(*id),
+            decision: Some(decision_to_pb(d)),
+        })
+        .collect();
+    Ok(pb::WatchSnapshot {
+        tasks: recs.iter().map(|r| engine.task_pb(r)).collect(),
+        availability: Some(engine.availability_pb().map_err(store_status)?),
+        recent_decisions: recent,
+        scratch: Vec::new(),
+    })
+}
+
+pub(crate) async fn watch(
+    engine: Arc<Engine>,
+    mut stop: watch::Receiver<bool>,
+    req: pb::WatchRequest,
+) -> Result<Response<BoxStream<pb::WatchEvent>>, Status> {
+    use pb::watch_event::Event;
+    let mut events = engine.shared.events.subscribe();
+    let first = if req.skip_snapshot { None } else { Some(blocking(&engine, snapshot).await?) };
+    let (tx, rx) = mpsc::channel(CHANNEL);
+    tokio::spawn(async move {
+        let mut seq = 0u64;
+        let mut sent_generation = engine.shared.governor.generation();
+        if let Some(snap) = first
+            && tx.send(Ok(event(&mut seq, Event::Snapshot(snap)))).await.is_err()
+        {
+            return;
+        }
+        let mut tick = tokio::time::interval(AVAILABILITY_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let out = tokio::select! {
+                ev = events.recv() => match ev {
+                    Ok(DaemonEvent::TaskChanged(id)) => {
+                        let task = blocking(&engine, move |e| {
+                            Ok(e.shared.store().get_task(id).ok().flatten().map(|r| e.task_pb(&r)))
+                        }).await.ok().flatten();
+                        task.map(|t| Ok(event(&mut seq, Event::TaskChanged(t))))
+                    }
+                    Ok(DaemonEvent::TaskFinished(_)) => None,
+                    Ok(DaemonEvent::TaskRemoved(id)) => Some(Ok(event(
+                        &mut seq,
+                        Event::TaskRemoved(pb::TaskRemoved { id: crate::ids::format_id(id) }),
+                    ))),
+                    Ok(DaemonEvent::Decision(id, d)) => Some(Ok(event(
+                        &mut seq,
+                        Event::Decision(pb::DecisionMade {
+                            task_id: crate::ids::format_id(id),
+                            decision: Some(decision_to_pb(&d)),
+                        }),
+                    ))),
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        let note = event(&mut seq, Event::Lagged(format!("{n} events dropped; a new snapshot follows")));
+                        if tx.send(Ok(note)).await.is_err() {
+                            return;
+                        }
+                        match blocking(&engine, snapshot).await {
+                            Ok(s) => Some(Ok(event(&mut seq, Event::Snapshot(s)))),
+                            Err(s) => Some(Err(s)),
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                _ = tick.tick() => {
+                    let generation = engine.shared.governor.generation();
+                    if generation == sent_generation {
+                        None
+                    } else {
+                        sent_generation = generation;
+                        blocking(&engine, |e| e.availability_pb().map_err(store_status))
+                            .await
+                            .ok()
+                            .map(|a| Ok(event(&mut seq, Event::Availability(a))))
+                    }
+                }
+                _ = stop.changed() => return,
+                () = tx.closed() => return,
+            };
+            if let Some(out) = out
+                && tx.send(out).await.is_err()
+            {
+                return;
+            }
+        }
+    });
+    Ok(stream(rx))
+}

@@ -1,0 +1,222 @@
+//! The policy as `key = value` pairs: the Governor's [`HostPolicy`] plus
+//! the daemon's own enforcement settings. Used by GetPolicy/SetPolicy, and
+//! to replay the persisted overrides at start.
+
+use std::fmt;
+use std::str::FromStr;
+
+use lardon::{HostPolicy, parse_bytes};
+
+/// How hard a task's cgroup holds it to its contract (policy `enforce`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum EnforceMode {
+    /// No per-task limit (peaks are still measured).
+    Off,
+    /// A soft limit (reclaim pressure above the contract plus slack).
+    Soft,
+    /// A hard limit: above the contract plus slack the task is OOM-killed.
+    #[default]
+    Hard,
+}
+
+impl EnforceMode {
+    /// `off`, `soft` or `hard`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EnforceMode::Off => "off",
+            EnforceMode::Soft => "soft",
+            EnforceMode::Hard => "hard",
+        }
+    }
+}
+
+impl fmt::Display for EnforceMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for EnforceMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "off" => Ok(EnforceMode::Off),
+            "soft" => Ok(EnforceMode::Soft),
+            "hard" => Ok(EnforceMode::Hard),
+            other => Err(format!("enforce: `{other}` is not one of off, soft, hard")),
+        }
+    }
+}
+
+/// The daemon's own policy keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DaemonSettings {
+    /// Per-task cgroup limits.
+    pub enforce: EnforceMode,
+    /// Fixed slack above the contract's memory, bytes.
+    pub memory_slack: u64,
+    /// Proportional slack above the contract's memory, percent.
+    pub memory_slack_percent: u32,
+}
+
+impl Default for DaemonSettings {
+    fn default() -> Self {
+        DaemonSettings { enforce: EnforceMode::Hard, memory_slack: 64 << 20, memory_slack_percent: 10 }
+    }
+}
+
+impl DaemonSettings {
+    /// The memory limit of a contract granting `memory` bytes; `None` when
+    /// the task declared no memory (nothing to hold it to).
+    pub fn memory_limit(&self, memory: u64) -> Option<u64> {
+        (memory > 0).then(|| {
+            memory
+                .saturating_add(self.memory_slack)
+                .saturating_add(memory / 100 * u64::from(self.memory_slack_percent))
+        })
+    }
+}
+
+/// Every key, with its help text, in display order.
+pub const KEYS: &[(&str, &str)] = &[
+    ("memory_reserve", "memory never handed out to tasks"),
+    ("emergency_floor", "MemAvailable at or below this is RED at once (0 disables)"),
+    (
+        "memory_caution",
+        "caution band: MemAvailable at or below holds pressure at YELLOW (`none` = custom policy)",
+    ),
+    ("cpu_reserve", "logical CPUs kept for the rest of the host"),
+    ("max_load_ratio", "1-minute load / logical CPUs at or above which admission waits"),
+    ("psi_cpu", "CPU PSI some avg10 at or above which admission waits"),
+    ("psi_memory", "memory PSI some avg10 at or above which admission waits"),
+    ("psi_io", "IO PSI some avg10 at or above which IO-slot work waits"),
+    ("io_slots", "concurrent IO-heavy tasks"),
+    ("gpu_slots", "concurrent tasks per GPU"),
+    ("max_running", "cap on concurrently running tasks (`none` = no cap)"),
+    ("enforce", "per-task cgroup limit: off, soft or hard"),
+    ("memory_slack", "fixed memory allowed above the contract before enforcement"),
+    ("memory_slack_percent", "proportional memory allowed above the contract, percent"),
+];
+
+/// Bytes printed exactly, in the largest binary unit that divides them.
+pub fn exact_bytes(b: u64) -> String {
+    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if b != 0 && b.is_multiple_of(1u64 << shift) {
+            return format!("{}{unit}", b >> shift);
+        }
+    }
+    b.to_string()
+}
+
+/// The value of `key`, or `None` for an unknown key.
+pub fn get(policy: &HostPolicy, settings: &DaemonSettings, key: &str) -> Option<String> {
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "none".to_owned());
+    Some(match key {
+        "memory_reserve" => exact_bytes(policy.memory_reserve),
+        "emergency_floor" => exact_bytes(policy.emergency_floor),
+        "memory_caution" => opt(policy.memory_caution.map(exact_bytes)),
+        "cpu_reserve" => policy.cpu_reserve.to_string(),
+        "max_load_ratio" => policy.max_load_ratio.to_string(),
+        "psi_cpu" => policy.psi_cpu.to_string(),
+        "psi_memory" => policy.psi_memory.to_string(),
+        "psi_io" => policy.psi_io.to_string(),
+        "io_slots" => policy.io_slots.to_string(),
+        "gpu_slots" => policy.gpu_slots.to_string(),
+        "max_running" => opt(policy.max_running.map(|n| n.to_string())),
+        "enforce" => settings.enforce.to_string(),
+        "memory_slack" => exact_bytes(settings.memory_slack),
+        "memory_slack_percent" => settings.memory_slack_percent.to_string(),
+        _ => return None,
+    })
+}
+
+fn num<T: FromStr>(key: &str, value: &str) -> Result<T, String> {
+    value.trim().parse().map_err(|_| format!("{key}: `{value}` is not a valid number"))
+}
+
+fn ratio(key: &str, value: &str) -> Result<f64, String> {
+    let v: f64 = num(key, value)?;
+    if v.is_finite() && v >= 0.0 { Ok(v) } else { Err(format!("{key}: must be a finite number ≥ 0")) }
+}
+
+fn bytes(key: &str, value: &str) -> Result<u64, String> {
+    parse_bytes(value).map_err(|e| format!("{key}: {e}"))
+}
+
+fn none_or<T>(value: &str, parse: impl FnOnce(&str) -> Result<T, String>) -> Result<Option<T>, String> {
+    if value.trim().eq_ignore_ascii_case("none") { Ok(None) } else { parse(value).map(Some) }
+}
+
+/// Applies `key = value`; the error names the key. The caller validates
+/// the resulting policy as a whole (the Governor does).
+///
+/// # Errors
+/// An unknown key or a malformed value.
+pub fn set(
+    policy: &mut HostPolicy,
+    settings: &mut DaemonSettings,
+    key: &str,
+    value: &str,
+) -> Result<(), String> {
+    match key {
+        "memory_reserve" => policy.memory_reserve = bytes(key, value)?,
+        "emergency_floor" => policy.emergency_floor = bytes(key, value)?,
+        "memory_caution" => policy.memory_caution = none_or(value, |v| bytes(key, v))?,
+        "cpu_reserve" => policy.cpu_reserve = num(key, value)?,
+        "max_load_ratio" => policy.max_load_ratio = ratio(key, value)?,
+        "psi_cpu" => policy.psi_cpu = ratio(key, value)?,
+        "psi_memory" => policy.psi_memory = ratio(key, value)?,
+        "psi_io" => policy.psi_io = ratio(key, value)?,
+        "io_slots" => policy.io_slots = num(key, value)?,
+        "gpu_slots" => policy.gpu_slots = num(key, value)?,
+        "max_running" => policy.max_running = none_or(value, |v| num(key, v))?,
+        "enforce" => settings.enforce = value.parse()?,
+        "memory_slack" => settings.memory_slack = bytes(key, value)?,
+        "memory_slack_percent" => {
+            let p: u32 = num(key, value)?;
+            if p > 1000 {
+                return Err(format!("{key}: at most 1000"));
+            }
+            settings.memory_slack_percent = p;
+        }
+        _ => {
+            return Err(format!(
+                "{key}: unknown policy key (known: {})",
+                KEYS.iter().map(|k| k.0).collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use lardon::HostProfile;
+
+    #[test]
+    fn round_trip_every_key() {
+        let profile = HostProfile::new(16 << 30, 8);
+        let base = HostPolicy::default_for(&profile);
+        let mut policy = base.clone();
+        let mut settings = DaemonSettings::default();
+        for (key, _) in KEYS {
+            let v = get(&policy, &settings, key).unwrap();
+            set(&mut policy, &mut settings, key, &v).unwrap();
+        }
+        assert_eq!(policy, base);
+        assert_eq!(settings, DaemonSettings::default());
+        assert!(set(&mut policy, &mut settings, "nope", "1").unwrap_err().starts_with("nope:"));
+        assert!(set(&mut policy, &mut settings, "psi_cpu", "NaN").unwrap_err().starts_with("psi_cpu:"));
+        set(&mut policy, &mut settings, "max_running", "none").unwrap();
+        assert_eq!(policy.max_running, None);
+    }
+
+    #[test]
+    fn limit_has_slack_and_zero_means_none() {
+        let s = DaemonSettings::default();
+        assert_eq!(s.memory_limit(0), None);
+        assert_eq!(s.memory_limit(1000 << 20), Some((1000 << 20) + (64 << 20) + (100 << 20)));
+    }
+}

@@ -1,0 +1,72 @@
+//! Submit → run → complete, environment, logs, bad input.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use common::*;
+use lardon_proto::pb::{self, TaskState};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_a_command_with_its_env_and_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let mut c = client(&d).await;
+    let id = submit(
+        &mut c,
+        sh("echo id=$LARDON_TASK_ID cpus=$LARDON_CPUS mem=$LARDON_MEM_BYTES omp=$OMP_NUM_THREADS sock=$LARDON_SOCKET"),
+    )
+    .await;
+    let t = wait_end(&mut c, &id).await;
+    assert_eq!(state(&t), TaskState::Completed, "{t:?}");
+    assert_eq!(t.exit_code, Some(0));
+    let log = log_text(&mut c, &id).await;
+    let sock = d.socket().display().to_string();
+    assert!(log.contains(&format!("id={id} cpus=1 mem=0 omp=1 sock={sock}")), "{log}");
+
+    let failing = submit(&mut c, sh("echo oops >&2; exit 3")).await;
+    let t = wait_end(&mut c, &failing).await;
+    assert_eq!(state(&t), TaskState::Failed);
+    assert_eq!(t.exit_code, Some(3));
+    assert!(t.failure_reason.contains("exited with code 3"), "{}", t.failure_reason);
+    assert!(log_text(&mut c, &failing).await.contains("oops"));
+    drop(c);
+    d.shutdown().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let mut c = client(&d).await;
+    let mut bad_batch = cmd(&["true"]);
+    bad_batch.estimate = Some(pb::Estimate { batch_min: Some(4), batch_max: Some(2), ..Default::default() });
+    let mut bad_class = cmd(&["true"]);
+    bad_class.estimate = Some(pb::Estimate { class: "Bad Class".into(), ..Default::default() });
+    let mut bad_after = cmd(&["true"]);
+    bad_after.after = vec!["nope".into()];
+    let mut missing_after = cmd(&["true"]);
+    missing_after.after = vec!["999".into()];
+    let cases = [
+        (cmd(&[]), "argv"),
+        (bad_batch, "batch_max"),
+        (bad_class, "class"),
+        (bad_after, "after[0]"),
+        (missing_after, "after"),
+    ];
+    for (spec, field) in cases {
+        let err = c.submit(pb::SubmitRequest { spec: Some(spec), paused: false }).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{field}: {err:?}");
+        assert!(err.message().contains(field), "{field}: {}", err.message());
+    }
+    let err = c.submit(pb::SubmitRequest { spec: None, paused: false }).await.unwrap_err();
+    assert!(err.message().starts_with("spec"), "{}", err.message());
+    let err = c.get(pb::GetRequest { id: "x".into() }).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    let err = c.get(pb::GetRequest { id: "42".into() }).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    // Still serving.
+    let id = submit(&mut c, cmd(&["true"])).await;
+    assert_eq!(state(&wait_end(&mut c, &id).await), TaskState::Completed);
+    drop(c);
+    d.shutdown().unwrap();
+}
