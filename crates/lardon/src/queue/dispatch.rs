@@ -28,10 +28,10 @@ use super::{Inner, MutexGuard};
 /// evaluated, so an impossible task is rejected at once.
 #[derive(Default)]
 struct Blocked {
-    /// A host-wide or queue-wide reason: every later evaluated task waits,
-    /// and is told why.
+    /// A host-wide or queue-wide reason: every later evaluated task waits
+    /// (and keeps its last decision: re-recording it would cost a pass over
+    /// the whole backlog).
     all: bool,
-    all_reason: Option<(ReasonCode, String)>,
     memory: Option<u64>,
     cpu: Option<u64>,
     io: bool,
@@ -73,7 +73,7 @@ impl Blocked {
             || self.scratch.is_some_and(|b| need.scratch >= b && need.scratch > 0)
     }
 
-    fn learn(&mut self, reason: ReasonCode, message: &str, need: Option<&Need>) {
+    fn learn(&mut self, reason: ReasonCode, need: Option<&Need>) {
         match (reason, need) {
             (
                 ReasonCode::StaleSnapshot
@@ -84,10 +84,7 @@ impl Blocked {
                 | ReasonCode::MemoryPressure
                 | ReasonCode::MaxRunning,
                 _,
-            ) => {
-                self.all = true;
-                self.all_reason.get_or_insert_with(|| (reason, message.to_owned()));
-            }
+            ) => self.all = true,
             (ReasonCode::Memory, Some(n)) => {
                 self.memory = Some(self.memory.map_or(n.memory, |m| m.min(n.memory)))
             }
@@ -168,7 +165,7 @@ fn scan(inner: &Arc<Inner>, last: &mut Option<Snapshot>) -> Scan {
             return Scan { host_wait: true, exit: false };
         }
     };
-    let order: Vec<TaskId> = st.pending.values().copied().collect();
+    let fresh = std::mem::take(&mut st.fresh);
     let bound = inner.config.starvation_bound;
     let unified = inner.governor.gpus_unified();
     let mut head: Option<TaskId> = None;
@@ -180,8 +177,36 @@ fn scan(inner: &Arc<Inner>, last: &mut Option<Snapshot>) -> Scan {
     let mut unused: Vec<Reservation> = Vec::new();
     let mut blocked = Blocked::default();
     let mut gov_scan = inner.governor.scan();
-    for id in order {
+    // Walk the pending order with a cursor (tasks leave it as they start);
+    // once a queue- or host-wide reason blocks everything, only tasks never
+    // evaluated are still looked at (so an impossible one is rejected now).
+    let mut cursor: Option<(i64, u64)> = None;
+    let mut fresh = fresh.into_iter();
+    loop {
+        let id = if blocked.all {
+            match fresh.next() {
+                Some(id) => id,
+                None => break,
+            }
+        } else {
+            let next = match cursor {
+                None => st.pending.iter().next(),
+                Some(c) => {
+                    st.pending.range((std::ops::Bound::Excluded(c), std::ops::Bound::Unbounded)).next()
+                }
+            };
+            match next {
+                Some((key, id)) => {
+                    cursor = Some(*key);
+                    *id
+                }
+                None => break,
+            }
+        };
         let Some(e) = st.entries.get(&id) else { continue };
+        if e.started || (blocked.all && e.last_decision.is_some()) {
+            continue;
+        }
         if e.state == TaskState::Paused || !e.waiting_on.is_empty() || !e.waiting_any.is_empty() {
             continue;
         }
@@ -189,9 +214,6 @@ fn scan(inner: &Arc<Inner>, last: &mut Option<Snapshot>) -> Scan {
         let evaluated_before = e.last_decision.is_some();
         // A head with a hold pending is always evaluated (it sets the hold).
         if evaluated_before && head.is_some() && need.as_ref().is_some_and(|n| blocked.covers(n)) {
-            if let Some((reason, message)) = &blocked.all_reason {
-                st.record_decision(id, DecisionKind::Wait, *reason, message, now);
-            }
             continue;
         }
         let is_head = head.is_none();
@@ -211,7 +233,7 @@ fn scan(inner: &Arc<Inner>, last: &mut Option<Snapshot>) -> Scan {
             }
             Err(decision) if decision.kind == DecisionKind::Wait => {
                 host_wait |= decision.reason.waits_on_host();
-                blocked.learn(decision.reason, &decision.message, need.as_ref());
+                blocked.learn(decision.reason, need.as_ref());
                 st.record_decision(id, decision.kind, decision.reason, &decision.message, now);
                 if is_head {
                     head = Some(id);

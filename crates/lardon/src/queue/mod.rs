@@ -296,6 +296,7 @@ impl TaskQueue {
         };
         st.pending.insert(entry.order_key(), id);
         st.entries.insert(id, entry);
+        st.fresh.push(id);
         st.emit(QueueEvent::Submitted { id, name: task.name });
         let dropped = match failed_dep {
             Some((dep, state)) => {
@@ -618,6 +619,7 @@ impl TaskQueue {
         };
         st.pending.insert(entry.order_key(), id);
         st.entries.insert(id, entry);
+        st.fresh.push(id);
         st.emit(QueueEvent::Submitted { id, name: task.name });
         st.emit(QueueEvent::StateChanged { id, state: TaskState::Paused });
         let dropped = match failed_dep {

@@ -84,6 +84,9 @@ pub(crate) struct QueueState {
     pub(crate) running: usize,
     pub(crate) closing: bool,
     pub(crate) dispatcher_wake: bool,
+    /// Tasks submitted since the last scan (evaluated even when a
+    /// queue-wide reason stops the scan early).
+    pub(crate) fresh: Vec<TaskId>,
     pub(crate) subscribers: Vec<Sender<QueueEvent>>,
     /// Terminal outcome of every task that ended, so a dependency on a task
     /// that ended long ago (out of `history`) still resolves. One small
