@@ -144,6 +144,7 @@ pub async fn run(config: DaemonConfig, shutdown: impl Future<Output = ()> + Send
 #[derive(Debug)]
 pub struct DaemonHandle {
     socket: PathBuf,
+    metrics: Option<SocketAddr>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<Result<(), DaemonError>>>,
 }
@@ -152,6 +153,12 @@ impl DaemonHandle {
     /// The socket it serves on.
     pub fn socket(&self) -> &Path {
         &self.socket
+    }
+
+    /// Where the metrics endpoint listens, when enabled (the real port
+    /// when `metrics_addr` asked for port 0).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics
     }
 
     /// Stops the daemon and waits for it.
@@ -185,7 +192,8 @@ impl Drop for DaemonHandle {
 /// # Errors
 /// What [`run`] would fail with at start.
 pub fn start_in_process(config: DaemonConfig) -> Result<DaemonHandle, DaemonError> {
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<PathBuf, DaemonError>>();
+    type Ready = Result<(PathBuf, Option<SocketAddr>), DaemonError>;
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Ready>();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let thread = std::thread::Builder::new()
         .name("lardon-daemon".into())
@@ -204,7 +212,7 @@ pub fn start_in_process(config: DaemonConfig) -> Result<DaemonHandle, DaemonErro
                         return Ok(());
                     }
                 };
-                let _ = ready_tx.send(Ok(daemon.socket().to_path_buf()));
+                let _ = ready_tx.send(Ok((daemon.socket().to_path_buf(), daemon.metrics_addr())));
                 daemon
                     .serve(async move {
                         let _ = stop_rx.await;
@@ -214,7 +222,9 @@ pub fn start_in_process(config: DaemonConfig) -> Result<DaemonHandle, DaemonErro
         })
         .map_err(|e| DaemonError::Runtime(e.to_string()))?;
     match ready_rx.recv() {
-        Ok(Ok(socket)) => Ok(DaemonHandle { socket, stop: Some(stop_tx), thread: Some(thread) }),
+        Ok(Ok((socket, metrics))) => {
+            Ok(DaemonHandle { socket, metrics, stop: Some(stop_tx), thread: Some(thread) })
+        }
         Ok(Err(e)) => {
             let _ = thread.join();
             Err(e)

@@ -69,6 +69,10 @@ impl Daemon {
         &self.socket
     }
 
+    pub(crate) fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
     pub(crate) async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), DaemonError> {
         let Daemon { engine, listener, socket, metrics, _lock } = self;
         let (stop_tx, stop_rx) = watch::channel(false);
