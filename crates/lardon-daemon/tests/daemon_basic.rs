@@ -70,3 +70,37 @@ async fn bad_input_is_refused_naming_the_field() {
     drop(c);
     d.shutdown().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socket_is_private_progress_is_durable_and_missing_programs_fail() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(d.socket()), 0o600);
+    assert_eq!(mode(dir.path()), 0o700);
+    let mut c = client(&d).await;
+    let gate = dir.path().join("gate");
+    let id = submit(&mut c, sh(&format!("while [ ! -e {} ]; do sleep 0.02; done", gate.display()))).await;
+    until(&mut c, &id, "running", |t| state(t) == TaskState::Running).await;
+    c.progress(pb::ProgressRequest { task_id: id.clone(), done: 3, total: 10, message: "three".into() })
+        .await
+        .unwrap();
+    let t = get(&mut c, &id).await;
+    let p = t.progress.unwrap();
+    assert_eq!((p.done, p.total, p.message.as_str()), (3, 10, "three"));
+    let err = c
+        .progress(pb::ProgressRequest { task_id: id.clone(), done: 11, total: 10, message: String::new() })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    std::fs::write(&gate, b"").unwrap();
+    assert_eq!(state(&wait_end(&mut c, &id).await), TaskState::Completed);
+
+    let missing = submit(&mut c, cmd(&["/nonexistent/lardon-no-such-program"])).await;
+    let t = wait_end(&mut c, &missing).await;
+    assert_eq!(state(&t), TaskState::Failed);
+    assert!(t.failure_reason.contains("cannot start"), "{}", t.failure_reason);
+    drop(c);
+    d.shutdown().unwrap();
+}

@@ -95,3 +95,34 @@ async fn pending_dependents_and_paused_tasks_come_back() {
     drop(c);
     d.shutdown().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn learned_batch_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    // Claims 1 KiB per item; the shell alone measures far more, so the
+    // adaptive batch must drop below batch_max, and stay down after a restart.
+    let mut spec = cmd(&["true"]);
+    spec.items = Some(4);
+    spec.estimate = Some(pb::Estimate {
+        memory_per_item: 1024,
+        batch_min: Some(1),
+        batch_max: Some(4),
+        class: "liar".into(),
+        ..Default::default()
+    });
+    let d = start(dir.path());
+    let mut c = client(&d).await;
+    let id = submit(&mut c, spec).await;
+    assert_eq!(state(&wait_end(&mut c, &id).await), TaskState::Completed);
+    let before = c.explain(pb::ExplainRequest { id: id.clone() }).await.unwrap().into_inner();
+    let learned = before.needs.unwrap().adaptive_batch_max;
+    assert!(learned.is_some_and(|b| b < 4), "{learned:?}");
+    drop(c);
+    d.shutdown().unwrap();
+    let d = start(dir.path());
+    let mut c = client(&d).await;
+    let after = c.explain(pb::ExplainRequest { id }).await.unwrap().into_inner();
+    assert_eq!(after.needs.unwrap().adaptive_batch_max, learned);
+    drop(c);
+    d.shutdown().unwrap();
+}

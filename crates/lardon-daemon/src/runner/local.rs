@@ -74,7 +74,7 @@ impl Executor for LocalExecutor {
             pid,
             handle,
             child: Mutex::new(Some(child)),
-            cgroup,
+            cgroup: Mutex::new(cgroup),
             exit: Mutex::new(None),
             started: Instant::now(),
             done: AtomicBool::new(false),
@@ -87,7 +87,8 @@ struct LocalRun {
     pid: u32,
     handle: RunHandle,
     child: Mutex<Option<Child>>,
-    cgroup: Option<Box<dyn TaskCgroup>>,
+    /// Taken (and removed) by `cleanup`; a leftover is removed on drop.
+    cgroup: Mutex<Option<Box<dyn TaskCgroup>>>,
     exit: Mutex<Option<ChildExit>>,
     started: Instant,
     /// Set once cleaned up: later signals (a grace timer) must not reach
@@ -96,6 +97,10 @@ struct LocalRun {
 }
 
 impl LocalRun {
+    fn cgroup(&self) -> std::sync::MutexGuard<'_, Option<Box<dyn TaskCgroup>>> {
+        self.cgroup.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn pgid(&self) -> Option<Pid> {
         i32::try_from(self.pid).ok().map(Pid::from_raw)
     }
@@ -137,7 +142,7 @@ impl Run for LocalRun {
             Err(e) => return Err(RunError::Control(format!("cannot send {sig} to group {pgid}: {e}"))),
         }
         if signal == RunSignal::Kill
-            && let Some(cg) = &self.cgroup
+            && let Some(cg) = self.cgroup().as_ref()
         {
             // Processes that left the group (setsid) are still in the cgroup.
             let _ = cg.kill_all();
@@ -149,7 +154,7 @@ impl Run for LocalRun {
         let child = self.child.lock().unwrap_or_else(PoisonError::into_inner).take();
         let Some(child) = child else { return Err(RunError::Control("run already waited for".into())) };
         let exit = wait_child(child).map_err(|e| RunError::Control(e.to_string()))?;
-        if let Some(cg) = &self.cgroup {
+        if let Some(cg) = self.cgroup().as_ref() {
             cg.record_exit(&exit);
         }
         *self.exit.lock().unwrap_or_else(PoisonError::into_inner) = Some(exit);
@@ -157,16 +162,16 @@ impl Run for LocalRun {
     }
 
     fn usage(&self) -> Option<u64> {
-        self.cgroup.as_ref().and_then(|cg| cg.memory_current().ok().flatten())
+        self.cgroup().as_ref().and_then(|cg| cg.memory_current().ok().flatten())
     }
 
     fn peak(&self) -> Option<u64> {
         let rss = self.exit.lock().unwrap_or_else(PoisonError::into_inner).map(|e| e.max_rss);
-        self.cgroup.as_ref().and_then(|cg| cg.memory_peak().ok().flatten()).or(rss)
+        self.cgroup().as_ref().and_then(|cg| cg.memory_peak().ok().flatten()).or(rss)
     }
 
     fn oom_killed(&self) -> bool {
-        self.cgroup.as_ref().is_some_and(|cg| cg.oom_killed().unwrap_or(false))
+        self.cgroup().as_ref().is_some_and(|cg| cg.oom_killed().unwrap_or(false))
     }
 
     fn cleanup(&self) {
@@ -174,8 +179,12 @@ impl Run for LocalRun {
             return;
         }
         self.kill_and_reap_group();
-        if let Some(cg) = &self.cgroup {
-            let _ = cg.kill_all();
+        let cgroup = self.cgroup().take();
+        if let Some(cg) = cgroup {
+            let name = cg.name().to_owned();
+            if let Err(e) = cg.remove() {
+                tracing::warn!("task cgroup {name} not removed: {e}");
+            }
         }
     }
 }
