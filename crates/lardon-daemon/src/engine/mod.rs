@@ -186,6 +186,10 @@ impl Engine {
                 if killed { "killed" } else { "already gone" }
             );
         }
+        let swept = orphans::sweep_stale_cgroups();
+        if swept > 0 {
+            tracing::info!("removed {swept} task cgroups left by a dead daemon");
+        }
         if report.interrupted() > 0 {
             tracing::warn!(
                 "crash recovery: {} requeued, {} still paused, {} failed",

@@ -59,6 +59,7 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
         let (memory_max, memory_high) =
             if settings.enforce == EnforceMode::Soft { (None, limit) } else { (limit, None) };
         run_no += 1;
+        let scratch = contract.scratch.as_ref().map(|g| g.path.to_string_lossy().into_owned());
         let req = RunRequest {
             name: format!("{}-t{}-r{run_no}", shared.info.instance, id.0),
             argv: spec.argv.clone(),
@@ -68,7 +69,7 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
                 spec,
                 &contract,
                 &shared.info.socket.to_string_lossy(),
-                None,
+                scratch.as_deref(),
                 batch,
             ),
             log: shared.log_path(id),

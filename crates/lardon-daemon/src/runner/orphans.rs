@@ -63,6 +63,48 @@ pub fn kill_orphan(handle: &str) -> bool {
     killpg(Pid::from_raw(raw), Signal::SIGKILL).is_ok()
 }
 
+/// Removes task cgroups left by daemons that died (`lardon-d<pid>-…` whose
+/// daemon pid is gone), killing anything still in them. Cgroups of live
+/// daemons (including other daemons in this process) are left alone.
+/// Returns how many were removed.
+pub fn sweep_stale_cgroups() -> usize {
+    let Ok(layout) = lardon_host::CgroupLayout::detect(&lardon_host::HostRoot::default()) else { return 0 };
+    let parents = [layout.v2, layout.v1_memory, layout.v1_cpu];
+    let mut removed = 0;
+    for parent in parents.iter().flatten() {
+        let Ok(entries) = std::fs::read_dir(parent) else { continue };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(daemon_pid_of) else { continue };
+            if pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                continue;
+            }
+            let dir = entry.path();
+            for line in std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default().lines() {
+                if let Ok(p) = line.trim().parse::<i32>() {
+                    let _ = nix::sys::signal::kill(Pid::from_raw(p), Signal::SIGKILL);
+                }
+            }
+            // The kernel refuses rmdir until the killed processes are gone.
+            for _ in 0..50 {
+                if std::fs::remove_dir(&dir).is_ok() {
+                    removed += 1;
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    }
+    removed
+}
+
+/// The daemon pid in a task cgroup name `lardon-d<pid>-<n>-t<id>-r<run>`.
+fn daemon_pid_of(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("lardon-d")?;
+    let (pid, tail) = rest.split_once('-')?;
+    tail.contains("-t").then(|| pid.parse().ok()).flatten()
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -76,5 +118,8 @@ mod tests {
         assert_eq!(RunHandle::decode("junk"), None);
         assert!(start_time(std::process::id()).is_some());
         assert!(!kill_orphan("pgid:1"));
+        assert_eq!(daemon_pid_of("lardon-d42-3-t7-r1"), Some(42));
+        assert_eq!(daemon_pid_of("lardon-job-1"), None);
+        assert_eq!(daemon_pid_of("lardon-dx-3-t7-r1"), None);
     }
 }

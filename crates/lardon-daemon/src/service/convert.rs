@@ -193,7 +193,7 @@ pub(crate) fn task_to_pb(rec: &TaskRecord, live: Option<&TaskView>, host: &str) 
         gpu_devices: c.gpu_devices.clone(),
         cpu_millis: c.cpu_millis,
         io_slots: c.io_slots,
-        scratch_dir: String::new(),
+        scratch_dir: c.scratch.as_ref().map(|g| g.path.to_string_lossy().into_owned()).unwrap_or_default(),
         item_offset: rec.cursor,
     });
     let failure_reason = match rec.state {
