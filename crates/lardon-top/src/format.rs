@@ -161,6 +161,7 @@ pub(crate) fn task_note(task: &pb::Task) -> String {
         },
         TaskState::Failed => task.failure_reason.clone(),
         TaskState::Paused if task.paused_while_running => "paused, holds its reservation".to_owned(),
+        TaskState::Paused => "paused before it started".to_owned(),
         TaskState::Completed if task.progress.as_ref().is_some_and(|p| p.integrity_error) => {
             "integrity error: completed with done < total".to_owned()
         }

@@ -77,6 +77,8 @@ pub struct State {
     pub(crate) tasks: Vec<TaskRow>,
     pub(crate) availability: Option<pb::Availability>,
     pending_availability: Option<pb::Availability>,
+    /// New decisions not drawn yet (coalesced with the resource figures).
+    decisions_dirty: bool,
     resources_at_ms: i64,
     pub(crate) decisions: VecDeque<pb::DecisionMade>,
     pub(crate) scratch: Vec<pb::ScratchVolume>,
@@ -104,6 +106,7 @@ impl State {
             tasks: Vec::new(),
             availability: None,
             pending_availability: None,
+            decisions_dirty: false,
             resources_at_ms: i64::MIN,
             decisions: VecDeque::new(),
             scratch: Vec::new(),
@@ -150,7 +153,8 @@ impl State {
             Event::Decision(decision) => {
                 self.decisions.push_front(decision);
                 self.decisions.truncate(DECISIONS_KEPT);
-                Effect::Redraw
+                self.decisions_dirty = true;
+                Effect::None
             }
             Event::Availability(availability) => {
                 if self.availability.is_none() {
@@ -177,7 +181,8 @@ impl State {
     }
 
     /// Advances the clock to `now_ms`; commits held-back resource figures
-    /// when the last commit is at least [`RESOURCE_COALESCE_MS`] old.
+    /// (and shows new decisions) when the last commit is at least
+    /// [`RESOURCE_COALESCE_MS`] old.
     /// Returns whether the screen should be redrawn: new resource figures,
     /// or a new whole second while a task runs (its elapsed time moves).
     pub fn tick(&mut self, now_ms: i64) -> bool {
@@ -185,11 +190,14 @@ impl State {
         self.now_ms = now_ms;
         let mut redraw =
             second_changed && self.tasks.iter().any(|r| r.task.state() == pb::TaskState::Running);
-        if self.pending_availability.is_some()
+        if (self.pending_availability.is_some() || self.decisions_dirty)
             && now_ms.saturating_sub(self.resources_at_ms) >= RESOURCE_COALESCE_MS
-            && let Some(a) = self.pending_availability.take()
         {
-            self.commit_availability(a);
+            if let Some(a) = self.pending_availability.take() {
+                self.availability = Some(a);
+            }
+            self.decisions_dirty = false;
+            self.resources_at_ms = now_ms;
             redraw = true;
         }
         redraw

@@ -75,6 +75,8 @@ fn decisions_are_bounded_newest_first() {
             .apply(event(1, Event::Decision(pb::DecisionMade { task_id: i.to_string(), decision: Some(d) })));
     }
     assert_eq!(state.decisions.len(), DECISIONS_KEPT);
+    assert!(state.tick(1_000), "new decisions are drawn with the next coalesced redraw");
+    assert!(!state.tick(1_500));
     assert_eq!(state.decisions[0].task_id, (DECISIONS_KEPT + 9).to_string());
 }
 

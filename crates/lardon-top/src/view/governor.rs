@@ -19,7 +19,7 @@ fn pressure_spans<'a>(a: &pb::Availability, theme: &Theme) -> (Vec<Span<'a>>, St
 }
 
 fn psi(v: Option<f64>) -> String {
-    v.map_or_else(|| "?".to_owned(), |p| format!("{p:.1}%"))
+    v.map_or_else(|| "?".to_owned(), |p| if p < 10.0 { format!("{p:.1}%") } else { format!("{p:.0}%") })
 }
 
 fn decision_line<'a>(state: &State, d: &pb::DecisionMade, width: usize, theme: &Theme) -> Line<'a> {
@@ -53,16 +53,15 @@ pub(super) fn full(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &The
         return;
     };
     let width = usize::from(inner.width);
-    let (mut first, reason) = pressure_spans(a, theme);
+    let (first, reason) = pressure_spans(a, theme);
     let p = a.pressure.clone().unwrap_or_default();
-    first.push(Span::styled(
-        format!("  psi cpu {} mem {} io {}", psi(p.psi_cpu), psi(p.psi_memory), psi(p.psi_io)),
-        theme.style(Semantic::Dim),
-    ));
+    let psi_line =
+        format!("  PSI cpu {} · memory {} · io {}", psi(p.psi_cpu), psi(p.psi_memory), psi(p.psi_io));
     let slow = a.slow_start_target.map_or_else(|| "off".to_owned(), |t| format!("batch ≤ {t}"));
     let mut lines = vec![
         Line::from(first),
         Line::raw(format!("  {}", format::clip(&reason, width.saturating_sub(2)))),
+        Line::styled(psi_line, theme.style(Semantic::Dim)),
         Line::raw(format!("Slow start {slow} · generation {}", a.generation)),
         Line::styled("Recent decisions", theme.title()),
     ];
