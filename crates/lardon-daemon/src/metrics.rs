@@ -79,7 +79,7 @@ pub(crate) fn render(engine: &Engine) -> String {
     }
     let _ = writeln!(
         out,
-        "# HELP lardon_decisions_total Admission decisions by kind and reason.\n# TYPE lardon_decisions_total counter"
+        "# HELP lardon_decisions_total Admission decisions by kind and reason (counted when a task's decision changes).\n# TYPE lardon_decisions_total counter"
     );
     let stats = engine.shared.stats.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     for ((kind, reason), n) in &stats.decisions {

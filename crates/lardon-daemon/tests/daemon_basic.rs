@@ -104,3 +104,69 @@ async fn socket_is_private_progress_is_durable_and_missing_programs_fail() {
     drop(c);
     d.shutdown().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_host_pins_to_the_compute_pool_and_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = lardon_daemon::start_in_process(lardon_daemon::DaemonConfig::new(dir.path())).unwrap();
+    let mut c = client(&d).await;
+    let hello = c.hello(pb::HelloRequest {}).await.unwrap().into_inner();
+    assert_eq!(hello.pid, std::process::id());
+    let av = c.resources(pb::ResourcesRequest {}).await.unwrap().into_inner().availability.unwrap();
+    let pool = av.cpus.unwrap().pool;
+    assert!(!pool.is_empty());
+    assert!(!av.enforcement.unwrap().why.is_empty());
+    let relax = ["max_load_ratio=1", "psi_cpu=100", "psi_memory=100", "psi_io=100"]
+        .iter()
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap();
+            pb::PolicyEntry { key: k.into(), value: v.into(), ..Default::default() }
+        })
+        .collect();
+    c.set_policy(pb::SetPolicyRequest { set: relax, reset: vec![] }).await.unwrap();
+    let id = submit(&mut c, sh("grep Cpus_allowed_list /proc/self/status")).await;
+    // The build machine is shared: a load above its CPU count makes the
+    // real Governor wait, rightly. Then only the pinning check is skipped.
+    let t = tokio::time::timeout(std::time::Duration::from_secs(5), wait_end(&mut c, &id)).await;
+    let Ok(t) = t else {
+        let t = get(&mut c, &id).await;
+        let reason = t.last_decision.map(|d| d.reason_code).unwrap_or_default();
+        assert!(
+            ["cpu_load", "cpu_pressure", "pressure_red", "memory_pressure"].contains(&reason.as_str()),
+            "{reason}"
+        );
+        println!("skipped: pinning check, the host is busy ({reason})");
+        c.cancel(pb::CancelRequest { ids: vec![id], grace_ms: None }).await.unwrap();
+        drop(c);
+        d.shutdown().unwrap();
+        return;
+    };
+    assert_eq!(state(&t), TaskState::Completed);
+    let log = log_text(&mut c, &id).await;
+    let allowed: Vec<u32> =
+        lardon_host::parse_cpu_list(log.split(':').nth(1).unwrap().trim()).unwrap().into_iter().collect();
+    assert_eq!(allowed, pool, "{log}");
+    drop(c);
+    d.shutdown().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_with_filters() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let mut c = client(&d).await;
+    let id = submit(&mut c, cmd(&["true"])).await;
+    wait_end(&mut c, &id).await;
+    let other = submit(&mut c, cmd(&["false"])).await;
+    wait_end(&mut c, &other).await;
+    let listed = |states: Vec<i32>| pb::ListRequest { states, ..Default::default() };
+    let all = c.list(listed(vec![])).await.unwrap().into_inner().tasks;
+    assert_eq!(all.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), [id.as_str(), other.as_str()]);
+    let failed = c.list(listed(vec![TaskState::Failed as i32])).await.unwrap().into_inner().tasks;
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].id, other);
+    let err = c.list(listed(vec![99])).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    drop(c);
+    d.shutdown().unwrap();
+}

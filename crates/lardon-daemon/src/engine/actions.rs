@@ -217,7 +217,11 @@ impl Engine {
         for (k, v) in &merged {
             settings::set(&mut policy, &mut daemon, k, v).map_err(ActionError::Invalid)?;
         }
-        self.shared.governor.set_policy(policy).map_err(|e| ActionError::Conflict(e.to_string()))?;
+        self.shared.governor.set_policy(policy).map_err(|e| match e {
+            // Valid on its own, but the running tasks hold more than it allows.
+            lardon::PolicyError::DoesNotCover(_) => ActionError::Conflict(e.to_string()),
+            other => ActionError::Invalid(other.to_string()),
+        })?;
         self.shared.store().set_policy_overrides(set, reset)?;
         self.shared.replace_settings(daemon);
         self.queue.resources_changed();
