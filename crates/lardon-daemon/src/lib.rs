@@ -14,6 +14,30 @@
 //!
 //! Task ids at the API are the store's numbers as decimal strings; see
 //! [`ids`] for the lenient parsing that leaves room for host prefixes.
+//!
+//! ## Behaviour worth knowing
+//!
+//! * **State dir**: `lardon.db` (SQLite), `lardon.lock` (flock, holds the
+//!   pid), `logs/<id>.log` (stdout and stderr of every run of the task,
+//!   interleaved as written), and the socket unless one is given. The dir
+//!   is made 0700, the socket 0600.
+//! * **Enforcement** (policy `enforce`, default `hard`): a task that
+//!   declares memory runs in its own cgroup limited to the contract's
+//!   memory plus `memory_slack` (64 MiB) plus `memory_slack_percent` (10 %);
+//!   `soft` sets the soft limit instead; `off` sets none. A task that
+//!   declares no memory is not limited. Peaks are measured either way.
+//! * **Stopping** ([`DaemonHandle::shutdown`], or `run`'s shutdown future):
+//!   running commands get SIGTERM, then SIGKILL after at most 2 s; they stay
+//!   RUNNING in the store, so the next start requeues them as interrupted
+//!   (attempt + 1) and batched tasks resume from their durable cursor.
+//! * **Crash recovery** at start: RUNNING tasks go back to PENDING (or
+//!   FAILED when `retry_on_interrupt` is false), their orphaned process
+//!   groups are killed (the pid's start time is checked first), task
+//!   cgroups of dead daemons are removed, and every unfinished task is
+//!   queued again with its id, priority and dependencies.
+//! * **Submit** refuses malformed specs and invalid estimates with
+//!   `INVALID_ARGUMENT` naming the field; a valid estimate that could never
+//!   fit the host is accepted and ends FAILED with the Governor's REJECT.
 #![warn(missing_docs)]
 
 mod engine;

@@ -97,7 +97,9 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
         let oom = run.oom_killed();
         run.cleanup();
         slot.lock().run = None;
-        let _ = shared.store().set_run_handle(id, None);
+        // The handle is not cleared here (one fsync saved per run): the end
+        // of the task clears it, and a stale one left by a crash between
+        // batches is harmless (recovery checks the leader's start time).
         if shared.stopping() || slot.lock().cancelled {
             return Err(TaskError::Cancelled);
         }
@@ -105,7 +107,12 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
         let items = batch.map_or(1, |b| b.1);
         // Learn from every run, including one killed for its memory.
         ctx.record_batch(items, exit.wall, peak);
-        if let Err(e) = shared.store().record_batch(contract.class.as_str(), items, exit.wall, peak) {
+        // Persisted where it can steer a later admission (per-item memory
+        // drives the adaptive batch); a plain command's sample would cost a
+        // synced write per run for nothing.
+        if (spec.items.is_some() || spec.estimate.memory_per_item > 0)
+            && let Err(e) = shared.store().record_batch(contract.class.as_str(), items, exit.wall, peak)
+        {
             tracing::warn!("task {id}: batch sample not persisted: {e}");
         }
         if let Some(code) = exit.code {
