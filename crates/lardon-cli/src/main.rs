@@ -1,2 +1,43 @@
-//! The `lardon` binary (under construction).
-fn main() {}
+//! The `lardon` binary: parse the command line, dispatch to one verb, and
+//! turn the outcome into an exit code (DESIGN.md §10):
+//! 0 success, 1 a task failed, 2 usage or input error, 3 daemon unreachable.
+//! A closed stdout (`lardon status | head`) ends quietly with 0.
+
+mod cli;
+mod client;
+mod commands;
+mod engine;
+mod error;
+mod exercise;
+mod json;
+mod parse;
+mod render;
+mod workload;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::error::Failure;
+
+fn main() -> ExitCode {
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return error::clap_exit(&err),
+    };
+    match commands::dispatch(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => report(&err),
+    }
+}
+
+fn report(err: &anyhow::Error) -> ExitCode {
+    if error::is_broken_pipe(err) {
+        return ExitCode::SUCCESS;
+    }
+    let code = err.downcast_ref::<Failure>().map_or(1, Failure::code);
+    // One line: the context chain joined, as ripgrep and cargo do.
+    let text = format!("{err:#}").replace('\n', " ");
+    eprintln!("error: {text}");
+    ExitCode::from(code)
+}

@@ -1,0 +1,384 @@
+//! The command line, declared with clap derive: the doc comments are the
+//! `--help` text, and every value with a unit is parsed here so that a bad
+//! one is reported as a usage error naming its flag.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::parse::*;
+
+/// Lardon: a resource-governed task runtime.
+///
+/// Queue commands with what they need (memory, GPU memory, CPUs, IO slots,
+/// scratch space, a batch range); the daemon admits each one only when the
+/// host can afford it, makes it wait with a reason otherwise, and learns
+/// from what ran.
+///
+/// Start here:
+///   lardon daemon &                                  # once per machine
+///   lardon submit --mem 2GiB -- ./train.sh           # queue a command
+///   lardon status                                    # what runs, what waits, why
+///   lardon run examples/demo.toml                    # a workload file, no daemon
+#[derive(Debug, Parser)]
+#[command(name = "lardon", version, propagate_version = true, max_term_width = 100)]
+pub(crate) struct Cli {
+    /// State directory (database, logs, socket) [default: $XDG_STATE_HOME/lardon]
+    #[arg(
+        long,
+        global = true,
+        env = "LARDON_STATE_DIR",
+        value_name = "DIR",
+        help_heading = "Global options"
+    )]
+    pub(crate) state_dir: Option<PathBuf>,
+    /// Daemon socket [default: <state dir>/lardon.sock or $XDG_RUNTIME_DIR/lardon/lardon.sock]
+    #[arg(long, global = true, env = "LARDON_SOCKET", value_name = "PATH", help_heading = "Global options")]
+    pub(crate) socket: Option<PathBuf>,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run the daemon in the foreground (Ctrl-C or SIGTERM stops it cleanly).
+    ///
+    /// Example: `lardon daemon &` or `lardon daemon --metrics-addr 127.0.0.1:9184`
+    Daemon(DaemonArgs),
+    /// Queue a command with its resource needs; prints the task id.
+    ///
+    /// The command after `--` runs as is, never through a shell (write
+    /// `sh -c '…'` if you want one).
+    ///
+    /// Example: `lardon submit --mem 2GiB --cpus 2 --name train -- python train.py`
+    ///
+    /// Batched: `lardon submit --mem 1GiB --mem-per-item 50MiB --items 1000 --batch 1..32 -- ./chunk.sh`
+    /// runs the command once per granted batch with LARDON_ITEM_OFFSET and LARDON_BATCH_SIZE set.
+    #[command(visible_alias = "add")]
+    Submit(SubmitArgs),
+    /// Show tasks: state, progress, elapsed time, ETA and why a task waits.
+    ///
+    /// Example: `lardon status` or `lardon status 7 --json`
+    Status {
+        /// Show only this task, in detail
+        id: Option<String>,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Why a task runs, waits or was rejected: the last decision, its reason,
+    /// and the estimate beside current availability.
+    ///
+    /// Example: `lardon explain 7`
+    Explain {
+        /// Task id
+        id: String,
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a task's output (stdout and stderr as written).
+    ///
+    /// Example: `lardon log 7 --follow`
+    Log {
+        /// Task id
+        id: String,
+        /// Keep printing until the task ends
+        #[arg(short, long)]
+        follow: bool,
+        /// Only standard error
+        #[arg(long, conflicts_with = "stdout")]
+        stderr: bool,
+        /// Only standard output
+        #[arg(long)]
+        stdout: bool,
+        /// Start this many bytes before the end (e.g. 4KiB)
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        tail: Option<u64>,
+    },
+    /// Pause tasks: pending ones are skipped, running ones are stopped (SIGSTOP) and keep their resources.
+    ///
+    /// Example: `lardon pause 7 8`
+    Pause(IdsArgs),
+    /// Resume paused tasks.
+    ///
+    /// Example: `lardon resume 7`
+    Resume(IdsArgs),
+    /// Cancel tasks (running commands get SIGTERM, then SIGKILL after a grace period).
+    ///
+    /// Example: `lardon cancel 7 --grace 10s`
+    Cancel {
+        /// Task ids
+        #[arg(required = true, value_name = "ID")]
+        ids: Vec<String>,
+        /// Delay between SIGTERM and SIGKILL (e.g. 5s, 500ms)
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+        grace: Option<u64>,
+        /// Print the results as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Wait until tasks end (all unfinished tasks by default); exits 1 if any failed.
+    ///
+    /// Example: `lardon wait 7 8 && echo both done`
+    Wait {
+        /// Task ids (default: every task not yet finished)
+        #[arg(value_name = "ID")]
+        ids: Vec<String>,
+        /// Print each finished task and the summary as JSON lines
+        #[arg(long)]
+        json: bool,
+    },
+    /// Forget finished tasks (ids are never reused).
+    ///
+    /// Example: `lardon remove 7`
+    Remove(IdsArgs),
+    /// Forget every finished task.
+    ///
+    /// Example: `lardon clean --successful-only`
+    Clean {
+        /// Only tasks that completed successfully
+        #[arg(long)]
+        successful_only: bool,
+        /// Print the removed ids as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Budgets, reservations, pressure and enforcement on this host.
+    ///
+    /// Example: `lardon resources --json`
+    Resources {
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show or change the host policy (reserves, thresholds, max running…).
+    ///
+    /// Example: `lardon policy --set memory_reserve=2GiB --set max_running=4`
+    Policy {
+        /// Set KEY=VALUE (persisted by the daemon); repeat for several
+        #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+        set: Vec<(String, String)>,
+        /// Reset KEY to its default; repeat for several
+        #[arg(long = "reset", value_name = "KEY")]
+        reset: Vec<String>,
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Report progress from inside a task (uses $LARDON_TASK_ID and $LARDON_SOCKET).
+    ///
+    /// Example (in a task's script): `lardon progress 40/100 "resizing images"`
+    Progress {
+        /// DONE/TOTAL (e.g. 40/100), or DONE alone when the total is unknown
+        #[arg(value_name = "DONE/TOTAL", value_parser = parse_progress)]
+        progress: (u64, u64),
+        /// A short message shown beside the bar
+        message: Option<String>,
+    },
+    /// Print a shell completion script.
+    ///
+    /// Example: `lardon completions bash > ~/.local/share/bash-completion/completions/lardon`
+    Completions {
+        /// The shell
+        shell: clap_complete::Shell,
+    },
+    /// A synthetic task that really allocates and touches memory, for demos and tests.
+    ///
+    /// Example: `lardon submit --mem 600MiB -- lardon exercise --mem 500MiB --secs 2`
+    Exercise(ExerciseArgs),
+    /// Run a workload file (TOML) through an embedded engine, no daemon needed.
+    ///
+    /// State lives in --state-dir (default: `.lardon/` beside the file), so an
+    /// interrupted run resumes and completed tasks do not rerun. Exits 0 only
+    /// if every task succeeded, 1 otherwise.
+    ///
+    /// Example: `lardon run examples/demo.toml`
+    Run {
+        /// The workload file
+        file: PathBuf,
+        /// Plain lines instead of progress bars, even on a terminal
+        #[arg(long)]
+        plain: bool,
+    },
+    /// Scratch volumes: fast (possibly removable) disks leased to tasks.
+    ///
+    /// Example: `lardon scratch add /mnt/nvme --capacity 200GiB` then `lardon scratch drain nvme`
+    #[command(subcommand)]
+    Scratch(ScratchCommand),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct IdsArgs {
+    /// Task ids
+    #[arg(required = true, value_name = "ID")]
+    pub(crate) ids: Vec<String>,
+    /// Print the results as JSON
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Enforce {
+    /// Measure only
+    Off,
+    /// Limit with slack
+    Soft,
+    /// Limit at the contract
+    Hard,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DaemonArgs {
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9184)
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics_addr: Option<SocketAddr>,
+    /// Memory enforcement through cgroups [default: the policy's]
+    #[arg(long, value_enum)]
+    pub(crate) enforce: Option<Enforce>,
+}
+
+/// What a task needs: shared by `submit` and the workload file.
+#[derive(Debug, Args, Default, Clone)]
+pub(crate) struct NeedsArgs {
+    /// Fixed memory per run (e.g. 2GiB, 512MiB)
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub(crate) mem: Option<u64>,
+    /// Extra memory per item of a batch (e.g. 50MiB)
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub(crate) mem_per_item: Option<u64>,
+    /// Total items: makes this a batched task
+    #[arg(long, value_name = "N", value_parser = parse_count)]
+    pub(crate) items: Option<u64>,
+    /// Batch range MIN..MAX (or N) of items per run
+    #[arg(long, value_name = "MIN..MAX", value_parser = parse_batch)]
+    pub(crate) batch: Option<(u64, u64)>,
+    /// GPU memory (asks for one GPU slot)
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub(crate) gpu_mem: Option<u64>,
+    /// CPUs wanted (e.g. 2, 0.5, 250m)
+    #[arg(long, value_name = "CPUS", value_parser = parse_cpu)]
+    pub(crate) cpus: Option<u32>,
+    /// IO slots
+    #[arg(long, value_name = "N")]
+    pub(crate) io: Option<u32>,
+    /// Scratch space to lease (e.g. 10GiB)
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub(crate) scratch: Option<u64>,
+    /// Class for learning (a-z 0-9 . _ -): tasks of a class share measured peaks
+    #[arg(long, value_name = "NAME")]
+    pub(crate) class: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SubmitArgs {
+    #[command(flatten)]
+    pub(crate) needs: NeedsArgs,
+    /// Higher runs first
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub(crate) priority: Option<i32>,
+    /// Start only after this task succeeded; repeat for several
+    #[arg(long, value_name = "ID")]
+    pub(crate) after: Vec<String>,
+    /// A name shown in `status`
+    #[arg(long)]
+    pub(crate) name: Option<String>,
+    /// Working directory [default: the current one]
+    #[arg(long, value_name = "DIR")]
+    pub(crate) cwd: Option<PathBuf>,
+    /// Environment variable KEY=VALUE; repeat for several
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    pub(crate) env: Vec<(String, String)>,
+    /// Fail instead of rerunning if the daemon is interrupted while it runs
+    #[arg(long)]
+    pub(crate) no_retry: bool,
+    /// Submit in the paused state
+    #[arg(long)]
+    pub(crate) paused: bool,
+    /// Print the task as JSON instead of its id
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// The command and its arguments (after `--`)
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub(crate) command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ExerciseArgs {
+    /// Memory to allocate and touch (every page written)
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "64MiB")]
+    pub(crate) mem: u64,
+    /// Extra memory per item of the batch
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "0")]
+    pub(crate) mem_per_item: u64,
+    /// How long to hold the memory (seconds, fractions allowed)
+    #[arg(long, value_name = "SECS", default_value = "2", value_parser = parse_secs)]
+    pub(crate) secs: f64,
+    /// Total items: process LARDON_BATCH_SIZE items from LARDON_ITEM_OFFSET
+    #[arg(long, value_name = "N", value_parser = parse_count)]
+    pub(crate) items: Option<u64>,
+    /// Exit with this code at the end (to demonstrate failures)
+    #[arg(long, value_name = "CODE", default_value = "0")]
+    pub(crate) exit_code: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ScratchCommand {
+    /// Register a directory as a scratch volume.
+    ///
+    /// Example: `lardon scratch add /mnt/nvme --name nvme --capacity 200GiB`
+    Add {
+        /// The directory
+        path: PathBuf,
+        /// Volume name [default: last path component]
+        #[arg(long)]
+        name: Option<String>,
+        /// Cap on what may be leased [default: the filesystem's free space]
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        capacity: Option<u64>,
+        /// Command run on drain (e.g. unmount), after `--`
+        #[arg(last = true, value_name = "HOOK")]
+        hook: Vec<String>,
+    },
+    /// Refuse new leases, wait for current ones, sync: then it is safe to unplug.
+    ///
+    /// Example: `lardon scratch drain nvme`
+    Drain {
+        /// Volume name
+        name: String,
+    },
+    /// Return a draining volume to service.
+    ///
+    /// Example: `lardon scratch cancel-drain nvme`
+    CancelDrain {
+        /// Volume name
+        name: String,
+    },
+    /// Unregister a volume.
+    ///
+    /// Example: `lardon scratch remove nvme`
+    Remove {
+        /// Volume name
+        name: String,
+    },
+    /// Volumes, their state and leases.
+    ///
+    /// Example: `lardon scratch status --json`
+    Status {
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

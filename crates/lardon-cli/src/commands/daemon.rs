@@ -1,0 +1,42 @@
+//! `lardon daemon`: the daemon in the foreground until Ctrl-C or SIGTERM.
+
+use anyhow::{Context, Result};
+
+use crate::cli::{Cli, DaemonArgs, Enforce};
+use crate::engine::{self, DaemonConfig, EnforceMode};
+
+pub(crate) fn run(cli: &Cli, args: &DaemonArgs) -> Result<u8> {
+    let paths = lardon_proto::Paths::resolve(cli.state_dir.as_deref())
+        .map_err(|e| crate::error::usage(e.to_string()))?;
+    let mut config = DaemonConfig::new(paths.state_dir);
+    config.socket = Some(cli.socket.clone().unwrap_or(paths.socket));
+    config.metrics_addr = args.metrics_addr;
+    config.enforce = args.enforce.map(|e| match e {
+        Enforce::Off => EnforceMode::Off,
+        Enforce::Soft => EnforceMode::Soft,
+        Enforce::Hard => EnforceMode::Hard,
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    rt.block_on(async move {
+        let shutdown = async {
+            let term = async {
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(mut s) => {
+                        s.recv().await;
+                    }
+                    Err(_) => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                () = term => {}
+            }
+        };
+        engine::run(config, shutdown).await.context("daemon")
+    })?;
+    Ok(0)
+}

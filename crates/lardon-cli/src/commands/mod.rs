@@ -1,0 +1,68 @@
+//! One module per verb; [`dispatch`] picks it and returns the exit code.
+
+mod control;
+mod daemon;
+mod log;
+mod policy;
+pub(crate) mod progress;
+mod run;
+mod scratch;
+pub(crate) mod spec;
+mod status;
+mod submit;
+mod wait;
+
+use std::future::Future;
+
+use anyhow::{Context, Result};
+use clap::CommandFactory;
+
+use crate::cli::{Cli, Command};
+
+/// Runs the verb; `Ok(code)` is the exit code (0, or 1 when a task failed).
+pub(crate) fn dispatch(cli: Cli) -> Result<u8> {
+    match &cli.command {
+        Command::Daemon(args) => daemon::run(&cli, args),
+        Command::Completions { shell } => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(*shell, &mut cmd, "lardon", &mut std::io::stdout());
+            Ok(0)
+        }
+        Command::Exercise(args) => crate::exercise::run(args),
+        Command::Run { file, plain } => run::run(&cli, file, *plain),
+        Command::Submit(args) => block_on(submit::run(&cli, args)),
+        Command::Status { id, json } => block_on(status::status(&cli, id.as_deref(), *json)),
+        Command::Explain { id, json } => block_on(status::explain(&cli, id, *json)),
+        Command::Resources { json } => block_on(status::resources(&cli, *json)),
+        Command::Log { id, follow, stderr, stdout, tail } => {
+            block_on(log::run(&cli, id, *follow, (*stdout, *stderr), *tail))
+        }
+        Command::Pause(a) => block_on(control::pause(&cli, &a.ids, a.json)),
+        Command::Resume(a) => block_on(control::resume(&cli, &a.ids, a.json)),
+        Command::Cancel { ids, grace, json } => block_on(control::cancel(&cli, ids, *grace, *json)),
+        Command::Remove(a) => block_on(control::remove(&cli, &a.ids, a.json)),
+        Command::Clean { successful_only, json } => block_on(control::clean(&cli, *successful_only, *json)),
+        Command::Wait { ids, json } => block_on(wait::run(&cli, ids, *json)),
+        Command::Policy { set, reset, json } => block_on(policy::run(&cli, set, reset, *json)),
+        Command::Progress { progress, message } => block_on(progress::run(*progress, message.as_deref())),
+        Command::Scratch(sub) => block_on(scratch::run(&cli, sub)),
+    }
+}
+
+/// Client verbs run on a single-threaded runtime: they are one RPC or one
+/// stream, and the host's cores belong to the tasks.
+pub(crate) fn block_on<F: Future<Output = Result<u8>>>(fut: F) -> Result<u8> {
+    let rt =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the runtime")?;
+    rt.block_on(fut)
+}
+
+/// Writes `text` to stdout, reporting a closed pipe as an error (handled
+/// quietly by `main`).
+pub(crate) fn out(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    o.write_all(text.as_bytes())?;
+    o.flush()?;
+    Ok(())
+}

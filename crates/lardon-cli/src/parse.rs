@@ -1,0 +1,115 @@
+//! Value parsers for flags and workload fields: human units, batch ranges,
+//! KEY=VALUE pairs. Each returns a message that `main` prefixes with the
+//! flag (or the TOML field) it came from.
+
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
+    lardon::parse_bytes(text).map_err(|e| e.to_string())
+}
+
+pub(crate) fn parse_cpu(text: &str) -> Result<u32, String> {
+    match lardon::parse_cpus(text) {
+        Ok(0) => Err("must be more than 0 (e.g. 1, 0.5, 250m)".into()),
+        Ok(m) => Ok(m),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+pub(crate) fn parse_count(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{text}` is not a whole number")),
+    }
+}
+
+/// `MIN..MAX`, `MIN..=MAX` or a single `N`.
+pub(crate) fn parse_batch(text: &str) -> Result<(u64, u64), String> {
+    let t = text.trim();
+    let (lo, hi) = match t.split_once("..") {
+        Some((lo, hi)) => (lo, hi.strip_prefix('=').unwrap_or(hi)),
+        None => (t, t),
+    };
+    let num = |s: &str| {
+        s.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("`{text}` is not a batch range (expected MIN..MAX, e.g. 1..32)"))
+    };
+    let (lo, hi) = (num(lo)?, num(hi)?);
+    if lo == 0 {
+        return Err("the minimum batch must be at least 1 (e.g. 1..32)".into());
+    }
+    if hi < lo {
+        return Err(format!("the maximum {hi} is below the minimum {lo}"));
+    }
+    Ok((lo, hi))
+}
+
+pub(crate) fn parse_key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
+        _ => Err(format!("`{text}` is not KEY=VALUE")),
+    }
+}
+
+pub(crate) fn parse_duration_ms(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1000.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60_000.0)
+    } else {
+        (t, 1000.0)
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok((v * scale).round() as u64),
+        _ => Err(format!("`{text}` is not a duration (e.g. 5s, 500ms, 1m)")),
+    }
+}
+
+pub(crate) fn parse_secs(text: &str) -> Result<f64, String> {
+    match text.trim().trim_end_matches('s').parse::<f64>() {
+        Ok(v) if (0.0..1e7).contains(&v) => Ok(v),
+        _ => Err(format!("`{text}` is not a number of seconds (e.g. 2, 0.5)")),
+    }
+}
+
+pub(crate) fn parse_progress(text: &str) -> Result<(u64, u64), String> {
+    let bad = || format!("`{text}` is not DONE/TOTAL (e.g. 40/100)");
+    let (done, total) = match text.split_once('/') {
+        Some((d, t)) => {
+            (d.trim().parse::<u64>().map_err(|_| bad())?, t.trim().parse::<u64>().map_err(|_| bad())?)
+        }
+        None => (text.trim().parse::<u64>().map_err(|_| bad())?, 0),
+    };
+    if total != 0 && done > total {
+        return Err(format!("done ({done}) is more than the total ({total})"));
+    }
+    Ok((done, total))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    #[test]
+    fn batch_ranges() {
+        assert_eq!(parse_batch("1..32"), Ok((1, 32)));
+        assert_eq!(parse_batch("4"), Ok((4, 4)));
+        assert_eq!(parse_batch("2..=8"), Ok((2, 8)));
+        assert!(parse_batch("0..3").is_err());
+        assert!(parse_batch("5..3").is_err());
+        assert!(parse_batch("a..b").is_err());
+    }
+
+    #[test]
+    fn progress_and_durations() {
+        assert_eq!(parse_progress("3/10"), Ok((3, 10)));
+        assert_eq!(parse_progress("7"), Ok((7, 0)));
+        assert!(parse_progress("11/10").is_err());
+        assert_eq!(parse_duration_ms("1.5s"), Ok(1500));
+        assert_eq!(parse_duration_ms("200ms"), Ok(200));
+        assert!(parse_duration_ms("soon").is_err());
+    }
+}

@@ -1,0 +1,390 @@
+//! Human output: tables, bars, durations, the explain side-by-side view.
+
+use std::fmt::Write as _;
+
+use lardon::format_bytes;
+use lardon_proto::pb;
+
+use crate::json::{decision_kind, eta_word, pressure_word, scratch_word, state_word};
+
+/// `1h02m`, `3m05s`, `12s`, `0.4s`.
+pub(crate) fn duration_ms(ms: u64) -> String {
+    let s = ms / 1000;
+    if s >= 3600 {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    } else if s >= 60 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else if ms < 10_000 && !ms.is_multiple_of(1000) {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// `[######----]  60%` (10 cells) or the done count when the total is unknown.
+pub(crate) fn bar(p: &pb::TaskProgress, state: i32) -> String {
+    if p.integrity_error {
+        return format!("{}/{} INCOMPLETE", p.done, p.total);
+    }
+    if p.total == 0 {
+        if state == pb::TaskState::Completed as i32 {
+            return "[##########] 100%".into();
+        }
+        return if p.done > 0 { format!("{} done", p.done) } else { "-".into() };
+    }
+    let frac = (p.done as f64 / p.total as f64).clamp(0.0, 1.0);
+    let cells = (frac * 10.0).floor() as usize;
+    format!("[{}{}] {:>3}%", "#".repeat(cells), "-".repeat(10 - cells), (frac * 100.0).floor() as u32)
+}
+
+pub(crate) fn eta(p: &pb::TaskProgress) -> String {
+    match (pb::EtaState::try_from(p.eta_state).unwrap_or(pb::EtaState::Unspecified), p.eta_ms) {
+        (pb::EtaState::Known, Some(ms)) => duration_ms(ms),
+        (pb::EtaState::Complete, _) => "done".into(),
+        (pb::EtaState::Indeterminate | pb::EtaState::Unspecified, _) => "-".into(),
+        (s, _) => eta_word(s as i32).into(),
+    }
+}
+
+/// Why a task is where it is: the wait/reject reason, or the failure.
+pub(crate) fn reason(t: &pb::Task) -> String {
+    if !t.failure_reason.is_empty() {
+        return t.failure_reason.clone();
+    }
+    if t.state == pb::TaskState::Pending as i32
+        && let Some(d) = &t.last_decision
+        && d.kind == pb::DecisionKind::Wait as i32
+    {
+        return format!("waiting: {}", d.message);
+    }
+    if t.state == pb::TaskState::Running as i32
+        && let Some(d) = &t.last_decision
+        && d.kind == pb::DecisionKind::ReduceBatch as i32
+    {
+        return format!("batch {}: {}", d.batch, d.message);
+    }
+    String::new()
+}
+
+pub(crate) fn name(t: &pb::Task) -> String {
+    let spec = t.spec.as_ref();
+    match spec {
+        Some(s) if !s.name.is_empty() => s.name.clone(),
+        Some(s) => s.argv.join(" "),
+        None => String::new(),
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_owned()
+    } else {
+        let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+        out.push('…');
+        out
+    }
+}
+
+/// The `lardon status` table.
+pub(crate) fn table(tasks: &[pb::Task]) -> String {
+    if tasks.is_empty() {
+        return "no tasks (queue one with `lardon submit --mem 1GiB -- COMMAND`)\n".into();
+    }
+    let rows: Vec<[String; 7]> = tasks
+        .iter()
+        .map(|t| {
+            let p = t.progress.clone().unwrap_or_default();
+            [
+                t.id.clone(),
+                truncate(&name(t), 24),
+                state_word(t.state).to_owned(),
+                bar(&p, t.state),
+                if p.elapsed_ms > 0 { duration_ms(p.elapsed_ms) } else { "-".into() },
+                eta(&p),
+                reason(t),
+            ]
+        })
+        .collect();
+    let head = ["ID", "NAME", "STATE", "PROGRESS", "ELAPSED", "ETA", "REASON"];
+    let mut widths = head.map(str::len);
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r.iter()) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, cells: [&str; 7]| {
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i == 6 {
+                l.push_str(c);
+            } else {
+                let pad = widths[i].saturating_sub(c.chars().count());
+                let _ = write!(l, "{c}{}  ", " ".repeat(pad));
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&mut out, head);
+    for r in &rows {
+        line(&mut out, [&r[0], &r[1], &r[2], &r[3], &r[4], &r[5], &r[6]]);
+    }
+    out
+}
+
+fn kv(out: &mut String, key: &str, value: impl std::fmt::Display) {
+    let _ = writeln!(out, "{key:>14}: {value}");
+}
+
+/// `lardon status ID`: one task in full.
+pub(crate) fn detail(t: &pb::Task) -> String {
+    let mut out = String::new();
+    let spec = t.spec.clone().unwrap_or_default();
+    let p = t.progress.clone().unwrap_or_default();
+    kv(&mut out, "id", &t.id);
+    kv(&mut out, "name", name(t));
+    kv(&mut out, "state", state_word(t.state));
+    kv(&mut out, "command", spec.argv.join(" "));
+    kv(&mut out, "progress", format!("{} {}", bar(&p, t.state), p.message));
+    kv(&mut out, "elapsed", duration_ms(p.elapsed_ms));
+    kv(&mut out, "eta", eta(&p));
+    if let Some(rate) = p.items_per_sec {
+        kv(&mut out, "throughput", format!("{rate:.2} items/s"));
+    }
+    kv(&mut out, "attempts", t.attempts);
+    if let Some(items) = spec.items {
+        kv(&mut out, "items done", format!("{} of {items}", t.cursor));
+    }
+    if let Some(code) = t.exit_code {
+        kv(&mut out, "exit code", code);
+    }
+    if let Some(d) = &t.last_decision {
+        kv(&mut out, "last decision", format!("{} ({}) {}", decision_kind(d.kind), d.reason_code, d.message));
+    }
+    let why = reason(t);
+    if !why.is_empty() {
+        kv(&mut out, "reason", why);
+    }
+    if let Some(c) = &t.contract
+        && t.state == pb::TaskState::Running as i32
+    {
+        kv(
+            &mut out,
+            "granted",
+            format!(
+                "batch {}, {}, {} CPUs",
+                c.batch,
+                format_bytes(c.memory),
+                lardon::format_cpus(c.cpu_millis)
+            ),
+        );
+    }
+    out
+}
+
+/// `lardon explain`: the decision, then needs and availability side by side.
+pub(crate) fn explain(r: &pb::ExplainResponse) -> String {
+    let mut out = String::new();
+    let task = r.task.clone().unwrap_or_default();
+    let _ = writeln!(out, "task {} ({}) is {}", task.id, name(&task), state_word(task.state));
+    match &r.last_decision {
+        Some(d) => {
+            let _ = writeln!(
+                out,
+                "last decision: {} — reason `{}`: {}",
+                decision_kind(d.kind).to_uppercase(),
+                d.reason_code,
+                d.message
+            );
+            if d.batch > 0 {
+                let _ = writeln!(out, "granted batch: {}", d.batch);
+            }
+        }
+        None => out.push_str("last decision: none yet (the task has not been considered)\n"),
+    }
+    let needs = r.needs.clone().unwrap_or_default();
+    if !needs.estimate_error.is_empty() {
+        let _ = writeln!(out, "estimate is invalid: {}", needs.estimate_error);
+    }
+    let e = r.estimate.clone().unwrap_or_default();
+    let a = r.availability.clone().unwrap_or_default();
+    let m = a.memory.unwrap_or_default();
+    let c = a.cpus.unwrap_or_default();
+    let io = a.io.unwrap_or_default();
+    let mem_need = if needs.memory_at_batch_min == needs.memory_at_batch_max {
+        format_bytes(needs.memory_at_batch_min)
+    } else {
+        format!("{} .. {}", format_bytes(needs.memory_at_batch_min), format_bytes(needs.memory_at_batch_max))
+    };
+    let mut rows: Vec<(String, String, String)> = vec![
+        (
+            "memory".into(),
+            mem_need,
+            format!(
+                "{} available ({} total, {} reserve, {} reserved)",
+                format_bytes(m.available),
+                format_bytes(m.total),
+                format_bytes(m.reserve),
+                format_bytes(m.reserved)
+            ),
+        ),
+        (
+            "batch".into(),
+            format!(
+                "{}..{}{}",
+                e.batch_min.unwrap_or(1),
+                e.batch_max.or(e.batch_min).unwrap_or(1),
+                needs.adaptive_batch_max.map(|b| format!(" (learned max {b})")).unwrap_or_default()
+            ),
+            String::new(),
+        ),
+        (
+            "cpus".into(),
+            lardon::format_cpus(e.cpu_millis.unwrap_or(1000)),
+            format!(
+                "{} available of {} logical (load {:.2})",
+                lardon::format_cpus(c.available_millis),
+                c.logical,
+                c.load1
+            ),
+        ),
+    ];
+    if e.gpu_slots > 0 || needs.gpu_memory_at_batch_max > 0 {
+        let free: Vec<String> = a
+            .gpus
+            .iter()
+            .map(|g| format!("gpu{}: {}", g.index, g.memory_available.map_or("unknown".into(), format_bytes)))
+            .collect();
+        rows.push((
+            "gpu memory".into(),
+            format_bytes(needs.gpu_memory_at_batch_max),
+            if free.is_empty() { "no GPU".into() } else { free.join(", ") },
+        ));
+    }
+    if e.io_slots > 0 {
+        rows.push((
+            "io slots".into(),
+            e.io_slots.to_string(),
+            format!("{} free of {}", io.total.saturating_sub(io.used), io.total),
+        ));
+    }
+    if e.scratch_bytes > 0 {
+        rows.push((
+            "scratch".into(),
+            format_bytes(e.scratch_bytes),
+            format!("{} volume(s)", a.scratch.len()),
+        ));
+    }
+    let p = a.pressure.unwrap_or_default();
+    rows.push(("pressure".into(), String::new(), format!("{} {}", pressure_word(p.state), p.reason)));
+    let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(8);
+    let w1 = rows.iter().map(|r| r.1.chars().count()).max().unwrap_or(0).max(6);
+    let _ = writeln!(out, "\n{:<w0$}  {:<w1$}  AVAILABLE NOW", "", "NEEDS");
+    for (k, need, avail) in rows {
+        let _ = writeln!(out, "{k:<w0$}  {need:<w1$}  {avail}");
+    }
+    out
+}
+
+/// `lardon resources`.
+pub(crate) fn resources(a: &pb::Availability) -> String {
+    let mut out = String::new();
+    let m = a.memory.unwrap_or_default();
+    let c = a.cpus.clone().unwrap_or_default();
+    let io = a.io.unwrap_or_default();
+    let p = a.pressure.clone().unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "host {} (generation {}): {} running, {} pending{}",
+        a.host,
+        a.generation,
+        a.running,
+        a.pending,
+        a.max_running.map(|m| format!(", max {m} running")).unwrap_or_default()
+    );
+    let _ = writeln!(
+        out,
+        "memory    total {}  reserve {}  reserved {}  available {}  (MemAvailable {})",
+        format_bytes(m.total),
+        format_bytes(m.reserve),
+        format_bytes(m.reserved),
+        format_bytes(m.available),
+        format_bytes(m.mem_available)
+    );
+    let _ = writeln!(
+        out,
+        "cpus      {} logical  reserve {}  reserved {}  available {}  load {:.2} (max ratio {:.2})",
+        c.logical,
+        c.reserve,
+        lardon::format_cpus(c.reserved_millis),
+        lardon::format_cpus(c.available_millis),
+        c.load1,
+        c.max_load_ratio
+    );
+    for g in &a.gpus {
+        let _ = writeln!(
+            out,
+            "gpu{}      {}  total {}  reserve {}  reserved {}  available {}{}",
+            g.index,
+            g.name,
+            format_bytes(g.memory_total),
+            format_bytes(g.memory_reserve),
+            format_bytes(g.memory_reserved),
+            g.memory_available.map_or("unknown".into(), format_bytes),
+            if g.unified { " (unified)" } else { "" }
+        );
+    }
+    let _ = writeln!(out, "io slots  {} used of {}", io.used, io.total);
+    let _ = writeln!(out, "pressure  {} {}", pressure_word(p.state).to_uppercase(), p.reason);
+    if let Some(t) = a.slow_start_target {
+        let _ = writeln!(out, "slow start: batch target {t}");
+    }
+    if let Some(e) = &a.enforcement {
+        let _ = writeln!(
+            out,
+            "enforcement {} ({}) {}",
+            e.backend().as_str_name().trim_start_matches("ENFORCEMENT_BACKEND_").to_lowercase(),
+            e.mode().as_str_name().trim_start_matches("ENFORCE_MODE_").to_lowercase(),
+            e.why
+        );
+    }
+    for v in &a.scratch {
+        out.push_str(&scratch_line(v));
+    }
+    out
+}
+
+pub(crate) fn scratch_line(v: &pb::ScratchVolume) -> String {
+    format!(
+        "scratch {} {} {}  leased {} in {} lease(s){}{}\n",
+        v.name,
+        v.path,
+        scratch_word(v.state),
+        format_bytes(v.leased),
+        v.leases,
+        v.free.map(|f| format!(", {} free", format_bytes(f))).unwrap_or_default(),
+        if v.message.is_empty() { String::new() } else { format!(" — {}", v.message) }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration_ms(400), "0.4s");
+        assert_eq!(duration_ms(12_000), "12s");
+        assert_eq!(duration_ms(185_000), "3m05s");
+        assert_eq!(duration_ms(3_720_000), "1h02m");
+    }
+
+    #[test]
+    fn bars() {
+        let p = pb::TaskProgress { done: 6, total: 10, ..Default::default() };
+        assert_eq!(bar(&p, pb::TaskState::Running as i32), "[######----]  60%");
+        let bad = pb::TaskProgress { done: 6, total: 10, integrity_error: true, ..Default::default() };
+        assert!(bar(&bad, pb::TaskState::Completed as i32).contains("INCOMPLETE"));
+    }
+}

@@ -1,0 +1,284 @@
+//! Workload files for `lardon run FILE.toml`: `[[task]]` entries with the
+//! same fields as `submit`, `after` by name, and an optional `[policy]`
+//! table. Every error is one line naming the file, the line, the task and
+//! the field.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use anyhow::Result;
+use lardon_proto::pb;
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::cli::NeedsArgs;
+use crate::commands::spec::{SpecParts, Style, task_spec};
+use crate::error::usage;
+
+/// A number or a string with a unit (`mem = "2GiB"`, `mem = 1048576`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum Value {
+    Int(i64),
+    Float(f64),
+    Text(String),
+}
+
+impl Value {
+    fn text(&self) -> String {
+        match self {
+            Value::Int(i) => i.to_string(),
+            Value::Float(f) => f.to_string(),
+            Value::Text(s) => s.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTask {
+    name: Spanned<String>,
+    command: Spanned<Vec<String>>,
+    mem: Option<Spanned<Value>>,
+    mem_per_item: Option<Spanned<Value>>,
+    items: Option<Spanned<Value>>,
+    batch: Option<Spanned<Value>>,
+    gpu_mem: Option<Spanned<Value>>,
+    cpus: Option<Spanned<Value>>,
+    io: Option<Spanned<u32>>,
+    scratch: Option<Spanned<Value>>,
+    class: Option<Spanned<String>>,
+    #[serde(default)]
+    priority: i32,
+    #[serde(default)]
+    after: Vec<Spanned<String>>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    cwd: Option<String>,
+    #[serde(default)]
+    no_retry: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWorkload {
+    #[serde(default)]
+    task: Vec<RawTask>,
+    #[serde(default)]
+    policy: BTreeMap<String, toml::Value>,
+}
+
+/// One task of a workload, ready to submit once `after` names are mapped to ids.
+#[derive(Debug, Clone)]
+pub(crate) struct WorkloadTask {
+    pub(crate) name: String,
+    pub(crate) spec: pb::TaskSpec,
+    /// Names of the tasks this one waits for.
+    pub(crate) after: Vec<String>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Workload {
+    /// In an order where every task comes after its dependencies.
+    pub(crate) tasks: Vec<WorkloadTask>,
+    pub(crate) policy: Vec<(String, String)>,
+}
+
+fn line_of(src: &str, offset: usize) -> usize {
+    src[..offset.min(src.len())].bytes().filter(|&b| b == b'\n').count() + 1
+}
+
+/// Parses and checks `src` (read from `path`, used in messages).
+pub(crate) fn parse(path: &Path, src: &str) -> Result<Workload> {
+    let file = path.display();
+    let raw: RawWorkload = toml::from_str(src).map_err(|e| {
+        let at = e.span().map(|s| format!(":{}", line_of(src, s.start))).unwrap_or_default();
+        // Name the task the error sits in: count `[[task]]` headers above it.
+        let task = e.span().and_then(|s| {
+            let n = src[..s.start.min(src.len())]
+                .lines()
+                .filter(|l| l.trim_start().starts_with("[[task]]"))
+                .count();
+            (n > 0).then(|| format!(" task #{n}:"))
+        });
+        usage(format!("{file}{at}:{} {}", task.unwrap_or_default(), e.message().replace('\n', " ")))
+    })?;
+    if raw.task.is_empty() {
+        return Err(usage(format!("{file}: no [[task]] entries (each needs name and command)")));
+    }
+    let mut tasks = Vec::new();
+    let mut index = HashMap::new();
+    for t in &raw.task {
+        let task = convert(t, src, &file.to_string())?;
+        if index.insert(task.name.clone(), tasks.len()).is_some() {
+            let line = line_of(src, t.name.span().start);
+            return Err(usage(format!(
+                "{file}:{line}: task \"{}\": name: used twice (names must be unique)",
+                task.name
+            )));
+        }
+        tasks.push((task, t));
+    }
+    for (task, raw) in &tasks {
+        for dep in &raw.after {
+            if !index.contains_key(dep.get_ref()) {
+                let line = line_of(src, dep.span().start);
+                return Err(usage(format!(
+                    "{file}:{line}: task \"{}\": after: no task named \"{}\"",
+                    task.name,
+                    dep.get_ref()
+                )));
+            }
+        }
+    }
+    // Order by dependencies (Kahn); a cycle is an input error.
+    let mut placed = vec![false; tasks.len()];
+    let mut ordered = Vec::new();
+    while ordered.len() < tasks.len() {
+        let before = ordered.len();
+        for (i, (task, _)) in tasks.iter().enumerate() {
+            if !placed[i] && task.after.iter().all(|d| index.get(d).is_some_and(|&j| placed[j])) {
+                placed[i] = true;
+                ordered.push(task.clone());
+            }
+        }
+        if ordered.len() == before {
+            let stuck: Vec<_> = tasks
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !placed[*i])
+                .map(|(_, t)| t.0.name.clone())
+                .collect();
+            return Err(usage(format!("{file}: after: a dependency cycle among {}", stuck.join(", "))));
+        }
+    }
+    let policy = raw
+        .policy
+        .into_iter()
+        .map(|(k, v)| {
+            let text = match v {
+                toml::Value::String(s) => s,
+                other => other.to_string(),
+            };
+            (k, text)
+        })
+        .collect();
+    Ok(Workload { tasks: ordered, policy })
+}
+
+fn convert(t: &RawTask, src: &str, file: &str) -> Result<WorkloadTask> {
+    let name = t.name.get_ref().clone();
+    let fail = |field: &str, span: std::ops::Range<usize>, msg: String| {
+        usage(format!("{file}:{}: task \"{name}\": {field}: {msg}", line_of(src, span.start)))
+    };
+    if name.trim().is_empty() {
+        return Err(fail("name", t.name.span(), "is empty".into()));
+    }
+    type Parser<T> = fn(&str) -> Result<T, String>;
+    fn field<T>(
+        v: &Option<Spanned<Value>>,
+        p: Parser<T>,
+    ) -> Result<Option<T>, (std::ops::Range<usize>, String)> {
+        match v {
+            None => Ok(None),
+            Some(s) => p(&s.get_ref().text()).map(Some).map_err(|e| (s.span(), e)),
+        }
+    }
+    let get = |fname: &str, r: Result<Option<u64>, (std::ops::Range<usize>, String)>| {
+        r.map_err(|(span, msg)| fail(fname, span, msg))
+    };
+    let needs = NeedsArgs {
+        mem: get("mem", field(&t.mem, crate::parse::parse_size))?,
+        mem_per_item: get("mem_per_item", field(&t.mem_per_item, crate::parse::parse_size))?,
+        items: get("items", field(&t.items, crate::parse::parse_count))?,
+        batch: field(&t.batch, crate::parse::parse_batch).map_err(|(span, msg)| fail("batch", span, msg))?,
+        gpu_mem: get("gpu_mem", field(&t.gpu_mem, crate::parse::parse_size))?,
+        cpus: field(&t.cpus, crate::parse::parse_cpu).map_err(|(span, msg)| fail("cpus", span, msg))?,
+        io: t.io.as_ref().map(|s| *s.get_ref()),
+        scratch: get("scratch", field(&t.scratch, crate::parse::parse_size))?,
+        class: t.class.as_ref().map(|c| c.get_ref().clone()),
+    };
+    let mut argv = t.command.get_ref().clone();
+    if argv.first().is_some_and(|c| c == "lardon") {
+        // `lardon` in a workload means this very binary.
+        if let Ok(exe) = std::env::current_exe() {
+            argv[0] = exe.to_string_lossy().into_owned();
+        }
+    }
+    let parts = SpecParts {
+        name: name.clone(),
+        argv,
+        cwd: t.cwd.clone().unwrap_or_default(),
+        env: t.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        priority: t.priority,
+        after: Vec::new(),
+        retry: !t.no_retry,
+    };
+    let spec = task_spec(&needs, parts, Style::Toml).map_err(|e| {
+        let span = match e.to_string().split(':').next().unwrap_or_default() {
+            "command" => t.command.span(),
+            "class" => t.class.as_ref().map_or(t.name.span(), Spanned::span),
+            _ => t.name.span(),
+        };
+        usage(format!("{file}:{}: task \"{name}\": {e}", line_of(src, span.start)))
+    })?;
+    Ok(WorkloadTask { name, spec, after: t.after.iter().map(|a| a.get_ref().clone()).collect() })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn err(src: &str) -> String {
+        parse(Path::new("w.toml"), src).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn good_file_orders_by_dependency() {
+        let src = r#"
+[policy]
+memory_reserve = "1GiB"
+max_running = 2
+
+[[task]]
+name = "b"
+command = ["true"]
+after = ["a"]
+
+[[task]]
+name = "a"
+command = ["true"]
+mem = "100MiB"
+items = 10
+batch = "1..4"
+"#;
+        let w = parse(Path::new("w.toml"), src).unwrap();
+        assert_eq!(w.tasks[0].name, "a");
+        assert_eq!(w.tasks[1].after, vec!["a".to_string()]);
+        assert_eq!(
+            w.policy,
+            vec![("max_running".into(), "2".into()), ("memory_reserve".into(), "1GiB".into())]
+        );
+        assert_eq!(w.tasks[0].spec.estimate.as_ref().unwrap().batch_max, Some(4));
+    }
+
+    #[test]
+    fn errors_are_one_line_with_task_and_field() {
+        let e = err("[[task]]\nname = \"x\"\ncommand = [\"true\"]\nmem = \"GB2\"\n");
+        assert!(e.starts_with("w.toml:4: task \"x\": mem: "), "{e}");
+        let e = err("[[task]]\nname = \"x\"\ncommand = [\"true\"]\nmemm = \"1GiB\"\n");
+        assert!(e.contains("w.toml:4: task #1:") && e.contains("memm"), "{e}");
+        assert!(!e.contains('\n'));
+        let e = err("[[task]]\nname = \"x\"\ncommand = [\"true\"]\nafter = [\"nope\"]\n");
+        assert!(e.contains("after: no task named \"nope\""), "{e}");
+        let e = err("[[task]]\nname = \"x\"\ncommand = []\n");
+        assert!(e.contains("task \"x\": command"), "{e}");
+        let e = err("[[task]]\nname = \"x\"\ncommand = [\"t\"]\nbatch = \"1..4\"\n");
+        assert!(e.contains("batch: a batch range needs items"), "{e}");
+        let e = err(
+            "[[task]]\nname = \"a\"\ncommand = [\"t\"]\nafter=[\"b\"]\n[[task]]\nname = \"b\"\ncommand = [\"t\"]\nafter=[\"a\"]\n",
+        );
+        assert!(e.contains("cycle"), "{e}");
+    }
+}

@@ -1,0 +1,132 @@
+//! `lardon top` in a real pseudo-terminal against a real daemon (issue 6):
+//! the dashboard shows the running task, `p` pauses it in the daemon,
+//! `q` exits with status 0, and the terminal is restored (alternate screen
+//! left, cursor shown, the pty's line discipline back to what it was).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+
+const BIN: &str = env!("CARGO_BIN_EXE_lardon");
+
+fn lardon(dir: &Path, args: &[&str]) -> Output {
+    Command::new(BIN).arg("--state-dir").arg(dir).args(args).output().expect("run lardon")
+}
+
+fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The daemon, stopped with SIGTERM (so it cleans up its tasks) on drop.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.0.id()).unwrap());
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = self.0.wait();
+    }
+}
+
+fn task_state(dir: &Path, id: &str) -> String {
+    String::from_utf8_lossy(&lardon(dir, &["status", id]).stdout).to_lowercase()
+}
+
+#[test]
+#[ignore = "needs the CLI's `top` verb (and `daemon`, `submit`, `status`, `policy`)"]
+fn top_pauses_a_running_task_then_quits_and_restores_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let _daemon = Daemon(
+        Command::new(BIN)
+            .arg("--state-dir")
+            .arg(dir)
+            .arg("daemon")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the daemon"),
+    );
+    wait_until("the daemon", Duration::from_secs(20), || lardon(dir, &["status"]).status.success());
+    // A busy build host must hold the task back as little as the policy
+    // allows: PSI thresholds off, the load limit at its maximum (1 × CPUs).
+    let policy = ["max_load_ratio=1", "psi_cpu=100", "psi_memory=100", "psi_io=100"];
+    let mut args = vec!["policy"];
+    for kv in &policy {
+        args.extend(["--set", kv]);
+    }
+    assert!(lardon(dir, &args).status.success(), "policy --set");
+    let out = lardon(dir, &["submit", "--mem", "16MiB", "--name", "sleeper", "--", "sleep", "600"]);
+    assert!(out.status.success(), "submit: {}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let id = stdout.split_whitespace().last().expect("a task id").trim_start_matches('#').to_owned();
+    wait_until("the task to run", Duration::from_secs(180), || task_state(dir, &id).contains("running"));
+
+    let pty = native_pty_system()
+        .openpty(PtySize { rows: 30, cols: 100, pixel_width: 0, pixel_height: 0 })
+        .expect("openpty");
+    let flags_before = pty.master.get_termios().map(|t| format!("{:?}", t.local_flags));
+    let mut cmd = CommandBuilder::new(BIN);
+    cmd.args(["--state-dir".as_ref(), dir.as_os_str(), "top".as_ref()]);
+    cmd.env("TERM", "xterm-256color");
+    let mut child = pty.slave.spawn_command(cmd).expect("spawn lardon top");
+    drop(pty.slave);
+    let screen = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let mut reader = pty.master.try_clone_reader().expect("reader");
+    let sink = Arc::clone(&screen);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    let seen = |needle: &str| String::from_utf8_lossy(&screen.lock().unwrap()).contains(needle);
+    wait_until("the dashboard to show the running task", Duration::from_secs(20), || {
+        seen("RUNNING") && seen("sleeper")
+    });
+
+    let mut keys = pty.master.take_writer().expect("writer");
+    // The only task is selected at start.
+    keys.write_all(b"p").unwrap();
+    keys.flush().unwrap();
+    wait_until("the daemon to report the task PAUSED", Duration::from_secs(15), || {
+        task_state(dir, &id).contains("paused")
+    });
+    wait_until("the dashboard to show PAUSED", Duration::from_secs(10), || seen("PAUSED"));
+
+    keys.write_all(b"q").unwrap();
+    keys.flush().unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "`q` did not end `lardon top`");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "lardon top exited with {status:?}");
+
+    // Restored: the alternate screen was entered and then left, the cursor
+    // shown again, and raw mode undone.
+    let out = String::from_utf8_lossy(&screen.lock().unwrap()).to_string();
+    let entered = out.find("\x1b[?1049h").expect("entered the alternate screen");
+    let left = out.rfind("\x1b[?1049l").expect("left the alternate screen");
+    assert!(left > entered);
+    assert!(out.rfind("\x1b[?25h").is_some_and(|shown| shown > entered), "cursor shown again");
+    let flags_after = pty.master.get_termios().map(|t| format!("{:?}", t.local_flags));
+    assert_eq!(flags_before, flags_after, "the pty's local flags (ICANON, ECHO…) are restored");
+
+    let _ = lardon(dir, &["cancel", &id]);
+}
