@@ -273,7 +273,8 @@ impl Engine {
             enforce_override: cfg.enforce,
         });
         let queue = TaskQueue::new(governor);
-        let pump = pump::spawn(Arc::clone(&shared), queue.subscribe());
+        let pump = pump::spawn(Arc::clone(&shared), queue.subscribe())
+            .map_err(|e| DaemonError::Runtime(format!("cannot start the event pump: {e}")))?;
         let engine = Engine { shared, queue, pump: Mutex::new(Some(pump)) };
         let tasks = engine.shared.store().load_all()?;
         for rec in tasks.into_iter().filter(|r| !r.state.is_terminal()) {

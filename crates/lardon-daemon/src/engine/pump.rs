@@ -13,7 +13,7 @@ use super::{DaemonEvent, Shared};
 use crate::spec::{DecisionKind, TaskId, TaskState};
 use crate::store::{DecisionRecord, Outcome};
 
-pub(crate) fn spawn(shared: Arc<Shared>, events: Receiver<QueueEvent>) -> JoinHandle<()> {
+pub(crate) fn spawn(shared: Arc<Shared>, events: Receiver<QueueEvent>) -> std::io::Result<JoinHandle<()>> {
     let run = move || {
         loop {
             match events.recv_timeout(Duration::from_millis(100)) {
@@ -24,12 +24,7 @@ pub(crate) fn spawn(shared: Arc<Shared>, events: Receiver<QueueEvent>) -> JoinHa
             }
         }
     };
-    // If the thread cannot start, the daemon cannot persist: run inline
-    // is impossible, so fail loudly at start instead.
-    std::thread::Builder::new().name("lardon-pump".into()).spawn(run).unwrap_or_else(|e| {
-        tracing::error!("cannot start the event pump: {e}");
-        std::thread::spawn(|| {})
-    })
+    std::thread::Builder::new().name("lardon-pump".into()).spawn(run)
 }
 
 fn state_of(s: lardon::TaskState) -> TaskState {
