@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use lardon::{Class, FakeProbe, Governor, HostPolicy, Task, TaskQueue};
+use lardon::{Class, FakeProbe, Governor, HostPolicy, Probe, Task, TaskQueue};
 use lardon_host::{BackendKind, CpuMask, HostProbe, HostRoot, detect_enforcer};
 use tokio::sync::broadcast;
 
@@ -78,6 +78,10 @@ pub(crate) struct Shared {
     pub(crate) events: broadcast::Sender<DaemonEvent>,
     pub(crate) stats: Mutex<Stats>,
     pub(crate) kill_grace: Duration,
+    /// A second probe, for figures the Governor does not keep (load, PSI):
+    /// sampling through the Governor would feed its pressure state and
+    /// move its generation just because someone looked.
+    pub(crate) viewer: Box<dyn Probe>,
     /// The host's policy before overrides.
     pub(crate) default_policy: HostPolicy,
     /// `DaemonConfig::enforce`: wins over the policy key.
@@ -269,6 +273,7 @@ impl Engine {
             events,
             stats: Mutex::default(),
             kill_grace: cfg.kill_grace,
+            viewer: Self::viewer(&cfg.probe)?,
             default_policy,
             enforce_override: cfg.enforce,
         });
@@ -284,6 +289,13 @@ impl Engine {
             }
         }
         Ok(engine)
+    }
+
+    fn viewer(probe: &ProbeChoice) -> Result<Box<dyn Probe>, DaemonError> {
+        Ok(match probe {
+            ProbeChoice::Host => Box::new(HostProbe::new()?),
+            ProbeChoice::Fake(profile) => Box::new(probe::StampedFake(FakeProbe::new(profile.clone()))),
+        })
     }
 
     fn fallback_governor(probe: &ProbeChoice, policy: HostPolicy) -> Result<Governor, DaemonError> {

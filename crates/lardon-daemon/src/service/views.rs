@@ -22,9 +22,8 @@ impl Engine {
     pub(crate) fn availability_pb(&self) -> Result<pb::Availability, StoreError> {
         let gov = &self.shared.governor;
         let info = &self.shared.info;
-        // A fresh sample for the load average and PSI figures (cheap; it
-        // also counts as a host sample for the pressure state).
-        let snap = gov.sample().ok();
+        // Load and PSI from the viewing probe (not fed to the Governor).
+        let snap = self.shared.viewer.snapshot().ok();
         let av = gov.availability();
         let policy = gov.policy();
         let profile = gov.profile();
