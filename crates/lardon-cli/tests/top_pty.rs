@@ -26,13 +26,31 @@ fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
     }
 }
 
-/// The daemon, stopped with SIGTERM (so it cleans up its tasks) on drop.
+/// A fresh state directory, removed on drop (std only: this test needs no
+/// dev-dependency but the pty crate).
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new() -> Self {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        let path = std::env::temp_dir().join(format!("lardon-top-pty-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&path).unwrap();
+        Self(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The daemon, stopped with SIGTERM (so it ends its tasks) on drop.
 struct Daemon(Child);
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.0.id()).unwrap());
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = Command::new("kill").arg("-TERM").arg(self.0.id().to_string()).status();
         let _ = self.0.wait();
     }
 }
@@ -44,8 +62,8 @@ fn task_state(dir: &Path, id: &str) -> String {
 #[test]
 #[ignore = "needs the CLI's `top` verb (and `daemon`, `submit`, `status`, `policy`)"]
 fn top_pauses_a_running_task_then_quits_and_restores_the_terminal() {
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path();
+    let temp = TempDir::new();
+    let dir = temp.0.as_path();
     let _daemon = Daemon(
         Command::new(BIN)
             .arg("--state-dir")
