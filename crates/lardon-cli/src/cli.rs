@@ -237,6 +237,11 @@ pub(crate) struct DaemonArgs {
     /// Memory enforcement through cgroups [default: the policy's]
     #[arg(long, value_enum)]
     pub(crate) enforce: Option<Enforce>,
+    /// Govern a simulated host of MEMORY,CPUS (e.g. 4GiB,2) instead of the
+    /// real one: budgets and pressure are fixed, commands still really run.
+    /// For tests and demos on busy machines.
+    #[arg(long, value_name = "MEMORY,CPUS", value_parser = parse_host, hide = true)]
+    pub(crate) simulate_host: Option<(u64, u32)>,
 }
 
 /// What a task needs: shared by `submit` and the workload file.

@@ -72,11 +72,14 @@ pub(crate) fn run(args: &ExerciseArgs) -> Result<u8> {
         .context("memory overflows")?;
     let len = usize::try_from(bytes).context("--mem does not fit in this address space")?;
     let mut reporter = Reporter::new();
-    let mut block: Vec<u8> = Vec::new();
-    block
+    // Ask first (an error, not an abort, when the address space says no),
+    // then take zeroed pages, which the kernel hands out lazily.
+    let mut probe: Vec<u8> = Vec::new();
+    probe
         .try_reserve_exact(len)
         .map_err(|_| anyhow::anyhow!("cannot allocate {}", lardon::format_bytes(bytes)))?;
-    block.resize(len, 0);
+    drop(probe);
+    let mut block = vec![0u8; len];
     // Write every page so it is really resident (zeroed allocations may be lazy).
     for (i, page) in block.chunks_mut(PAGE).enumerate() {
         page[0] = (i % 251) as u8 | 1;
@@ -114,5 +117,19 @@ pub(crate) fn run(args: &ExerciseArgs) -> Result<u8> {
         std::thread::sleep(TICK.min(hold.saturating_sub(elapsed)));
     }
     std::hint::black_box(&block);
+    if total > 0 {
+        println!(
+            "exercise: items {offset}..{} of {total} (batch {batch}) with {} in {:.1}s",
+            offset + batch,
+            lardon::format_bytes(bytes),
+            started.elapsed().as_secs_f64()
+        );
+    } else {
+        println!(
+            "exercise: held {} for {:.1}s",
+            lardon::format_bytes(bytes),
+            started.elapsed().as_secs_f64()
+        );
+    }
     Ok(args.exit_code)
 }

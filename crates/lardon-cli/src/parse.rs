@@ -44,6 +44,17 @@ pub(crate) fn parse_batch(text: &str) -> Result<(u64, u64), String> {
     Ok((lo, hi))
 }
 
+/// `MEMORY,CPUS` of a simulated host: `4GiB,2`.
+pub(crate) fn parse_host(text: &str) -> Result<(u64, u32), String> {
+    let (mem, cpus) =
+        text.split_once(',').ok_or_else(|| format!("`{text}` is not MEMORY,CPUS (e.g. 4GiB,2)"))?;
+    let mem = lardon::parse_bytes(mem).map_err(|e| e.to_string())?;
+    match cpus.trim().parse::<u32>() {
+        Ok(c) if c > 0 && mem > 0 => Ok((mem, c)),
+        _ => Err(format!("`{text}` is not MEMORY,CPUS with whole CPUs ≥ 1 (e.g. 4GiB,2)")),
+    }
+}
+
 pub(crate) fn parse_key_value(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),

@@ -59,11 +59,21 @@ struct RawTask {
     no_retry: bool,
 }
 
+/// `[host]`: govern a simulated host of this size instead of the real one
+/// (fixed budgets, no pressure; commands still really run).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHost {
+    memory: Spanned<Value>,
+    cpus: Spanned<u32>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawWorkload {
     #[serde(default)]
     task: Vec<RawTask>,
+    host: Option<RawHost>,
     #[serde(default)]
     policy: BTreeMap<String, toml::Value>,
 }
@@ -82,6 +92,8 @@ pub(crate) struct Workload {
     /// In an order where every task comes after its dependencies.
     pub(crate) tasks: Vec<WorkloadTask>,
     pub(crate) policy: Vec<(String, String)>,
+    /// `[host]`: memory and CPUs of a simulated host.
+    pub(crate) host: Option<(u64, u32)>,
 }
 
 fn line_of(src: &str, offset: usize) -> usize {
@@ -163,7 +175,22 @@ pub(crate) fn parse(path: &Path, src: &str) -> Result<Workload> {
             (k, text)
         })
         .collect();
-    Ok(Workload { tasks: ordered, policy })
+    let host = match &raw.host {
+        None => None,
+        Some(h) => {
+            let line = |s: std::ops::Range<usize>| line_of(src, s.start);
+            let memory = crate::parse::parse_size(&h.memory.get_ref().text())
+                .map_err(|e| usage(format!("{file}:{}: [host]: memory: {e}", line(h.memory.span()))))?;
+            if *h.cpus.get_ref() == 0 || memory == 0 {
+                return Err(usage(format!(
+                    "{file}:{}: [host]: memory and cpus must be more than 0",
+                    line(h.cpus.span())
+                )));
+            }
+            Some((memory, *h.cpus.get_ref()))
+        }
+    };
+    Ok(Workload { tasks: ordered, policy, host })
 }
 
 fn convert(t: &RawTask, src: &str, file: &str) -> Result<WorkloadTask> {

@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 
 use crate::cli::{Cli, DaemonArgs, Enforce};
-use crate::engine::{self, DaemonConfig, EnforceMode};
+use crate::engine::{self, DaemonConfig, EnforceMode, ProbeChoice};
 
 pub(crate) fn run(cli: &Cli, args: &DaemonArgs) -> Result<u8> {
     let paths = lardon_proto::Paths::resolve(cli.state_dir.as_deref())
@@ -16,6 +16,9 @@ pub(crate) fn run(cli: &Cli, args: &DaemonArgs) -> Result<u8> {
         Enforce::Soft => EnforceMode::Soft,
         Enforce::Hard => EnforceMode::Hard,
     });
+    if let Some((memory, cpus)) = args.simulate_host {
+        config.probe = ProbeChoice::Fake(lardon::HostProfile::new(memory, cpus));
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -30,6 +30,9 @@ pub(crate) fn run(cli: &Cli, file: &Path, plain: bool) -> Result<u8> {
     std::fs::create_dir_all(&state_dir).with_context(|| format!("creating {}", state_dir.display()))?;
     let mut config = DaemonConfig::new(&state_dir);
     config.socket = Some(state_dir.join(lardon_proto::SOCKET_FILE));
+    if let Some((memory, cpus)) = workload.host {
+        config.probe = engine::ProbeChoice::Fake(lardon::HostProfile::new(memory, cpus));
+    }
     let handle = engine::start_in_process(config).context("starting the embedded engine")?;
     let socket = handle.socket().to_path_buf();
     let bars = !plain && std::io::stdout().is_terminal();

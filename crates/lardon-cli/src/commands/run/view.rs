@@ -14,6 +14,8 @@ struct Row {
     name: String,
     state: i32,
     last_line: String,
+    /// (batch, first item) of the last sequence shown.
+    sequence: (u64, u64),
     bar: Option<ProgressBar>,
     task: Option<pb::Task>,
 }
@@ -49,7 +51,14 @@ impl View {
             index.insert(id.clone(), rows.len());
             rows.push((
                 id.clone(),
-                Row { name: name.clone(), state: 0, last_line: String::new(), bar, task: None },
+                Row {
+                    name: name.clone(),
+                    state: 0,
+                    last_line: String::new(),
+                    sequence: (0, 0),
+                    bar,
+                    task: None,
+                },
             ));
         }
         View { multi, rows, index, started: Instant::now() }
@@ -83,7 +92,8 @@ impl View {
                 let name = self.rows[i].1.name.clone();
                 let text = match pb::DecisionKind::try_from(dec.kind).unwrap_or(pb::DecisionKind::Unspecified)
                 {
-                    pb::DecisionKind::Admit => format!("{name}: admitted (batch {})", dec.batch),
+                    pb::DecisionKind::Admit if dec.message.is_empty() => format!("{name}: admitted"),
+                    pb::DecisionKind::Admit => format!("{name}: admitted — {}", dec.message),
                     pb::DecisionKind::ReduceBatch => {
                         format!("{name}: batch reduced to {} — {}", dec.batch, dec.message)
                     }
@@ -117,6 +127,23 @@ impl View {
                 }
                 self.line(&text);
                 self.rows[i].1.last_line = text;
+            }
+            let items = t.spec.as_ref().and_then(|s| s.items).unwrap_or(0);
+            if let Some(c) = &t.contract
+                && items > 0
+                && c.batch > 0
+                && c.item_offset < items
+                && t.state == pb::TaskState::Running as i32
+                && (c.batch, c.item_offset) != self.rows[i].1.sequence
+            {
+                self.rows[i].1.sequence = (c.batch, c.item_offset);
+                let end = (c.item_offset + c.batch).min(items);
+                self.line(&format!(
+                    "{name}: items {}..{end} of {items} in a batch of {} ({} granted)",
+                    c.item_offset,
+                    c.batch,
+                    lardon::format_bytes(c.memory)
+                ));
             }
             if let Some(bar) = &self.rows[i].1.bar {
                 let (pos, len) = if p.total > 0 {
