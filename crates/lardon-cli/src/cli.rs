@@ -94,7 +94,7 @@ pub(crate) enum Command {
         #[arg(long)]
         stdout: bool,
         /// Start this many bytes before the end (e.g. 4KiB)
-        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true)]
         tail: Option<u64>,
     },
     /// Pause tasks: pending ones are skipped, running ones are stopped (SIGSTOP) and keep their resources.
@@ -248,10 +248,10 @@ pub(crate) struct DaemonArgs {
 #[derive(Debug, Args, Default, Clone)]
 pub(crate) struct NeedsArgs {
     /// Fixed memory per run (e.g. 2GiB, 512MiB)
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true)]
     pub(crate) mem: Option<u64>,
     /// Extra memory per item of a batch (e.g. 50MiB)
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true)]
     pub(crate) mem_per_item: Option<u64>,
     /// Total items: makes this a batched task
     #[arg(long, value_name = "N", value_parser = parse_count)]
@@ -260,16 +260,16 @@ pub(crate) struct NeedsArgs {
     #[arg(long, value_name = "MIN..MAX", value_parser = parse_batch)]
     pub(crate) batch: Option<(u64, u64)>,
     /// GPU memory (asks for one GPU slot)
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true)]
     pub(crate) gpu_mem: Option<u64>,
     /// CPUs wanted (e.g. 2, 0.5, 250m)
-    #[arg(long, value_name = "CPUS", value_parser = parse_cpu)]
+    #[arg(long, value_name = "CPUS", value_parser = parse_cpu, allow_hyphen_values = true)]
     pub(crate) cpus: Option<u32>,
     /// IO slots
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub(crate) io: Option<u32>,
     /// Scratch space to lease (e.g. 10GiB)
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true)]
     pub(crate) scratch: Option<u64>,
     /// Class for learning (a-z 0-9 . _ -): tasks of a class share measured peaks
     #[arg(long, value_name = "NAME")]
@@ -318,7 +318,7 @@ pub(crate) struct ExerciseArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "0")]
     pub(crate) mem_per_item: u64,
     /// How long to hold the memory (seconds, fractions allowed)
-    #[arg(long, value_name = "SECS", default_value = "2", value_parser = parse_secs)]
+    #[arg(long, value_name = "SECS", default_value = "2", value_parser = parse_secs, allow_hyphen_values = true)]
     pub(crate) secs: f64,
     /// Total items: process LARDON_BATCH_SIZE items from LARDON_ITEM_OFFSET
     #[arg(long, value_name = "N", value_parser = parse_count)]
@@ -340,7 +340,7 @@ pub(crate) enum ScratchCommand {
         #[arg(long)]
         name: Option<String>,
         /// Cap on what may be leased [default: the filesystem's free space]
-        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true)]
         capacity: Option<u64>,
         /// Command run on drain (e.g. unmount), after `--`
         #[arg(last = true, value_name = "HOOK")]

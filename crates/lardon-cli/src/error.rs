@@ -94,6 +94,11 @@ fn clap_one_line(err: &clap::Error) -> String {
     {
         return format!("{flag}: {source}");
     }
+    if err.kind() == ErrorKind::MissingRequiredArgument
+        && let Some(missing) = ctx(ContextKind::InvalidArg)
+    {
+        return format!("missing {missing} (see `--help`)");
+    }
     // clap's own first line, without its "error: " prefix and tips.
     let rendered = err.render().to_string();
     let first =
