@@ -277,6 +277,19 @@ impl Engine {
             default_policy,
             enforce_override: cfg.enforce,
         });
+        let volumes = shared.store().scratch_volumes()?;
+        for row in volumes {
+            let name = row.name.clone();
+            match governor.add_volume(name.clone(), crate::service::scratch::controller(&row), row.capacity) {
+                Ok(_) if row.draining => {
+                    if let Err(e) = governor.drain(&name) {
+                        tracing::warn!("scratch volume {name}: cannot resume its drain: {e}");
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!("scratch volume {name}: {e}"),
+            }
+        }
         let queue = TaskQueue::new(governor);
         let pump = pump::spawn(Arc::clone(&shared), queue.subscribe())
             .map_err(|e| DaemonError::Runtime(format!("cannot start the event pump: {e}")))?;

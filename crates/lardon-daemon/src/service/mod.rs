@@ -4,6 +4,7 @@
 //! error becomes a status naming the field.
 
 mod convert;
+pub(crate) mod scratch;
 mod streams;
 mod views;
 
@@ -112,9 +113,6 @@ fn policy_response(engine: &Engine) -> Result<pb::PolicyResponse, Status> {
         .collect();
     Ok(pb::PolicyResponse { entries, generation: engine.shared.governor.generation() })
 }
-
-const SCRATCH_LATER: &str =
-    "scratch volumes are not available in this daemon yet (tracked by the scratch issue)";
 
 #[tonic::async_trait]
 impl lardon_proto::Lardon for Service {
@@ -315,36 +313,46 @@ impl lardon_proto::Lardon for Service {
 
     async fn scratch_add(
         &self,
-        _: Request<pb::ScratchAddRequest>,
+        req: Request<pb::ScratchAddRequest>,
     ) -> Result<Response<pb::ScratchVolume>, Status> {
-        Err(Status::unimplemented(SCRATCH_LATER))
+        let req = req.into_inner();
+        self.blocking(move |engine| scratch::add(engine, req).map(Response::new)).await
     }
 
     async fn scratch_drain(
         &self,
-        _: Request<pb::ScratchDrainRequest>,
+        req: Request<pb::ScratchDrainRequest>,
     ) -> Result<Response<pb::ScratchVolume>, Status> {
-        Err(Status::unimplemented(SCRATCH_LATER))
+        let name = req.into_inner().name;
+        self.blocking(move |engine| scratch::drain(engine, &name).map(Response::new)).await
     }
 
     async fn scratch_cancel_drain(
         &self,
-        _: Request<pb::ScratchCancelDrainRequest>,
+        req: Request<pb::ScratchCancelDrainRequest>,
     ) -> Result<Response<pb::ScratchVolume>, Status> {
-        Err(Status::unimplemented(SCRATCH_LATER))
+        let name = req.into_inner().name;
+        self.blocking(move |engine| scratch::cancel_drain(engine, &name).map(Response::new)).await
     }
 
     async fn scratch_remove(
         &self,
-        _: Request<pb::ScratchRemoveRequest>,
+        req: Request<pb::ScratchRemoveRequest>,
     ) -> Result<Response<pb::ScratchRemoveResponse>, Status> {
-        Err(Status::unimplemented(SCRATCH_LATER))
+        let name = req.into_inner().name;
+        self.blocking(move |engine| {
+            scratch::remove(engine, &name).map(|()| Response::new(pb::ScratchRemoveResponse {}))
+        })
+        .await
     }
 
     async fn scratch_status(
         &self,
         _: Request<pb::ScratchStatusRequest>,
     ) -> Result<Response<pb::ScratchStatusResponse>, Status> {
-        Err(Status::unimplemented(SCRATCH_LATER))
+        self.blocking(|engine| {
+            scratch::list(engine).map(|volumes| Response::new(pb::ScratchStatusResponse { volumes }))
+        })
+        .await
     }
 }

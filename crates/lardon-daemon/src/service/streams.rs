@@ -210,7 +210,7 @@ fn snapshot(engine: &Engine) -> Result<pb::WatchSnapshot, Status> {
         tasks: recs.iter().map(|r| engine.task_pb(r)).collect(),
         availability: Some(engine.availability_pb().map_err(store_status)?),
         recent_decisions: recent,
-        scratch: Vec::new(),
+        scratch: super::scratch::list(engine)?,
     })
 }
 
@@ -226,6 +226,7 @@ pub(crate) async fn watch(
     tokio::spawn(async move {
         let mut seq = 0u64;
         let mut sent_generation = engine.shared.governor.generation();
+        let mut sent_scratch = engine.shared.governor.volumes();
         if let Some(snap) = first
             && tx.send(Ok(event(&mut seq, Event::Snapshot(snap)))).await.is_err()
         {
@@ -272,6 +273,23 @@ pub(crate) async fn watch(
                         None
                     } else {
                         sent_generation = generation;
+                        // Scratch volumes that changed since the last tick.
+                        let now = engine.shared.governor.volumes();
+                        let changed: Vec<String> = now
+                            .iter()
+                            .filter(|v| !sent_scratch.contains(v))
+                            .map(|v| v.name.clone())
+                            .collect();
+                        sent_scratch = now;
+                        if !changed.is_empty()
+                            && let Ok(list) = blocking(&engine, super::scratch::list).await
+                        {
+                            for v in list.into_iter().filter(|v| changed.contains(&v.name)) {
+                                if tx.send(Ok(event(&mut seq, Event::ScratchChanged(v)))).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
                         blocking(&engine, |e| e.availability_pb().map_err(store_status))
                             .await
                             .ok()

@@ -100,7 +100,7 @@ impl Engine {
                 why: info.backend_why.clone(),
                 mode: mode as i32,
             }),
-            scratch: Vec::new(),
+            scratch: super::scratch::list(self).unwrap_or_default(),
             running: to_u32(count(TaskState::Running)),
             pending: to_u32(count(TaskState::Pending)),
             max_running: policy.max_running,
