@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-pub fn bin() -> &'static Path {
+pub(crate) fn bin() -> &'static Path {
     Path::new(assert_cmd::cargo::cargo_bin!("lardon"))
 }
 
 /// `lardon --state-dir DIR ARGS…` (environment cleaned of LARDON_*).
-pub fn lardon(dir: &Path, args: &[&str]) -> Output {
+pub(crate) fn lardon(dir: &Path, args: &[&str]) -> Output {
     Command::new(bin())
         .env_remove("LARDON_SOCKET")
         .env_remove("LARDON_STATE_DIR")
@@ -24,16 +24,16 @@ pub fn lardon(dir: &Path, args: &[&str]) -> Output {
         .expect("run lardon")
 }
 
-pub fn stdout(o: &Output) -> String {
+pub(crate) fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-pub fn stderr(o: &Output) -> String {
+pub(crate) fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// Polls `ok` until it holds, failing after `timeout`.
-pub fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+pub(crate) fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
     let start = Instant::now();
     while !ok() {
         assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
@@ -42,15 +42,15 @@ pub fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
 }
 
 /// A daemon process; killed (SIGKILL) on drop.
-pub struct Daemon {
-    pub child: Child,
-    pub dir: PathBuf,
+pub(crate) struct Daemon {
+    pub(crate) child: Child,
+    pub(crate) dir: PathBuf,
 }
 
 impl Daemon {
     /// Starts `lardon daemon` on `dir` governing a simulated host of
     /// `host` ("MEMORY,CPUS") and waits until it answers.
-    pub fn start(dir: &Path, host: &str) -> Daemon {
+    pub(crate) fn start(dir: &Path, host: &str) -> Daemon {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("daemon.out")).unwrap();
         let child = Command::new(bin())
             .env_remove("LARDON_SOCKET")
@@ -79,13 +79,13 @@ impl Daemon {
     }
 
     /// kill -9, then reap.
-    pub fn kill9(mut self) {
+    pub(crate) fn kill9(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
     /// SIGTERM and wait for a clean exit.
-    pub fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
         let _ = self.child.wait();
@@ -100,18 +100,18 @@ impl Drop for Daemon {
 }
 
 /// The JSON of `lardon status ID --json`.
-pub fn task_json(dir: &Path, id: &str) -> serde_json::Value {
+pub(crate) fn task_json(dir: &Path, id: &str) -> serde_json::Value {
     let o = lardon(dir, &["status", id, "--json"]);
     assert!(o.status.success(), "status {id}: {}", stderr(&o));
     serde_json::from_slice(&o.stdout).expect("status --json parses")
 }
 
-pub fn state(dir: &Path, id: &str) -> String {
+pub(crate) fn state(dir: &Path, id: &str) -> String {
     task_json(dir, id)["state"].as_str().unwrap_or_default().to_owned()
 }
 
 /// Submits and returns the id.
-pub fn submit(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn submit(dir: &Path, args: &[&str]) -> String {
     let o = lardon(dir, &[&["submit"], args].concat());
     assert!(o.status.success(), "submit {args:?}: {}", stderr(&o));
     stdout(&o).trim().to_owned()
