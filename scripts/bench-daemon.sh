@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Daemon benchmarks of DESIGN.md §12, each as a ratio measured in one run:
+#   1. trivial-command launch rate: lardon (daemon, max_running = P) against
+#      `xargs -P P`, GNU parallel -j P and (with --pueue) pueue with P slots;
+#   2. `lardon submit` latency (p50/p99 of the whole CLI call) with 0, 10 000
+#      and 100 000 tasks already queued behind a blocker.
+# Not part of CI. Usage: scripts/bench-daemon.sh [--tasks N] [--parallel P]
+#                         [--depths "0 10000 100000"] [--samples S] [--pueue]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TASKS=500
+PAR=2
+DEPTHS="0 10000 100000"
+SAMPLES=200
+WITH_PUEUE=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tasks) TASKS=$2; shift 2 ;;
+    --parallel) PAR=$2; shift 2 ;;
+    --depths) DEPTHS=$2; shift 2 ;;
+    --samples) SAMPLES=$2; shift 2 ;;
+    --pueue) WITH_PUEUE=1; shift ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need parallel; then
+  echo "installing GNU parallel (Debian package)…" >&2
+  apt-get update -qq >/dev/null && apt-get install -y -qq parallel >/dev/null
+fi
+if [ "$WITH_PUEUE" = 1 ] && ! need pueue; then
+  echo "installing pueue from crates.io (a few minutes)…" >&2
+  cargo install --locked pueue >/dev/null
+fi
+
+echo "building lardon (release)…" >&2
+cargo build --release -q -p lardon-cli
+LARDON=$PWD/target/release/lardon
+WORK=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+
+now_ns() { date +%s%N; }
+rate() { awk -v n="$1" -v ns="$2" 'BEGIN { printf "%.0f", n / (ns / 1e9) }'; }
+
+start_daemon() { # $1 = state dir
+  # A simulated host: the figures measure the daemon, not this machine's
+  # load (a busy build box would make the real Governor wait on cpu_load).
+  "$LARDON" --state-dir "$1" daemon --simulate-host 64GiB,64 >"$1.log" 2>&1 &
+  for _ in $(seq 200); do [ -S "$1/lardon.sock" ] && return 0; sleep 0.05; done
+  echo "daemon did not start; see $1.log" >&2; exit 1
+}
+
+echo "== launch rate: $TASKS × true, parallelism $PAR" >&2
+t0=$(now_ns); seq "$TASKS" | xargs -P "$PAR" -n 1 true; t1=$(now_ns)
+XARGS=$(rate "$TASKS" $((t1 - t0)))
+t0=$(now_ns); seq "$TASKS" | parallel -j "$PAR" true >/dev/null; t1=$(now_ns)
+PARALLEL=$(rate "$TASKS" $((t1 - t0)))
+
+SD=$WORK/launch; mkdir -p "$SD"; start_daemon "$SD"
+"$LARDON" --state-dir "$SD" policy --set max_running="$PAR" >/dev/null
+t0=$(now_ns)
+seq "$TASKS" | xargs -P 4 -n 50 sh -c 'for _ in "$@"; do "$0" --state-dir "'"$SD"'" submit -- true >/dev/null; done' "$LARDON"
+"$LARDON" --state-dir "$SD" wait >/dev/null
+t1=$(now_ns)
+LARDON_RATE=$(rate "$TASKS" $((t1 - t0)))
+kill %1 2>/dev/null || true; wait 2>/dev/null || true
+
+PUEUE="not run (pass --pueue)"
+if [ "$WITH_PUEUE" = 1 ]; then
+  PD=$WORK/pueue; mkdir -p "$PD"
+  cat >"$PD/pueue.yml" <<EOF
+shared:
+  pueue_directory: $PD
+  use_unix_socket: true
+EOF
+  pueued -c "$PD/pueue.yml" -d >/dev/null 2>&1 || true
+  sleep 1
+  pueue -c "$PD/pueue.yml" parallel "$PAR" >/dev/null
+  t0=$(now_ns)
+  for _ in $(seq "$TASKS"); do pueue -c "$PD/pueue.yml" add -- true >/dev/null; done
+  pueue -c "$PD/pueue.yml" wait >/dev/null
+  t1=$(now_ns)
+  PUEUE=$(rate "$TASKS" $((t1 - t0)))
+  pueue -c "$PD/pueue.yml" shutdown >/dev/null 2>&1 || true
+fi
+
+echo "== submit latency at depths: $DEPTHS" >&2
+SD=$WORK/latency; mkdir -p "$SD"; start_daemon "$SD"
+"$LARDON" --state-dir "$SD" policy --set max_running=1 >/dev/null
+"$LARDON" --state-dir "$SD" submit --name blocker -- sleep 100000 >/dev/null
+queued=0
+LAT_ROWS=""
+for depth in $DEPTHS; do
+  fill=$((depth - queued))
+  if [ "$fill" -gt 0 ]; then
+    echo "   filling to $depth queued tasks…" >&2
+    seq "$fill" | xargs -P 4 -n 200 sh -c 'for _ in "$@"; do "$0" --state-dir "'"$SD"'" submit -- true >/dev/null; done' "$LARDON"
+    queued=$depth
+  fi
+  : >"$WORK/lat"
+  for _ in $(seq "$SAMPLES"); do
+    t0=$(now_ns); "$LARDON" --state-dir "$SD" submit -- true >/dev/null; t1=$(now_ns)
+    echo $(((t1 - t0) / 1000)) >>"$WORK/lat"
+  done
+  queued=$((queued + SAMPLES))
+  stats=$(sort -n "$WORK/lat" | awk '{ v[NR] = $1 } END { printf "%.2f ms | %.2f ms", v[int(NR * 0.5)] / 1000, v[int(NR * 0.99)] / 1000 }')
+  LAT_ROWS="$LAT_ROWS| $depth | $stats |"$'\n'
+done
+
+cat <<EOF
+
+Machine: $(nproc) CPUs, $(awk '/model name/ { $1=$2=$3=""; print; exit }' /proc/cpuinfo | sed 's/^ *//'), $(uname -r)
+
+| launcher (parallelism $PAR, $TASKS × true) | tasks/s | lardon ÷ it |
+|---|---|---|
+| xargs -P $PAR | $XARGS | $(awk -v a="$LARDON_RATE" -v b="$XARGS" 'BEGIN { printf "%.2f", a / b }') |
+| GNU parallel -j $PAR | $PARALLEL | $(awk -v a="$LARDON_RATE" -v b="$PARALLEL" 'BEGIN { printf "%.2f", a / b }') |
+| pueue (parallel $PAR) | $PUEUE | |
+| lardon (daemon, max_running $PAR; one \`lardon submit\` per task) | $LARDON_RATE | 1.00 |
+
+| tasks queued | \`lardon submit\` p50 | p99 |
+|---|---|---|
+$LAT_ROWS
+EOF
