@@ -21,6 +21,18 @@ pub(crate) fn duration_ms(ms: u64) -> String {
     }
 }
 
+/// Running time: the daemon's figure, else from the start and end stamps.
+pub(crate) fn elapsed(t: &pb::Task) -> Option<u64> {
+    let p = t.progress.as_ref().map_or(0, |p| p.elapsed_ms);
+    if p > 0 {
+        return Some(p);
+    }
+    match (t.started_unix_ms, t.finished_unix_ms) {
+        (Some(s), Some(f)) if f >= s => Some((f - s) as u64),
+        _ => None,
+    }
+}
+
 /// `[######----]  60%` (10 cells) or the done count when the total is unknown.
 pub(crate) fn bar(p: &pb::TaskProgress, state: i32) -> String {
     if p.integrity_error {
@@ -99,7 +111,7 @@ pub(crate) fn table(tasks: &[pb::Task]) -> String {
                 truncate(&name(t), 24),
                 state_word(t.state).to_owned(),
                 bar(&p, t.state),
-                if p.elapsed_ms > 0 { duration_ms(p.elapsed_ms) } else { "-".into() },
+                elapsed(t).map_or("-".into(), duration_ms),
                 eta(&p),
                 reason(t),
             ]
@@ -147,7 +159,7 @@ pub(crate) fn detail(t: &pb::Task) -> String {
     kv(&mut out, "state", state_word(t.state));
     kv(&mut out, "command", spec.argv.join(" "));
     kv(&mut out, "progress", format!("{} {}", bar(&p, t.state), p.message));
-    kv(&mut out, "elapsed", duration_ms(p.elapsed_ms));
+    kv(&mut out, "elapsed", elapsed(t).map_or("-".into(), duration_ms));
     kv(&mut out, "eta", eta(&p));
     if let Some(rate) = p.items_per_sec {
         kv(&mut out, "throughput", format!("{rate:.2} items/s"));

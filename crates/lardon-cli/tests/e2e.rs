@@ -128,3 +128,66 @@ fn memory_wait_names_memory_and_impossible_is_rejected() {
     let reason = format!("{} {}", t["failure_reason"], t["last_decision"]["message"]).to_lowercase();
     assert!(reason.contains("impossible") || reason.contains("never"), "{t}");
 }
+
+#[test]
+fn progress_from_inside_a_task_and_log_follow() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let d = Daemon::start(dir, "8GiB,2");
+    assert!(lardon(dir, &["policy", "--set", "cpu_reserve=0"]).status.success());
+    let gate = dir.join("gate");
+    let bin = common::bin().display().to_string();
+    // `lardon progress` inside a task finds the daemon through the task's environment.
+    let script = format!(
+        "echo started; {bin} progress 3/10 'three done' || exit 9; while [ ! -e {} ]; do sleep 0.02; done; echo finished",
+        gate.display()
+    );
+    let id = submit(dir, &["--name", "reporter", "--", "sh", "-c", &script]);
+    wait_until("progress 3/10", LONG, || {
+        let p = &task_json(dir, &id)["progress"];
+        p["done"] == 3 && p["total"] == 10
+    });
+    assert_eq!(task_json(dir, &id)["progress"]["message"], "three done");
+    let o = lardon(dir, &["status"]);
+    assert!(stdout(&o).contains("30%"), "{}", stdout(&o));
+    // Follow the log until the task ends.
+    let follower = std::process::Command::new(common::bin())
+        .arg("--state-dir")
+        .arg(dir)
+        .args(["log", &id, "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::fs::write(&gate, "").unwrap();
+    let out = follower.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(text.contains("started") && text.contains("finished"), "{text}");
+    assert_eq!(lardon(dir, &["wait", &id]).status.code(), Some(0));
+
+    // `lardon exercise` as a task reports progress through the daemon.
+    let ex = submit(dir, &["--mem", "96MiB", "--", &bin, "exercise", "--mem", "64MiB", "--secs", "0.5"]);
+    assert_eq!(lardon(dir, &["wait", &ex]).status.code(), Some(0));
+    let t = task_json(dir, &ex);
+    assert_eq!(t["progress"]["done"], 100, "{t}");
+    assert!(stdout(&lardon(dir, &["log", &ex])).contains("held 64.0 MiB"));
+
+    // `lardon status | head -1` and friends: a closed pipe is a quiet success.
+    for args in [&["status"][..], &["completions", "bash"], &["log", &ex]] {
+        let mut child = std::process::Command::new(common::bin())
+            .arg("--state-dir")
+            .arg(dir)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stderr.is_empty(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    // SIGTERM stops the daemon cleanly.
+    assert!(d.stop().success());
+}

@@ -25,7 +25,9 @@ pub(crate) fn dispatch(cli: Cli) -> Result<u8> {
         Command::Daemon(args) => daemon::run(&cli, args),
         Command::Completions { shell } => {
             let mut cmd = Cli::command();
-            clap_complete::generate(*shell, &mut cmd, "lardon", &mut std::io::stdout());
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut cmd, "lardon", &mut script);
+            out(&String::from_utf8_lossy(&script))?;
             Ok(0)
         }
         Command::Exercise(args) => crate::exercise::run(args),

@@ -84,11 +84,11 @@ impl Daemon {
         let _ = self.child.wait();
     }
 
-    /// SIGTERM and wait for a clean exit.
-    pub(crate) fn stop(mut self) {
+    /// SIGTERM and wait for a clean exit; its exit status.
+    pub(crate) fn stop(mut self) -> std::process::ExitStatus {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let _ = self.child.wait();
+        self.child.wait().expect("wait for the daemon")
     }
 }
 

@@ -122,8 +122,10 @@ impl View {
                 if !why.is_empty() {
                     text.push_str(&format!(" — {why}"));
                 }
-                if terminal(t.state) && p.elapsed_ms > 0 {
-                    text.push_str(&format!(" after {}", render::duration_ms(p.elapsed_ms)));
+                if terminal(t.state)
+                    && let Some(ms) = render::elapsed(&t)
+                {
+                    text.push_str(&format!(" after {}", render::duration_ms(ms)));
                 }
                 self.line(&text);
                 self.rows[i].1.last_line = text;
@@ -155,9 +157,12 @@ impl View {
                 };
                 bar.set_length(len);
                 bar.set_position(pos.min(len));
-                let mut msg = format!("{} {}", state_word(t.state), render::duration_ms(p.elapsed_ms));
+                let mut msg = state_word(t.state).to_owned();
+                if let Some(ms) = render::elapsed(&t) {
+                    msg.push_str(&format!(" {}", render::duration_ms(ms)));
+                }
                 let eta = render::eta(&p);
-                if eta != "-" {
+                if eta != "-" && eta != "done" {
                     msg.push_str(&format!(" eta {eta}"));
                 }
                 if let Some(rate) = p.items_per_sec {
