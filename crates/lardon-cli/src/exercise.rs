@@ -118,14 +118,14 @@ pub(crate) fn run(args: &ExerciseArgs) -> Result<u8> {
     }
     std::hint::black_box(&block);
     if total > 0 {
-        println!(
+        crate::say!(
             "exercise: items {offset}..{} of {total} (batch {batch}) with {} in {:.1}s",
             offset + batch,
             lardon::format_bytes(bytes),
             started.elapsed().as_secs_f64()
         );
     } else {
-        println!(
+        crate::say!(
             "exercise: held {} for {:.1}s",
             lardon::format_bytes(bytes),
             started.elapsed().as_secs_f64()

@@ -3,6 +3,16 @@
 //! 0 success, 1 a task failed, 2 usage or input error, 3 daemon unreachable.
 //! A closed stdout (`lardon status | head`) ends quietly with 0.
 
+/// `println!` that ignores a closed stdout (`lardon run … | head`):
+/// progress lines are worth nothing once nobody reads them.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+pub(crate) use say;
+
 mod cli;
 mod client;
 mod commands;

@@ -88,7 +88,11 @@ async fn submit_all(client: &mut Client, socket: &Path, w: &Workload) -> Result<
         if let Some(old) = by_name.get(&task.name) {
             let done = [pb::TaskState::Failed as i32, pb::TaskState::Cancelled as i32].contains(&old.state);
             if !done {
-                println!("{}: kept from the earlier run ({})", task.name, crate::json::state_word(old.state));
+                crate::say!(
+                    "{}: kept from the earlier run ({})",
+                    task.name,
+                    crate::json::state_word(old.state)
+                );
                 ids.insert(task.name.clone(), old.id.clone());
                 order.push((task.name.clone(), old.id.clone()));
                 continue;

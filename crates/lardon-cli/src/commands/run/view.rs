@@ -78,7 +78,7 @@ impl View {
             Some(m) => {
                 let _ = m.println(format!("{stamp}{text}"));
             }
-            None => println!("{stamp}{text}"),
+            None => crate::say!("{stamp}{text}"),
         }
     }
 
@@ -207,7 +207,7 @@ impl View {
                 )
             })
             .collect();
-        println!(
+        crate::say!(
             "{ok} of {} tasks completed in {:.1}s",
             self.rows.len(),
             self.started.elapsed().as_secs_f64()
@@ -215,7 +215,7 @@ impl View {
         if failed.is_empty() {
             0
         } else {
-            println!("not completed: {}", failed.join(", "));
+            crate::say!("not completed: {}", failed.join(", "));
             1
         }
     }
