@@ -58,6 +58,23 @@ pub struct Reservation {
 }
 
 impl Reservation {
+    /// The handle of `seq`, just held in `shared`'s ledger for `decision`.
+    pub(crate) fn held(
+        shared: &Arc<Shared>,
+        seq: u64,
+        contract: Contract,
+        decision: &crate::Decision,
+    ) -> Self {
+        Reservation {
+            shared: Arc::clone(shared),
+            id: ReservationId { governor: shared.id(), seq },
+            contract,
+            kind: decision.kind,
+            reason: decision.reason,
+            released: false,
+        }
+    }
+
     /// This reservation's id.
     pub fn id(&self) -> ReservationId {
         self.id

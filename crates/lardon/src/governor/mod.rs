@@ -76,6 +76,10 @@ impl Shared {
         }
     }
 
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
     pub(crate) fn is_active(&self, seq: u64) -> bool {
         self.lock().active.contains_key(&seq)
     }
@@ -149,14 +153,7 @@ impl Scan<'_> {
         };
         let seq = guard.hold(&mut contract);
         let shared = &self.governor.shared;
-        Ok(Reservation {
-            shared: Arc::clone(shared),
-            id: ReservationId { governor: shared.id, seq },
-            contract,
-            kind: decision.kind,
-            reason: decision.reason,
-            released: false,
-        })
+        Ok(Reservation::held(shared, seq, contract, &decision))
     }
 }
 
@@ -352,14 +349,7 @@ impl Governor {
             self.shared.release(seq);
             return Err(Decision::wait(ReasonCode::Scratch, message));
         }
-        Ok(Reservation {
-            shared: Arc::clone(&self.shared),
-            id: ReservationId { governor: self.shared.id, seq },
-            contract,
-            kind: decision.kind,
-            reason: decision.reason,
-            released: false,
-        })
+        Ok(Reservation::held(&self.shared, seq, contract, &decision))
     }
 
     /// Evaluates a capability envelope: alternatives in order, the first

@@ -210,7 +210,7 @@ impl TaskQueue {
     /// [`SubmitError::Closing`], [`SubmitError::DuplicateId`] or
     /// [`SubmitError::UnknownDependency`].
     pub fn submit(&self, task: Task) -> Result<TaskId, SubmitError> {
-        self.submit_inner(task, true)
+        self.submit_inner(task, true, false)
     }
 
     /// Submits `task` without blocking.
@@ -218,10 +218,12 @@ impl TaskQueue {
     /// # Errors
     /// [`SubmitError::Full`] when at capacity, else as [`TaskQueue::submit`].
     pub fn try_submit(&self, task: Task) -> Result<TaskId, SubmitError> {
-        self.submit_inner(task, false)
+        self.submit_inner(task, false, false)
     }
 
-    fn submit_inner(&self, task: Task, block: bool) -> Result<TaskId, SubmitError> {
+    /// Inserts `task` (PAUSED from the start when `paused`, under the same
+    /// lock, so it can never start before the pause lands).
+    fn submit_inner(&self, task: Task, block: bool, paused: bool) -> Result<TaskId, SubmitError> {
         let mut st = self.inner.lock();
         loop {
             if st.closing {
@@ -276,12 +278,12 @@ impl TaskQueue {
             envelope: task.envelope,
             priority: task.priority,
             seq,
-            state: TaskState::Pending,
+            state: if paused { TaskState::Paused } else { TaskState::Pending },
             started: false,
             waiting_on,
             waiting_any,
             callback: Some(task.callback),
-            pause_requested: false,
+            pause_requested: paused,
             cancel_requested: false,
             failed_message: None,
             contract: None,
@@ -542,96 +544,7 @@ impl TaskQueue {
     /// # Errors
     /// As [`TaskQueue::submit`].
     pub fn submit_paused(&self, task: Task) -> Result<TaskId, SubmitError> {
-        self.submit_paused_inner(task)
-    }
-
-    // A copy of `submit_inner` whose entry starts PAUSED (kept separate so
-    // the hot submit path is untouched).
-    fn submit_paused_inner(&self, task: Task) -> Result<TaskId, SubmitError> {
-        let mut st = self.inner.lock();
-        loop {
-            if st.closing {
-                return Err(SubmitError::Closing(Box::new(task)));
-            }
-            if st.pending.len() < self.inner.config.capacity {
-                break;
-            }
-            st = self.inner.not_full.wait(st).unwrap_or_else(PoisonError::into_inner);
-        }
-        let id = match task.id {
-            Some(id) => {
-                if st.entries.contains_key(&id) || st.outcomes.contains_key(&id) {
-                    return Err(SubmitError::DuplicateId(id));
-                }
-                st.next_id = st.next_id.max(id.0.saturating_add(1));
-                id
-            }
-            None => {
-                let id = TaskId(st.next_id);
-                st.next_id += 1;
-                id
-            }
-        };
-        let mut waiting_on = Vec::new();
-        let mut failed_dep = None;
-        for &dep in &task.after {
-            match (st.entries.contains_key(&dep), st.outcomes.get(&dep)) {
-                (true, _) => waiting_on.push(dep),
-                (false, Some(TaskState::Completed)) => {}
-                (false, Some(state)) => failed_dep = Some((dep, *state)),
-                (false, None) => return Err(SubmitError::UnknownDependency(dep)),
-            }
-        }
-        let mut waiting_any = Vec::new();
-        for &dep in &task.after_any {
-            match (st.entries.contains_key(&dep), st.outcomes.contains_key(&dep)) {
-                (true, _) => waiting_any.push(dep),
-                (false, true) => {}
-                (false, false) => return Err(SubmitError::UnknownDependency(dep)),
-            }
-        }
-        let now = self.inner.governor.now();
-        let seq = st.next_seq;
-        st.next_seq += 1;
-        let entry = Entry {
-            id,
-            name: task.name.clone(),
-            envelope: task.envelope,
-            priority: task.priority,
-            seq,
-            state: TaskState::Paused,
-            started: false,
-            waiting_on,
-            waiting_any,
-            callback: Some(task.callback),
-            pause_requested: true,
-            cancel_requested: false,
-            failed_message: None,
-            contract: None,
-            last_decision: None,
-            progress: ProgressTracker::new(),
-            submitted_at: now,
-            started_at: None,
-            finished_at: None,
-            message: None,
-            sequences: 0,
-            bypassed_since: None,
-        };
-        st.pending.insert(entry.order_key(), id);
-        st.entries.insert(id, entry);
-        st.fresh.push(id);
-        st.emit(QueueEvent::Submitted { id, name: task.name });
-        st.emit(QueueEvent::StateChanged { id, state: TaskState::Paused });
-        let dropped = match failed_dep {
-            Some((dep, state)) => {
-                st.finish(id, TaskState::Failed, Some(format!("dependency {dep} ended {state}")), now)
-            }
-            None => Vec::new(),
-        };
-        drop(st);
-        drop(dropped);
-        self.inner.wake_dispatcher();
-        Ok(id)
+        self.submit_inner(task, true, true)
     }
 }
 
