@@ -177,6 +177,16 @@ pub(crate) enum Command {
         /// A short message shown beside the bar
         message: Option<String>,
     },
+    /// The live dashboard: tasks, resources, pressure, decisions, scratch volumes.
+    ///
+    /// Keys: ↑/↓ select, p pause, r resume, c cancel, d drain, ? help, q quit.
+    ///
+    /// Example: `lardon top` (`NO_COLOR=1 lardon top` for no colours)
+    Top {
+        /// Draw without colour (words and bold/dim only)
+        #[arg(long)]
+        no_color: bool,
+    },
     /// Print a shell completion script.
     ///
     /// Example: `lardon completions bash > ~/.local/share/bash-completion/completions/lardon`

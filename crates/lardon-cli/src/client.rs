@@ -26,16 +26,16 @@ pub(crate) async fn connect(cli: &Cli) -> Result<Client> {
 }
 
 pub(crate) async fn connect_to(socket: &Path, state_dir: Option<&Path>) -> Result<Client> {
-    match lardon_proto::connect(socket).await {
-        Ok(client) => Ok(client),
-        Err(_) => {
-            let flag = state_dir.map(|d| format!(" --state-dir {}", d.display())).unwrap_or_default();
-            Err(Failure::Unreachable(format!(
-                "cannot reach the lardon daemon at {}: start it with `lardon daemon{flag}` \
-                 (or `lardon daemon{flag} &` to keep this shell)",
-                socket.display()
-            ))
-            .into())
-        }
-    }
+    lardon_proto::connect(socket).await.map_err(|_| unreachable(socket, state_dir))
+}
+
+/// Exit 3, naming the socket and the command that starts a daemon there.
+pub(crate) fn unreachable(socket: &Path, state_dir: Option<&Path>) -> anyhow::Error {
+    let flag = state_dir.map(|d| format!(" --state-dir {}", d.display())).unwrap_or_default();
+    Failure::Unreachable(format!(
+        "cannot reach the lardon daemon at {}: start it with `lardon daemon{flag}` \
+         (or `lardon daemon{flag} &` to keep this shell)",
+        socket.display()
+    ))
+    .into()
 }

@@ -127,7 +127,9 @@ fn malformed_workload_files() {
 #[test]
 fn unreachable_daemon_exits_3_and_says_how_to_start_it() {
     let dir = tempfile::tempdir().unwrap();
-    for args in [&["status"][..], &["submit", "--", "true"], &["wait"], &["resources"], &["explain", "1"]] {
+    for args in
+        [&["status"][..], &["submit", "--", "true"], &["wait"], &["resources"], &["explain", "1"], &["top"]]
+    {
         let o = lardon(dir.path(), args);
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(3), "{args:?}: {err}");

@@ -30,6 +30,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<u8> {
             out(&String::from_utf8_lossy(&script))?;
             Ok(0)
         }
+        Command::Top { no_color } => top(&cli, *no_color),
         Command::Exercise(args) => crate::exercise::run(args),
         Command::Run { file, plain } => run::run(&cli, file, *plain),
         Command::Submit(args) => block_on(submit::run(&cli, args)),
@@ -48,6 +49,24 @@ pub(crate) fn dispatch(cli: Cli) -> Result<u8> {
         Command::Policy { set, reset, json } => block_on(policy::run(&cli, set, reset, *json)),
         Command::Progress { progress, message } => block_on(progress::run(*progress, message.as_deref())),
         Command::Scratch(sub) => block_on(scratch::run(&cli, sub)),
+    }
+}
+
+/// `lardon top`: the dashboard of the lardon-top crate.
+fn top(cli: &Cli, no_color: bool) -> Result<u8> {
+    let socket = crate::client::socket_path(cli.state_dir.as_deref(), cli.socket.as_deref())?;
+    // Unreachable is exit 3 even without a terminal, as for every verb.
+    block_on(async { crate::client::connect_to(&socket, cli.state_dir.as_deref()).await.map(|_| 0) })?;
+    match lardon_top::run_top(lardon_top::TopOptions { socket: socket.clone(), no_color }) {
+        Ok(()) => Ok(0),
+        // The same message and exit code 3 as every other verb.
+        Err(lardon_top::TopError::Connect(_)) => {
+            Err(crate::client::unreachable(&socket, cli.state_dir.as_deref()))
+        }
+        Err(lardon_top::TopError::NotATerminal) => Err(crate::error::usage(
+            "`lardon top` needs a terminal; use `lardon status` or `lardon resources` otherwise",
+        )),
+        Err(e) => Err(anyhow::Error::new(e).context("lardon top")),
     }
 }
 
