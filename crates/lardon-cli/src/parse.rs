@@ -123,4 +123,23 @@ mod tests {
         assert_eq!(parse_duration_ms("200ms"), Ok(200));
         assert!(parse_duration_ms("soon").is_err());
     }
+
+    proptest::proptest! {
+        #[test]
+        fn parsers_are_total(text in "\\PC{0,40}") {
+            let _ = parse_size(&text);
+            let _ = parse_cpu(&text);
+            let _ = parse_count(&text);
+            if let Ok((lo, hi)) = parse_batch(&text) {
+                proptest::prop_assert!(lo >= 1 && hi >= lo);
+            }
+            let _ = parse_key_value(&text);
+            let _ = parse_duration_ms(&text);
+            let _ = parse_secs(&text);
+            if let Ok((done, total)) = parse_progress(&text) {
+                proptest::prop_assert!(total == 0 || done <= total);
+            }
+            let _ = parse_host(&text);
+        }
+    }
 }

@@ -82,7 +82,13 @@ pub(crate) fn name(t: &pb::Task) -> String {
     let spec = t.spec.as_ref();
     match spec {
         Some(s) if !s.name.is_empty() => s.name.clone(),
-        Some(s) => s.argv.join(" "),
+        Some(s) => {
+            // An unnamed task is shown by its command, program without its path.
+            let mut words = s.argv.iter();
+            let program =
+                words.next().map(|p| p.rsplit('/').next().unwrap_or(p).to_owned()).unwrap_or_default();
+            std::iter::once(program).chain(words.cloned()).collect::<Vec<_>>().join(" ")
+        }
         None => String::new(),
     }
 }

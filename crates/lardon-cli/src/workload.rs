@@ -235,7 +235,11 @@ fn convert(t: &RawTask, src: &str, file: &str) -> Result<WorkloadTask> {
     let parts = SpecParts {
         name: name.clone(),
         argv,
-        cwd: t.cwd.clone().unwrap_or_default(),
+        // A relative cwd is relative to the workload file.
+        cwd: t.cwd.as_ref().map_or(String::new(), |c| {
+            let base = Path::new(file).parent().unwrap_or(Path::new("."));
+            std::path::absolute(base.join(c)).unwrap_or_else(|_| base.join(c)).to_string_lossy().into_owned()
+        }),
         env: t.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         priority: t.priority,
         after: Vec::new(),
@@ -307,5 +311,25 @@ batch = "1..4"
             "[[task]]\nname = \"a\"\ncommand = [\"t\"]\nafter=[\"b\"]\n[[task]]\nname = \"b\"\ncommand = [\"t\"]\nafter=[\"a\"]\n",
         );
         assert!(e.contains("cycle"), "{e}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_text_is_a_workload_or_one_line_error(src in "\\PC{0,300}") {
+            if let Err(e) = parse(Path::new("w.toml"), &src) {
+                proptest::prop_assert!(!e.to_string().contains('\n'));
+            }
+        }
+
+        #[test]
+        fn mutated_fields_never_panic(
+            key in "(mem|mem_per_item|items|batch|gpu_mem|cpus|io|scratch|class|priority|cwd|no_retry|x)",
+            value in "(\"[ -~]{0,12}\"|-?[0-9]{1,22}|[0-9]\\.[0-9]{1,5}|true|\\[\\]|\\{\\})",
+        ) {
+            let src = format!("[[task]]\nname = \"t\"\ncommand = [\"x\"]\nitems = 4\n{key} = {value}\n");
+            if let Err(e) = parse(Path::new("w.toml"), &src) {
+                proptest::prop_assert!(!e.to_string().contains('\n'));
+            }
+        }
     }
 }
