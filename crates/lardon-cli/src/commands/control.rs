@@ -7,7 +7,7 @@ use serde_json::json;
 use crate::cli::Cli;
 use crate::error::{from_status, usage};
 
-fn report(verb: &str, resp: pb::TaskActionResponse, as_json: bool) -> Result<u8> {
+fn report((verb, done): (&str, &str), resp: pb::TaskActionResponse, as_json: bool) -> Result<u8> {
     if as_json {
         let rows: Vec<_> = resp
             .results
@@ -20,7 +20,7 @@ fn report(verb: &str, resp: pb::TaskActionResponse, as_json: bool) -> Result<u8>
     for r in &resp.results {
         if r.ok {
             if !as_json {
-                super::out(&format!("{verb} {}: {}\n", r.id, crate::json::state_word(r.state)))?;
+                super::out(&format!("{done} {}: {}\n", r.id, crate::json::state_word(r.state)))?;
             }
         } else {
             errors.push(format!("{}: {}", r.id, r.error));
@@ -32,13 +32,13 @@ fn report(verb: &str, resp: pb::TaskActionResponse, as_json: bool) -> Result<u8>
 pub(crate) async fn pause(cli: &Cli, ids: &[String], as_json: bool) -> Result<u8> {
     let mut c = crate::client::connect(cli).await?;
     let r = c.pause(pb::PauseRequest { ids: ids.to_vec() }).await.map_err(|s| from_status("pause", s))?;
-    report("paused", r.into_inner(), as_json)
+    report(("pause", "paused"), r.into_inner(), as_json)
 }
 
 pub(crate) async fn resume(cli: &Cli, ids: &[String], as_json: bool) -> Result<u8> {
     let mut c = crate::client::connect(cli).await?;
     let r = c.resume(pb::ResumeRequest { ids: ids.to_vec() }).await.map_err(|s| from_status("resume", s))?;
-    report("resumed", r.into_inner(), as_json)
+    report(("resume", "resumed"), r.into_inner(), as_json)
 }
 
 pub(crate) async fn cancel(cli: &Cli, ids: &[String], grace: Option<u64>, as_json: bool) -> Result<u8> {
@@ -47,13 +47,13 @@ pub(crate) async fn cancel(cli: &Cli, ids: &[String], grace: Option<u64>, as_jso
         .cancel(pb::CancelRequest { ids: ids.to_vec(), grace_ms: grace })
         .await
         .map_err(|s| from_status("cancel", s))?;
-    report("cancelled", r.into_inner(), as_json)
+    report(("cancel", "cancelled"), r.into_inner(), as_json)
 }
 
 pub(crate) async fn remove(cli: &Cli, ids: &[String], as_json: bool) -> Result<u8> {
     let mut c = crate::client::connect(cli).await?;
     let r = c.remove(pb::RemoveRequest { ids: ids.to_vec() }).await.map_err(|s| from_status("remove", s))?;
-    report("removed", r.into_inner(), as_json)
+    report(("remove", "removed"), r.into_inner(), as_json)
 }
 
 pub(crate) async fn clean(cli: &Cli, successful_only: bool, as_json: bool) -> Result<u8> {
