@@ -15,14 +15,19 @@ use crate::parse::*;
 /// scratch space, a batch range); the daemon admits each one only when the
 /// host can afford it, makes it wait with a reason otherwise, and learns
 /// from what ran.
-///
-/// Start here:
-///   lardon daemon &                                  # once per machine
-///   lardon submit --mem 2GiB -- ./train.sh           # queue a command
-///   lardon status                                    # what runs, what waits, why
-///   lardon run examples/demo.toml                    # a workload file, no daemon
 #[derive(Debug, Parser)]
-#[command(name = "lardon", version, propagate_version = true, max_term_width = 100)]
+#[command(
+    name = "lardon",
+    version,
+    propagate_version = true,
+    max_term_width = 100,
+    after_long_help = "Start here:\n  \
+        lardon daemon &                          # once per machine\n  \
+        lardon submit --mem 2GiB -- ./train.sh   # queue a command\n  \
+        lardon status                            # what runs, what waits, why\n  \
+        lardon top                               # the live dashboard\n  \
+        lardon run examples/demo.toml            # a workload file, no daemon"
+)]
 pub(crate) struct Cli {
     /// State directory (database, logs, socket) [default: $XDG_STATE_HOME/lardon]
     #[arg(
