@@ -61,6 +61,10 @@ pub(crate) struct Info {
     pub(crate) compute: Option<CpuMask>,
 }
 
+/// Pending tasks the in-memory queue holds (far beyond DESIGN.md §12's
+/// 100 000; each costs well under a kilobyte).
+const QUEUE_CAPACITY: usize = 10_000_000;
+
 /// Everything a running task's callback may touch (not the queue, which
 /// owns the callbacks: no reference cycle).
 #[derive(Debug)]
@@ -290,7 +294,13 @@ impl Engine {
                 Err(e) => tracing::warn!("scratch volume {name}: {e}"),
             }
         }
-        let queue = TaskQueue::new(governor);
+        // The store is the durable bound on queued work; an in-memory cap
+        // would make `Submit` block once that many tasks wait (a blocked RPC
+        // with the task already stored), so the queue's is set out of reach.
+        let queue = TaskQueue::with_config(
+            governor,
+            lardon::QueueConfig { capacity: QUEUE_CAPACITY, ..lardon::QueueConfig::default() },
+        );
         let pump = pump::spawn(Arc::clone(&shared), queue.subscribe())
             .map_err(|e| DaemonError::Runtime(format!("cannot start the event pump: {e}")))?;
         let engine = Engine { shared, queue, pump: Mutex::new(Some(pump)) };
