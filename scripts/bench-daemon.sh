@@ -117,7 +117,7 @@ Machine: $(nproc) CPUs, $(awk '/model name/ { $1=$2=$3=""; print; exit }' /proc/
 |---|---|---|
 | xargs -P $PAR | $XARGS | $(awk -v a="$LARDON_RATE" -v b="$XARGS" 'BEGIN { printf "%.2f", a / b }') |
 | GNU parallel -j $PAR | $PARALLEL | $(awk -v a="$LARDON_RATE" -v b="$PARALLEL" 'BEGIN { printf "%.2f", a / b }') |
-| pueue (parallel $PAR) | $PUEUE | |
+| pueue (parallel $PAR) | $PUEUE | $(case "$PUEUE" in ''|*[!0-9]*) ;; *) awk -v a="$LARDON_RATE" -v b="$PUEUE" 'BEGIN { printf "%.1f", a / b }' ;; esac) |
 | lardon (daemon, max_running $PAR; one \`lardon submit\` per task) | $LARDON_RATE | 1.00 |
 
 | tasks queued | \`lardon submit\` p50 | p99 |
