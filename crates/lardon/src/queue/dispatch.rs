@@ -35,7 +35,10 @@ struct Blocked {
     memory: Option<u64>,
     cpu: Option<u64>,
     io: bool,
-    gpu: bool,
+    /// Some task waited for a GPU slot: every GPU task would.
+    gpu_slot: bool,
+    /// The smallest per-device GPU memory that waited.
+    gpu_memory: Option<u64>,
     scratch: Option<u64>,
 }
 
@@ -45,6 +48,8 @@ struct Need {
     cpu: u64,
     io: bool,
     gpu: bool,
+    /// Per-device GPU memory at `batch_min` (0 on unified hosts: folded).
+    gpu_memory: u64,
     scratch: u64,
 }
 
@@ -58,6 +63,7 @@ impl Need {
             cpu: u64::from(if e.cpus_reducible() { e.cpus().min(1000) } else { e.cpus() }),
             io: e.io_slots() > 0,
             gpu: e.gpu_slots() > 0,
+            gpu_memory: if unified { 0 } else { e.gpu_memory_for(e.batch_min()).unwrap_or(u64::MAX) },
             scratch: e.scratch_bytes(),
         })
     }
@@ -69,7 +75,8 @@ impl Blocked {
             || self.memory.is_some_and(|m| need.memory >= m)
             || self.cpu.is_some_and(|c| need.cpu >= c)
             || (self.io && need.io)
-            || (self.gpu && need.gpu)
+            || (self.gpu_slot && need.gpu)
+            || self.gpu_memory.is_some_and(|g| need.gpu && need.gpu_memory >= g)
             || self.scratch.is_some_and(|b| need.scratch >= b && need.scratch > 0)
     }
 
@@ -90,7 +97,10 @@ impl Blocked {
             }
             (ReasonCode::Cpu, Some(n)) => self.cpu = Some(self.cpu.map_or(n.cpu, |c| c.min(n.cpu))),
             (ReasonCode::IoSlot | ReasonCode::IoPressure, Some(_)) => self.io = true,
-            (ReasonCode::GpuSlot | ReasonCode::GpuMemory, Some(_)) => self.gpu = true,
+            (ReasonCode::GpuSlot, Some(_)) => self.gpu_slot = true,
+            (ReasonCode::GpuMemory, Some(n)) => {
+                self.gpu_memory = Some(self.gpu_memory.map_or(n.gpu_memory, |g| g.min(n.gpu_memory)));
+            }
             (ReasonCode::Scratch, Some(n)) => {
                 self.scratch = Some(self.scratch.map_or(n.scratch, |b| b.min(n.scratch)));
             }

@@ -598,3 +598,44 @@ fn submit_paused_never_starts_until_resumed() {
     assert_eq!(rig.finished(paused), TaskState::Completed);
     assert_eq!(ran.load(Ordering::SeqCst), 1);
 }
+
+#[test]
+fn a_small_gpu_task_passes_a_big_one_waiting_on_gpu_memory() {
+    // 32 GiB RAM (29 to hand out), one 8 GiB GPU (7 after its reserve), 4 slots.
+    let profile = HostProfile::new(32 * GIB, 8).with_gpu(Some(8 * GIB), false);
+    let clock = Arc::new(FakeClock::new(MonoTime(1_000_000_000)));
+    let probe = Arc::new(FakeProbe::new(profile.clone()).stamped_by(clock.clone()));
+    let mut policy = HostPolicy::default_for(&profile);
+    policy.gpu_slots = 4;
+    let queue = TaskQueue::new(Governor::with_clock(policy, probe, clock).unwrap());
+    let events = queue.subscribe();
+    let gpu = |ram: u64, vram: u64| Estimate::builder().memory(ram).gpu_memory(vram).gpu_slots(1).build();
+    let (ram_gate, ram_cb) = gated();
+    let (gpu_gate, gpu_cb) = gated();
+    let _ram_hog = queue.submit(Task::new("ram-hog", mem(28 * GIB), ram_cb)).unwrap();
+    let _holder = queue.submit(Task::new("holder", gpu(GIB, 4 * GIB), gpu_cb)).unwrap();
+    // `big` waits on GPU memory (3 GiB left), `small` on host memory.
+    let big = queue.submit(Task::new("big", gpu(0, 5 * GIB), |_| Ok(()))).unwrap();
+    let small = queue.submit(Task::new("small", gpu(2 * GIB, 2 * GIB), |_| Ok(()))).unwrap();
+    let waits = |id: TaskId, reason: ReasonCode| loop {
+        match events.recv_timeout(LIMIT).expect("a decision") {
+            QueueEvent::Decision { id: x, reason: r, .. } if x == id && r == reason => break,
+            _ => {}
+        }
+    };
+    waits(big, ReasonCode::GpuMemory);
+    waits(small, ReasonCode::Memory);
+    // Host memory frees up: the next scan meets `big` (still short of GPU
+    // memory) first; `small` needs less GPU memory and must not be skipped.
+    ram_gate.send(()).unwrap();
+    loop {
+        match events.recv_timeout(LIMIT).expect("small finishes") {
+            QueueEvent::Finished { id, .. } if id == small => break,
+            QueueEvent::Finished { id, .. } => assert_ne!(id, big, "big cannot have run"),
+            _ => {}
+        }
+    }
+    assert_eq!(queue.get(big).unwrap().state, TaskState::Pending);
+    gpu_gate.send(()).unwrap();
+    queue.wait_idle();
+}
