@@ -267,13 +267,9 @@ impl Governor {
     /// Evaluates `estimate` against `snapshot` without reserving. A new
     /// host sample still feeds the pressure state (once per sample).
     pub fn decide(&self, estimate: &Estimate, snapshot: &Snapshot) -> Decision {
-        let now = self.shared.clock.now();
-        let mut guard = self.shared.lock();
-        let running = guard.active.len();
-        let eval = admission::evaluate(&mut guard, estimate, snapshot, now, running, None);
-        if eval.budgets_changed {
-            guard.generation += 1;
-        }
+        let (guard, eval) = self.evaluate_locked(|l, now, running| {
+            admission::evaluate(l, estimate, snapshot, now, running, None)
+        });
         self.shared.publish(guard);
         eval.decision
     }
@@ -283,13 +279,9 @@ impl Governor {
     /// # Errors
     /// The WAIT or REJECT [`Decision`] when nothing was reserved.
     pub fn reserve(&self, estimate: &Estimate, snapshot: &Snapshot) -> Result<Reservation, Decision> {
-        let now = self.shared.clock.now();
-        let mut guard = self.shared.lock();
-        let running = guard.active.len();
-        let eval = admission::evaluate(&mut guard, estimate, snapshot, now, running, None);
-        if eval.budgets_changed {
-            guard.generation += 1;
-        }
+        let (guard, eval) = self.evaluate_locked(|l, now, running| {
+            admission::evaluate(l, estimate, snapshot, now, running, None)
+        });
         self.grant(guard, eval.decision)
     }
 
@@ -333,6 +325,23 @@ impl Governor {
             .map_err(|e| Decision::wait(ReasonCode::ProbeFailed, format!("cannot observe the host: {e}")))
     }
 
+    /// Reads the clock (outside code, so before the lock), locks, runs one
+    /// evaluation with the number of active reservations as the running
+    /// count, and moves the generation when a new sample changed budgets.
+    fn evaluate_locked(
+        &self,
+        evaluate: impl FnOnce(&mut Ledger, crate::MonoTime, usize) -> admission::Evaluation,
+    ) -> (MutexGuard<'_, Ledger>, admission::Evaluation) {
+        let now = self.shared.clock.now();
+        let mut guard = self.shared.lock();
+        let running = guard.active.len();
+        let eval = evaluate(&mut guard, now, running);
+        if eval.budgets_changed {
+            guard.generation += 1;
+        }
+        (guard, eval)
+    }
+
     /// Turns a granted decision into a reservation under `guard`.
     fn grant(&self, mut guard: MutexGuard<'_, Ledger>, decision: Decision) -> Result<Reservation, Decision> {
         let mut decision = decision;
@@ -355,13 +364,9 @@ impl Governor {
     /// Evaluates a capability envelope: alternatives in order, the first
     /// granted wins; WAIT if any alternative waits, else the last REJECT.
     pub fn decide_envelope(&self, envelope: &Envelope, snapshot: &Snapshot) -> Decision {
-        let now = self.shared.clock.now();
-        let mut guard = self.shared.lock();
-        let running = guard.active.len();
-        let eval = envelopes::evaluate(&mut guard, envelope, snapshot, now, running, None);
-        if eval.budgets_changed {
-            guard.generation += 1;
-        }
+        let (guard, eval) = self.evaluate_locked(|l, now, running| {
+            envelopes::evaluate(l, envelope, snapshot, now, running, None)
+        });
         self.shared.publish(guard);
         eval.decision
     }
@@ -376,13 +381,9 @@ impl Governor {
         envelope: &Envelope,
         snapshot: &Snapshot,
     ) -> Result<Reservation, Decision> {
-        let now = self.shared.clock.now();
-        let mut guard = self.shared.lock();
-        let running = guard.active.len();
-        let eval = envelopes::evaluate(&mut guard, envelope, snapshot, now, running, None);
-        if eval.budgets_changed {
-            guard.generation += 1;
-        }
+        let (guard, eval) = self.evaluate_locked(|l, now, running| {
+            envelopes::evaluate(l, envelope, snapshot, now, running, None)
+        });
         self.grant(guard, eval.decision)
     }
 
