@@ -252,10 +252,20 @@ pub(crate) struct DaemonArgs {
     /// Memory enforcement through cgroups [default: the policy's]
     #[arg(long, value_enum)]
     pub(crate) enforce: Option<Enforce>,
-    /// Govern a simulated host of MEMORY,CPUS (e.g. 4GiB,2) instead of the
-    /// real one: budgets and pressure are fixed, commands still really run.
-    /// For tests and demos on busy machines.
-    #[arg(long, value_name = "MEMORY,CPUS", value_parser = parse_host, hide = true)]
+    /// Log level or filter: error, warn, info (default), debug (every
+    /// decision), trace, or directives like `lardon_daemon=debug,info`
+    /// [default: $RUST_LOG, else info]
+    #[arg(long, value_name = "LEVEL")]
+    pub(crate) log_level: Option<String>,
+    /// Write the log to FILE instead of standard error and
+    /// <state dir>/daemon.log; `-` for standard error only (systemd)
+    #[arg(long, value_name = "FILE")]
+    pub(crate) log_file: Option<PathBuf>,
+    /// Testing aid: govern a simulated host of MEMORY,CPUS (e.g. 4GiB,2)
+    /// instead of the real one. Budgets and pressure are fixed; commands
+    /// still really run. For the demo and tests that need a scripted host,
+    /// never for real work.
+    #[arg(long, value_name = "MEMORY,CPUS", value_parser = parse_host)]
     pub(crate) simulate_host: Option<(u64, u32)>,
 }
 

@@ -20,6 +20,7 @@ mod engine;
 mod error;
 mod exercise;
 mod json;
+mod logging;
 mod parse;
 mod render;
 mod workload;

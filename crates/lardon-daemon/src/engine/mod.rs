@@ -8,6 +8,9 @@ mod events;
 mod probe;
 mod pump;
 mod slot;
+mod startlog;
+
+pub(crate) use startlog::log_start;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
