@@ -26,7 +26,8 @@ use crate::parse::*;
         lardon submit --mem 2GiB -- ./train.sh   # queue a command\n  \
         lardon status                            # what runs, what waits, why\n  \
         lardon top                               # the live dashboard\n  \
-        lardon run examples/demo.toml            # a workload file, no daemon"
+        lardon run work.toml                     # a workload file, no daemon\n\n\
+        A sample workload is examples/demo.toml (in a source checkout)."
 )]
 pub(crate) struct Cli {
     /// State directory (database, logs, socket) [default: $XDG_STATE_HOME/lardon]
@@ -209,7 +210,7 @@ pub(crate) enum Command {
     /// interrupted run resumes and completed tasks do not rerun. Exits 0 only
     /// if every task succeeded, 1 otherwise.
     ///
-    /// Example: `lardon run examples/demo.toml`
+    /// Example: `lardon run work.toml` (a sample: `examples/demo.toml` in a source checkout)
     Run {
         /// The workload file
         file: PathBuf,

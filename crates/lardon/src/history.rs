@@ -1,4 +1,4 @@
-//! What ran, per class (DESIGN.md §6): the last 8 batch samples and the
+//! What ran, per class (docs/DESIGN.md §6): the last 8 batch samples and the
 //! adaptive batch target they imply.
 
 use std::collections::{HashMap, VecDeque};
@@ -57,7 +57,7 @@ impl History {
     ///
     /// The measured per-item cost of a sample is `ceil((peak − fixed) /
     /// items)`: the estimate's declared fixed memory is not charged to the
-    /// items (DESIGN.md §6 writes `ceil(peak / items)`, which is the same
+    /// items (docs/DESIGN.md §6 writes `ceil(peak / items)`, which is the same
     /// when `fixed = 0`; with a fixed part it made every honest batched task
     /// look costlier per item, the more so the smaller its batch — the
     /// packing simulator measured a 3.5× longer makespan from it).

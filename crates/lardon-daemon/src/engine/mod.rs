@@ -64,7 +64,7 @@ pub(crate) struct Info {
     pub(crate) compute: Option<CpuMask>,
 }
 
-/// Pending tasks the in-memory queue holds (far beyond DESIGN.md §12's
+/// Pending tasks the in-memory queue holds (far beyond docs/DESIGN.md §12's
 /// 100 000; each costs well under a kilobyte).
 const QUEUE_CAPACITY: usize = 10_000_000;
 

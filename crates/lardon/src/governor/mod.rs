@@ -427,7 +427,7 @@ impl Governor {
         self.shared.lock().profile.gpus_unified()
     }
 
-    /// Records a measured batch of `class` (DESIGN.md §6); the last 8 per
+    /// Records a measured batch of `class` (docs/DESIGN.md §6); the last 8 per
     /// class drive the adaptive batch target. `peak_memory = None` is kept
     /// but never used for memory adaptation.
     pub fn record_batch(&self, class: &Class, items: u64, duration: Duration, peak_memory: Option<u64>) {
