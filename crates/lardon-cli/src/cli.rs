@@ -358,7 +358,7 @@ pub(crate) struct ExerciseArgs {
 pub(crate) enum ScratchCommand {
     /// Register a directory as a scratch volume.
     ///
-    /// Example: `lardon scratch add /mnt/nvme --name nvme --capacity 200GiB`
+    /// Example: `lardon scratch add /mnt/nvme --name nvme --capacity 200GiB --hook 'umount /mnt/nvme'`
     Add {
         /// The directory
         path: PathBuf,
@@ -368,9 +368,12 @@ pub(crate) enum ScratchCommand {
         /// Cap on what may be leased [default: the filesystem's free space]
         #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true)]
         capacity: Option<u64>,
-        /// Command run on drain (e.g. unmount), after `--`
+        /// Command line run by `sh -c` on drain, once the last lease ended (e.g. 'umount /mnt/nvme')
+        #[arg(long = "hook", value_name = "CMD", conflicts_with = "hook_argv")]
+        hook: Option<String>,
+        /// The drain hook as a program and its arguments after `--`, run without a shell
         #[arg(last = true, value_name = "HOOK")]
-        hook: Vec<String>,
+        hook_argv: Vec<String>,
     },
     /// Refuse new leases, wait for current ones, sync: then it is safe to unplug.
     ///
