@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Daemon benchmarks of DESIGN.md §12, each as a ratio measured in one run:
+# Daemon benchmarks of docs/DESIGN.md §12, each as a ratio measured in one run:
 #   1. trivial-command launch rate: lardon (daemon, max_running = P) against
 #      `xargs -P P`, GNU parallel -j P and (with --pueue) pueue with P slots;
 #   2. `lardon submit` latency (p50/p99 of the whole CLI call) with 0, 10 000

@@ -1,6 +1,6 @@
 //! # lardon-daemon: the `lardon` daemon
 //!
-//! DESIGN.md §10: the daemon owns a durable queue of shell commands
+//! docs/DESIGN.md §10: the daemon owns a durable queue of shell commands
 //! governed by the engine, served over gRPC on a Unix socket.
 //!
 //! * [`spec`]: what a queued command is, with validation;

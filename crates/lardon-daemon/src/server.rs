@@ -62,6 +62,7 @@ impl Daemon {
             ),
             None => None,
         };
+        crate::engine::log_start(&engine);
         Ok(Daemon { engine: Arc::new(engine), listener, socket, metrics, _lock: lock })
     }
 
@@ -90,6 +91,7 @@ impl Daemon {
             .add_service(LardonServer::new(service))
             .serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal)
             .await;
+        tracing::info!("stopping: running commands get SIGTERM and are requeued at the next start");
         let stopper = Arc::clone(&engine);
         let _ = tokio::task::spawn_blocking(move || stopper.shutdown()).await;
         let _ = std::fs::remove_file(&socket);

@@ -117,7 +117,7 @@ impl HostProbe {
         plan_cpu_pool(&self.cpus, HostPolicy::default_for(&self.profile).cpu_reserve)
     }
 
-    /// The default policy of DESIGN.md §3 for this host, with the
+    /// The default policy of docs/DESIGN.md §3 for this host, with the
     /// whole-core CPU reserve ([`crate::default_policy`]).
     pub fn default_policy(&self) -> HostPolicy {
         default_policy(&self.profile, &self.cpus)

@@ -1,5 +1,5 @@
 //! The host's static description ([`HostProfile`]) and the rules the
-//! Governor applies to it ([`HostPolicy`]), with the defaults of DESIGN.md §3.
+//! Governor applies to it ([`HostPolicy`]), with the defaults of docs/DESIGN.md §3.
 
 use thiserror::Error;
 
@@ -19,7 +19,7 @@ pub struct GpuDevice {
 }
 
 impl GpuDevice {
-    /// Applies the unified-memory rule of DESIGN.md §3: VRAM ≤ 2 GiB and
+    /// Applies the unified-memory rule of docs/DESIGN.md §3: VRAM ≤ 2 GiB and
     /// ≤ RAM/8, or GTT ≥ RAM/4 and VRAM ≤ GTT/2, or VRAM unreadable.
     pub fn is_unified(vram_total: Option<u64>, gtt_total: Option<u64>, host_ram: u64) -> bool {
         let Some(vram) = vram_total else { return true };
@@ -146,7 +146,7 @@ pub struct HostPolicy {
 }
 
 impl HostPolicy {
-    /// The defaults of DESIGN.md §3 for `profile`.
+    /// The defaults of docs/DESIGN.md §3 for `profile`.
     ///
     /// # Examples
     /// ```
@@ -181,7 +181,7 @@ impl HostPolicy {
         }
     }
 
-    /// Checks the policy against `profile` (DESIGN.md §3: every reserve
+    /// Checks the policy against `profile` (docs/DESIGN.md §3: every reserve
     /// below its total).
     ///
     /// # Errors

@@ -1,4 +1,4 @@
-//! The pressure state machine and slow start (DESIGN.md §5): a pure type
+//! The pressure state machine and slow start (docs/DESIGN.md §5): a pure type
 //! fed once per host sample.
 //!
 //! A *signal* is CPU or memory PSI at or above its threshold, any swap-in

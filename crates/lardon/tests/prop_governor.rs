@@ -1,4 +1,4 @@
-//! Property tests of the Governor (issue 2, DESIGN.md §2–§6): random
+//! Property tests of the Governor (docs/DESIGN.md §2–§6): random
 //! sequences of reserve / release / record_run (completed and killed runs) / set_policy / new host
 //! samples never grant more than the budget, never release twice, keep the
 //! reported totals equal to the contracts the test still holds, and WAIT or

@@ -1,4 +1,4 @@
-//! Stress test of the Governor (issue 2): many threads hammering
+//! Stress test of the Governor (docs/DESIGN.md §13): many threads hammering
 //! reserve / release against one budget leave exact totals. Not timed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -8,6 +8,9 @@ mod events;
 mod probe;
 mod pump;
 mod slot;
+mod startlog;
+
+pub(crate) use startlog::log_start;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -61,7 +64,7 @@ pub(crate) struct Info {
     pub(crate) compute: Option<CpuMask>,
 }
 
-/// Pending tasks the in-memory queue holds (far beyond DESIGN.md §12's
+/// Pending tasks the in-memory queue holds (far beyond docs/DESIGN.md §12's
 /// 100 000; each costs well under a kilobyte).
 const QUEUE_CAPACITY: usize = 10_000_000;
 

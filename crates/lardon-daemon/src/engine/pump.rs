@@ -55,6 +55,11 @@ fn handle(shared: &Shared, event: QueueEvent) {
         QueueEvent::Decision { id, kind, reason, message } => {
             let id = TaskId(id.0);
             let kind = kind_of(kind);
+            if kind == DecisionKind::Reject {
+                tracing::warn!("task {id}: rejected ({}): {message}", reason.as_str());
+            } else {
+                tracing::debug!("task {id}: {} ({}): {message}", kind.as_str(), reason.as_str());
+            }
             let result = shared.store().record_decision(id, kind, reason.as_str(), &message, None);
             let record = DecisionRecord {
                 kind,

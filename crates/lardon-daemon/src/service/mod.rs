@@ -50,7 +50,13 @@ impl Service {
     }
 }
 
+/// The gRPC status for an action error. A refusal (bad input, a conflict
+/// with the task's state) is logged at `warn`: a person reading the log
+/// sees every request the daemon turned down and why.
 pub(crate) fn status(e: ActionError) -> Status {
+    if let ActionError::Invalid(m) | ActionError::Conflict(m) = &e {
+        tracing::warn!("request refused: {m}");
+    }
     match e {
         ActionError::NotFound(id) => Status::not_found(format!("no task {id}")),
         ActionError::Invalid(m) => Status::invalid_argument(m),
@@ -84,6 +90,7 @@ fn per_id(
                     state: state_to_pb(state) as i32,
                 },
                 Err(error) => {
+                    tracing::warn!("request refused for task {text}: {error}");
                     let state = crate::ids::parse_id(text)
                         .and_then(|id| engine.shared.store().get_task(id).ok().flatten())
                         .map_or(pb::TaskState::Unspecified, |r| state_to_pb(r.state));
@@ -133,7 +140,8 @@ impl lardon_proto::Lardon for Service {
 
     async fn submit(&self, req: Request<pb::SubmitRequest>) -> Result<Response<pb::SubmitResponse>, Status> {
         let req = req.into_inner();
-        let spec = spec_from_pb(req.spec)?;
+        let spec =
+            spec_from_pb(req.spec).inspect_err(|s| tracing::warn!("submit refused: {}", s.message()))?;
         let paused = req.paused;
         self.blocking(move |engine| {
             let id = engine.submit(spec, paused).map_err(status)?;

@@ -124,7 +124,7 @@ pub(crate) fn needs(spec: &TaskSpec, engine: &Engine) -> pb::EstimateNeeds {
     }
 }
 
-/// DESIGN.md §6: the worst measured per-item cost lowers the batch.
+/// docs/DESIGN.md §6: the worst measured per-item cost lowers the batch.
 fn adaptive_max(est: &Estimate, history: &[lardon::BatchSample]) -> Option<u64> {
     let per_item = est.memory_per_item();
     if per_item == 0 {

@@ -1,6 +1,6 @@
 //! # Implementation details
 //!
-//! The admission order of DESIGN.md §4, one step at a time, over the
+//! The admission order of docs/DESIGN.md §4, one step at a time, over the
 //! ledger (called with the Governor's lock held; calls nothing outside the
 //! engine).
 
@@ -20,7 +20,7 @@ use super::ledger::Ledger;
 /// Snapshots older than this (inclusive bound: exactly this old is fresh).
 pub const MAX_SNAPSHOT_AGE: Duration = Duration::from_millis(1000);
 
-/// `capacity(avail, fixed, per)` of DESIGN.md §4 step 6.
+/// `capacity(avail, fixed, per)` of docs/DESIGN.md §4 step 6.
 pub(crate) fn capacity(available: u64, fixed: u64, per_item: u64) -> u64 {
     match available.checked_sub(fixed) {
         None => 0,

@@ -130,7 +130,7 @@ impl Ledger {
         pool.saturating_sub(self.totals.cpu_millis)
     }
 
-    /// Memory free for a new reservation against `snap` (DESIGN.md §4 step 8).
+    /// Memory free for a new reservation against `snap` (docs/DESIGN.md §4 step 8).
     pub(crate) fn memory_available(&self, snap: &Snapshot) -> u64 {
         let by_static = self.static_memory_budget().saturating_sub(self.totals.memory);
         let by_host = snap

@@ -1,4 +1,4 @@
-//! Admission rules of DESIGN.md §4–§6, one test per rule, driven by the
+//! Admission rules of docs/DESIGN.md §4–§6, one test per rule, driven by the
 //! fake probe and the fake clock.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

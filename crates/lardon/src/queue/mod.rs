@@ -1,4 +1,4 @@
-//! The [`TaskQueue`]: runs admitted work, many tasks at once (DESIGN.md §8).
+//! The [`TaskQueue`]: runs admitted work, many tasks at once (docs/DESIGN.md §8).
 //!
 //! One dispatcher thread scans pending tasks by priority then FIFO and
 //! starts every task the [`Governor`] admits on a pool of worker threads.

@@ -1,4 +1,4 @@
-//! Rules of DESIGN.md §8, driven by events (never sleeps for ordering).
+//! Rules of docs/DESIGN.md §8, driven by events (never sleeps for ordering).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
