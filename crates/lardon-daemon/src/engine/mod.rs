@@ -246,12 +246,7 @@ impl Engine {
             }
         };
         for sample in store.all_history()? {
-            governor.record_batch(
-                &Class::new(sample.class),
-                sample.items,
-                sample.duration,
-                sample.peak_bytes,
-            );
+            governor.record_run(&Class::new(sample.class), sample.record);
         }
 
         let detection = detect_enforcer(&HostRoot::default());
