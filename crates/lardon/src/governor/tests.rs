@@ -402,7 +402,9 @@ fn wait_and_reject_leave_the_generation_while_reserve_release_record_bump_it() {
     assert_eq!(r.gov.generation(), g + 1);
     a.release().unwrap();
     assert_eq!(r.gov.generation(), g + 2);
-    r.gov.record_batch(&Class::default(), 1, Duration::from_secs(1), None);
+    assert!(!r.gov.record_batch(&Class::default(), 1, Duration::from_secs(1), None));
+    assert_eq!(r.gov.generation(), g + 2, "a record that carries nothing leaves the generation");
+    assert!(r.gov.record_batch(&Class::default(), 1, Duration::from_secs(1), Some(MIB)));
     assert_eq!(r.gov.generation(), g + 3);
 }
 
