@@ -198,33 +198,40 @@ fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize, hold:
         );
     }
 
-    // 7. Load and PSI gates.
+    // 7. Load and PSI gates. Only foreign load counts: Lardon's own
+    // running tasks are never the reason the next one waits.
     let [load, cpu_psi, mem_psi, io_psi] = ledger.gates(snap);
     if load {
+        let f = ledger.load_figures(snap);
         return Decision::wait(
             ReasonCode::CpuLoad,
             format!(
-                "1-minute load {:.2} is at or above {:.2} × {} CPUs",
-                snap.load.one, policy.max_load_ratio, profile.logical_cpus
+                "foreign load {:.2} (1-minute load {:.2} − {:.2} CPUs of Lardon's own tasks) ≥ {:.2} (max_load_ratio {} × {}-CPU pool)",
+                f.foreign,
+                f.load,
+                f.own,
+                f.threshold.unwrap_or(0.0),
+                policy.max_load_ratio.unwrap_or(0.0),
+                policy.compute_cpus(profile),
             ),
         );
     }
     if cpu_psi {
         return Decision::wait(
             ReasonCode::CpuPressure,
-            format!("CPU pressure {:.1} ≥ {:.1}", snap.pressure.cpu.unwrap_or(0.0), policy.psi_cpu),
+            format!("CPU PSI {:.1} ≥ {}", snap.pressure.cpu.unwrap_or(0.0), policy.psi_cpu),
         );
     }
     if mem_psi {
         return Decision::wait(
             ReasonCode::MemoryPressure,
-            format!("memory pressure {:.1} ≥ {:.1}", snap.pressure.memory.unwrap_or(0.0), policy.psi_memory),
+            format!("memory PSI {:.1} ≥ {}", snap.pressure.memory.unwrap_or(0.0), policy.psi_memory),
         );
     }
     if io_psi && est.io_slots > 0 {
         return Decision::wait(
             ReasonCode::IoPressure,
-            format!("IO pressure {:.1} ≥ {:.1}", snap.pressure.io.unwrap_or(0.0), policy.psi_io),
+            format!("IO PSI {:.1} ≥ {}", snap.pressure.io.unwrap_or(0.0), policy.psi_io),
         );
     }
 
