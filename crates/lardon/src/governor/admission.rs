@@ -55,7 +55,8 @@ pub(crate) struct Evaluation {
     pub(crate) budgets_changed: bool,
 }
 
-/// Steps 2–3: freshness, then the pressure state machine on a new sample.
+/// Steps 2–3: freshness and validity, then the pressure state machine on a
+/// new sample.
 /// Returns a WAIT decision when admission must stop here.
 pub(crate) fn observe(ledger: &mut Ledger, snap: &Snapshot, now: MonoTime) -> (Option<Decision>, bool) {
     match now.checked_since(snap.captured_at) {
@@ -82,6 +83,11 @@ pub(crate) fn observe(ledger: &mut Ledger, snap: &Snapshot, now: MonoTime) -> (O
             );
         }
         Some(_) => {}
+    }
+    // A figure no host produces says the probe is broken: like a stale
+    // sample, it must neither admit nor move the pressure state.
+    if let Err(e) = snap.validate() {
+        return (Some(Decision::wait(ReasonCode::InvalidSnapshot, format!("invalid snapshot: {e}"))), false);
     }
     let changed = if ledger.is_new_sample(snap) { ledger.observe_sample(snap) } else { false };
     if ledger.pressure.level() == PressureLevel::Red {
@@ -274,14 +280,12 @@ fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize, hold:
         }
     }
 
-    // 9. Target: history, slow start, YELLOW.
+    // 9. Target: history, then the target pressure sets (YELLOW halved
+    // it, RED dropped it to 1, GREEN regrows it), never below batch_min.
     let mut target =
         ledger.history.adaptive_max(&est.class, est.batch_min, est.batch_max, mem_per_item, mem_fixed);
-    if let Some(limit) = ledger.pressure.slow_start() {
+    if let Some(limit) = ledger.pressure.batch_target() {
         target = target.min(limit);
-    }
-    if ledger.pressure.level() == PressureLevel::Yellow && target > est.batch_min {
-        target /= 2;
     }
     let target = target.max(est.batch_min);
     let batch = batch.min(target);

@@ -77,7 +77,7 @@ pub(crate) struct Ledger {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Fingerprint {
     level: PressureLevel,
-    slow_start: Option<u64>,
+    batch_target: Option<u64>,
     memory: u64,
     gates: [bool; 4],
     gpus: Vec<Option<u64>>,
@@ -214,14 +214,18 @@ impl Ledger {
     pub(crate) fn observe_sample(&mut self, snap: &Snapshot) -> bool {
         self.own_load.advance(snap.captured_at, self.granted_cpus());
         let gates = self.gates(snap);
-        // IO pressure gates IO-slot work only; it is no host-wide signal, or one
-        // slow disk would throttle every CPU- and memory-bound task.
-        let psi = PsiSignal { reached: gates[1] || gates[2] };
+        // Only memory PSI is a pressure signal. CPU PSI gates admission
+        // (busy CPUs say nothing about memory, and RED would also shrink
+        // every batch); IO PSI gates IO-slot work only, or one slow disk
+        // would throttle every CPU- and memory-bound task.
+        let psi = PsiSignal {
+            memory: gates[2].then(|| (snap.pressure.memory.unwrap_or(0.0), self.policy.psi_memory)),
+        };
         self.pressure.observe(snap, psi, self.floors(), self.largest_batch);
         self.last_sample = Some(snap.clone());
         let fp = Fingerprint {
             level: self.pressure.level(),
-            slow_start: self.pressure.slow_start(),
+            batch_target: self.pressure.batch_target(),
             memory: snap.effective_memory_available(),
             gates,
             gpus: snap.gpus.iter().map(|g| g.free).collect(),
@@ -248,6 +252,7 @@ impl Ledger {
         if let Some(grant) = contract.scratch.as_mut() {
             grant.path = self.take_lease(grant, id).unwrap_or_default();
         }
+        self.pressure.note_grant(contract.batch);
         let held = Held {
             charged_memory: contract.charged_memory,
             gpu_memory: contract.gpu_memory,

@@ -151,8 +151,8 @@ fn yellow_halves_the_batch_and_slow_start_ramps_back() {
     };
     let d = r.gov.decide(&e, &swap(&r, true));
     assert_eq!(r.gov.pressure().0, PressureLevel::Yellow);
-    // Slow start limits to 1 (YELLOW halving cannot go below batch_min).
-    assert_eq!(d.contract.unwrap().batch, 1);
+    // Entering YELLOW halves the target (DESIGN.md §5).
+    assert_eq!(d.contract.unwrap().batch, 4);
     assert_eq!(d.kind, DecisionKind::Admit, "a lowered target is the new normal");
     assert_eq!(r.gov.decide(&e, &swap(&r, true)).reason, ReasonCode::PressureRed);
     for _ in 0..6 {
