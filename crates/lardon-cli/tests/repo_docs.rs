@@ -68,7 +68,7 @@ struct Citation {
     sections: Vec<u32>,
 }
 
-/// Every `DESIGN.md §N` in `text`, with the sections of a list or range
+/// Every `docs/DESIGN.md §N` in `text`, with the sections of a list or range
 /// that follows it (`§2–§6`, `§1, §3`). Whitespace (a line break
 /// included) may stand between the file name and the first section; a
 /// mention without a section number is not a citation.

@@ -64,7 +64,8 @@ impl Engine {
                 reserved_millis: to_u32(av.cpu_reserved_millis),
                 available_millis: to_u32(av.cpu_available_millis),
                 load1: snap.as_ref().map_or(0.0, |s| s.load.one),
-                max_load_ratio: policy.max_load_ratio,
+                // 0 when the load gate is off (a ratio is always above 0).
+                max_load_ratio: policy.max_load_ratio.unwrap_or(0.0),
             }),
             gpus: av
                 .gpus
