@@ -244,13 +244,14 @@ impl Engine {
         for (k, v) in &merged {
             settings::set(&mut policy, &mut daemon, k, v).map_err(ActionError::Invalid)?;
         }
-        self.shared.governor.set_policy(policy).map_err(|e| match e {
+        self.shared.governor.set_policy(policy.clone()).map_err(|e| match e {
             // Valid on its own, but the running tasks hold more than it allows.
             lardon::PolicyError::DoesNotCover(_) => ActionError::Conflict(e.to_string()),
             other => ActionError::Invalid(other.to_string()),
         })?;
         self.shared.store().set_policy_overrides(set, reset)?;
         self.shared.replace_settings(daemon);
+        self.shared.compute.apply(&policy);
         self.queue.resources_changed();
         Ok(())
     }

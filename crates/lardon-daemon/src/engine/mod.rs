@@ -5,6 +5,7 @@
 
 mod actions;
 mod events;
+mod pool;
 mod probe;
 mod pump;
 mod slot;
@@ -20,11 +21,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use lardon::{Class, FakeProbe, Governor, HostPolicy, Probe, Task, TaskQueue};
-use lardon_host::{BackendKind, CpuMask, HostProbe, HostRoot, detect_enforcer};
+use lardon_host::{BackendKind, CpuLayout, HostProbe, HostRoot, detect_enforcer};
 use tokio::sync::broadcast;
 
 pub(crate) use actions::ActionError;
 pub(crate) use events::{DaemonEvent, Stats};
+pub(crate) use pool::ComputePool;
 pub use probe::ProbeChoice;
 pub(crate) use slot::Slot;
 
@@ -60,8 +62,6 @@ pub(crate) struct Info {
     pub(crate) instance: String,
     pub(crate) backend: BackendKind,
     pub(crate) backend_why: String,
-    /// CPUs task processes are pinned to (none with a fake probe).
-    pub(crate) compute: Option<CpuMask>,
 }
 
 /// Pending tasks the in-memory queue holds (far beyond docs/DESIGN.md §12's
@@ -93,6 +93,8 @@ pub(crate) struct Shared {
     pub(crate) default_policy: HostPolicy,
     /// `DaemonConfig::enforce`: wins over the policy key.
     enforce_override: Option<EnforceMode>,
+    /// CPUs task processes are pinned to; follows the policy.
+    pub(crate) compute: ComputePool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -210,16 +212,16 @@ impl Engine {
             );
         }
 
-        let (governor_probe, default_policy, compute): (
+        let (governor_probe, default_policy, cpu_layout): (
             Box<dyn FnOnce(HostPolicy) -> _>,
             HostPolicy,
-            Option<CpuMask>,
+            Option<CpuLayout>,
         ) = match &cfg.probe {
             ProbeChoice::Host => {
                 let probe = HostProbe::new()?;
                 let policy = probe.default_policy();
-                let compute = probe.cpu_plan().compute;
-                (Box::new(move |p| Governor::new(p, probe)), policy, Some(compute))
+                let layout = probe.cpu_layout().clone();
+                (Box::new(move |p| Governor::new(p, probe)), policy, Some(layout))
             }
             ProbeChoice::Fake(profile) => {
                 let probe = probe::StampedFake(FakeProbe::new(profile.clone()));
@@ -264,8 +266,10 @@ impl Engine {
             instance: format!("d{}-{}", std::process::id(), next_instance()),
             backend: detection.kind(),
             backend_why: detection.reason.clone(),
-            compute,
         };
+        // From the policy the Governor runs on (the defaults when it refused
+        // the persisted overrides).
+        let compute = ComputePool::new(cpu_layout, &governor.policy());
         let (events, _) = broadcast::channel(EVENT_CAPACITY);
         let shared = Arc::new(Shared {
             store: Mutex::new(store),
@@ -283,6 +287,7 @@ impl Engine {
             viewer: Self::viewer(&cfg.probe)?,
             default_policy,
             enforce_override: cfg.enforce,
+            compute,
         });
         let volumes = shared.store().scratch_volumes()?;
         for row in volumes {
