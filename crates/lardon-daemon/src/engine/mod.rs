@@ -15,7 +15,7 @@ pub(crate) use startlog::log_start;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -80,8 +80,8 @@ pub(crate) struct Shared {
     slots: Mutex<HashMap<TaskId, Arc<Slot>>>,
     exits: Mutex<HashMap<TaskId, i32>>,
     stopping: AtomicBool,
-    /// Set once the queue closed: the pump drains and exits.
-    closed: AtomicBool,
+    /// How often the daemon's event-driven loops woke (for the metrics).
+    pub(crate) wakeups: Wakeups,
     pub(crate) events: broadcast::Sender<DaemonEvent>,
     pub(crate) stats: Mutex<Stats>,
     pub(crate) kill_grace: Duration,
@@ -115,10 +115,6 @@ impl Shared {
             settings.enforce = mode;
         }
         *lock(&self.settings) = settings;
-    }
-
-    pub(crate) fn closed(&self) -> bool {
-        self.closed.load(Ordering::SeqCst)
     }
 
     pub(crate) fn stopping(&self) -> bool {
@@ -158,6 +154,17 @@ impl Shared {
         // No receiver is fine: nobody is watching.
         let _ = self.events.send(event);
     }
+}
+
+/// Wake-ups of the daemon's loops that must only wake on an event: an idle
+/// daemon leaves them unchanged (exported as
+/// `lardon_loop_wakeups_total`; the tests read them there).
+#[derive(Debug, Default)]
+pub(crate) struct Wakeups {
+    /// Queue events the pump handled.
+    pub(crate) pump: AtomicU64,
+    /// Re-reads of a followed log (`lardon log --follow`).
+    pub(crate) log_follow: AtomicU64,
 }
 
 /// The running engine.
@@ -280,7 +287,7 @@ impl Engine {
             slots: Mutex::default(),
             exits: Mutex::default(),
             stopping: AtomicBool::new(false),
-            closed: AtomicBool::new(false),
+            wakeups: Wakeups::default(),
             events,
             stats: Mutex::default(),
             kill_grace: cfg.kill_grace,
@@ -397,9 +404,8 @@ impl Engine {
         for slot in self.shared.all_slots() {
             slot.terminate(self.shared.kill_grace.min(Duration::from_secs(2)));
         }
+        // Closing ends the queue's event stream: the pump drains it and exits.
         self.queue.close();
-        // Every event is emitted by now: the pump drains them and exits.
-        self.shared.closed.store(true, Ordering::SeqCst);
         if let Some(pump) = lock(&self.pump).take() {
             let _ = pump.join();
         }

@@ -4,6 +4,7 @@
 //! error becomes a status naming the field.
 
 mod convert;
+mod logwatch;
 pub(crate) mod scratch;
 mod streams;
 mod views;
