@@ -14,7 +14,7 @@ pub(crate) fn start_lines(engine: &Engine, overrides: &[(String, String)]) -> Ve
     let settings = shared.settings();
     let info = &shared.info;
     let budget = profile.total_memory.saturating_sub(policy.memory_reserve);
-    let pool = match &info.compute {
+    let pool = match &shared.compute.current() {
         Some(mask) => {
             let cpus: Vec<String> = mask.0.iter().map(u32::to_string).collect();
             format!("{} CPUs [{}]", mask.count(), cpus.join(","))
