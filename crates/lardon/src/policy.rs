@@ -34,7 +34,9 @@ impl GpuDevice {
 /// probe; the dynamic part lives in each [`crate::Snapshot`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostProfile {
-    /// Physical RAM in bytes.
+    /// Memory governed, bytes: physical RAM, or the memory limit of the
+    /// probing process's cgroup (the smallest over its ancestors) when that
+    /// is smaller — inside a 2 GiB Slurm job the host is 2 GiB.
     pub total_memory: u64,
     /// Logical CPUs online.
     pub logical_cpus: u32,
