@@ -47,6 +47,7 @@ pub(crate) struct EngineConfig {
     pub(crate) probe: ProbeChoice,
     pub(crate) enforce: Option<EnforceMode>,
     pub(crate) kill_grace: Duration,
+    pub(crate) cgroup_root: HostRoot,
 }
 
 /// Facts fixed at start.
@@ -263,7 +264,7 @@ impl Engine {
             );
         }
 
-        let detection = detect_enforcer(&HostRoot::default());
+        let detection = detect_enforcer(&cfg.cgroup_root);
         let info = Info {
             host: host_name(),
             state_dir: cfg.state_dir.clone(),

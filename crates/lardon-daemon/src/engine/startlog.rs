@@ -3,6 +3,9 @@
 //! came from, and the socket.
 
 use lardon::format_bytes;
+use lardon_host::BackendKind;
+
+use crate::settings::EnforceMode;
 
 use super::Engine;
 
@@ -46,7 +49,12 @@ pub(crate) fn start_lines(engine: &Engine, overrides: &[(String, String)]) -> Ve
             pool,
             profile.logical_cpus
         ),
-        format!("enforcement: {} via {} ({})", settings.enforce, info.backend, info.backend_why),
+        match info.backend {
+            BackendKind::None => {
+                format!("enforcement: {} requested, none applies: {}", settings.enforce, info.backend_why)
+            }
+            backend => format!("enforcement: {} via {backend} ({})", settings.enforce, info.backend_why),
+        },
         format!("policy: {source}"),
         format!("listening on {}", info.socket.display()),
     ]
@@ -61,7 +69,16 @@ pub(crate) fn log_start(engine: &Engine) {
             Vec::new()
         }
     };
+    let info = &engine.shared.info;
+    let unenforced =
+        info.backend == BackendKind::None && engine.shared.settings().enforce != EnforceMode::Off;
     for line in start_lines(engine, &overrides) {
-        tracing::info!("{line}");
+        if unenforced && line.starts_with("enforcement:") {
+            // A limit was asked for and none can apply: say so where a
+            // person looks first.
+            tracing::warn!("{line}");
+        } else {
+            tracing::info!("{line}");
+        }
     }
 }
