@@ -61,6 +61,9 @@ pub(crate) enum Command {
     ///
     /// Batched: `lardon submit --mem 1GiB --mem-per-item 50MiB --items 1000 --batch 1..32 -- ./chunk.sh`
     /// runs the command once per granted batch with LARDON_ITEM_OFFSET and LARDON_BATCH_SIZE set.
+    ///
+    /// Many at once, one task per input line (`{}` the line, `{#}` its number):
+    /// `ls *.jpg | lardon submit --each --mem 1GiB -- convert {} out/{#}.png`.
     #[command(visible_alias = "add")]
     Submit(SubmitArgs),
     /// Show tasks: state, progress, elapsed time, ETA and why a task waits.
@@ -327,6 +330,12 @@ pub(crate) struct SubmitArgs {
     /// Submit in the paused state
     #[arg(long)]
     pub(crate) paused: bool,
+    /// One task per line of FILE (`-` or nothing: standard input), as GNU
+    /// parallel does: in the command and --name, `{}` is the line and `{#}`
+    /// its number; without `{}` the line is the last argument. Blank lines
+    /// are skipped. All tasks go in one request and one transaction
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub(crate) each: Option<PathBuf>,
     /// Print the task as JSON instead of its id
     #[arg(long)]
     pub(crate) json: bool,

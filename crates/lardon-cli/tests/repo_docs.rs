@@ -68,7 +68,7 @@ struct Citation {
     sections: Vec<u32>,
 }
 
-/// Every `DESIGN.md §N` in `text`, with the sections of a list or range
+/// Every `docs/DESIGN.md §N` in `text`, with the sections of a list or range
 /// that follows it (`§2–§6`, `§1, §3`). Whitespace (a line break
 /// included) may stand between the file name and the first section; a
 /// mention without a section number is not a citation.
@@ -103,9 +103,10 @@ fn citations(text: &str) -> Vec<Citation> {
     found
 }
 
-/// Absolute paths under a home or work directory: `/home/<name>/`,
-/// `/root/`, `/work/`, `/Users/`. A match inside a longer path or a URL
-/// (`example.org/work/`) is not one.
+/// Absolute paths under a home or work directory: a user's home dir, root's
+/// home, the work tree of a build machine, a macOS home (the prefixes are
+/// listed in the body). A match inside a longer path or a URL
+/// (`example.org` followed by the prefix) is not one.
 fn machine_paths(text: &str) -> Vec<(usize, String)> {
     // Spelled in pieces so that this file does not trip its own check.
     let prefixes =
@@ -119,7 +120,7 @@ fn machine_paths(text: &str) -> Vec<(usize, String)> {
                     continue;
                 }
                 let rest = &line[at + prefix.len()..];
-                // `/home/<name>/`: a name, then a slash.
+                // Under the home prefix: a user name, then a slash.
                 if prefix.starts_with("/ho") {
                     let name = rest.split('/').next().unwrap_or("");
                     if name.is_empty() || !rest[name.len()..].starts_with('/') {

@@ -49,6 +49,7 @@ impl Daemon {
             probe: config.probe.clone(),
             enforce: config.enforce,
             kill_grace: config.kill_grace,
+            cgroup_root: config.cgroup_root.clone(),
         };
         let engine = tokio::task::spawn_blocking(move || Engine::start(engine_cfg))
             .await

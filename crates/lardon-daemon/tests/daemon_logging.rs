@@ -148,7 +148,18 @@ async fn the_daemon_logs_its_start_every_refusal_and_fallback_and_every_decision
     d.shutdown().unwrap();
     let d = start_in_process(config(dir.path(), HostProfile::new(2 * GIB, 2))).unwrap();
     let fallback = capture.lines("WARN", &["persisted policy"]);
+    assert!(capture.lines("WARN", &["enforcement:"]).is_empty(), "a cgroup backend is no fallback");
     let ignored = capture.lines("WARN", &["ignoring persisted policy override"]);
     assert!(!fallback.is_empty() || !ignored.is_empty(), "no fallback warning in:\n{}", capture.text());
+    d.shutdown().unwrap();
+
+    // No cgroup hierarchy to write (a fixture root with none): enforcement
+    // falls back to the RSS watchdog, at warn, with the reason.
+    let empty = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), HostProfile::new(4 * GIB, 2));
+    cfg.cgroup_root = lardon_host::HostRoot::under(empty.path());
+    let d = start_in_process(cfg).unwrap();
+    capture.assert_line("WARN", &["enforcement: hard requested, none applies", "RSS"]);
     d.shutdown().unwrap();
 }

@@ -54,6 +54,6 @@ pub use scratch::{
     FakeVolume, ScratchError, ScratchGrant, VolumeController, VolumeIdentity, VolumeState, VolumeView,
 };
 pub use snapshot::{
-    CgroupSample, GpuSample, LoadAverage, Pressure, Probe, ProbeError, Snapshot, SwapCounters,
+    CgroupSample, GpuSample, LoadAverage, Pressure, Probe, ProbeError, Snapshot, SnapshotError, SwapCounters,
 };
 pub use units::{UnitError, format_bytes, format_cpus, parse_bytes, parse_cpus};

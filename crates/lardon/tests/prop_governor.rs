@@ -116,7 +116,7 @@ impl PolicySpec {
         p.memory_caution = self.caution;
         p.cpu_reserve = self.cpu_reserve;
         p.gpu_memory_reserve = self.gpu_reserve.clone();
-        p.max_load_ratio = self.max_load_ratio;
+        p.max_load_ratio = Some(self.max_load_ratio);
         p.psi_cpu = self.psi_cpu;
         p.io_slots = self.io_slots;
         p.gpu_slots = self.gpu_slots;

@@ -3,6 +3,9 @@
 //! came from, and the socket.
 
 use lardon::format_bytes;
+use lardon_host::BackendKind;
+
+use crate::settings::EnforceMode;
 
 use super::Engine;
 
@@ -14,7 +17,7 @@ pub(crate) fn start_lines(engine: &Engine, overrides: &[(String, String)]) -> Ve
     let settings = shared.settings();
     let info = &shared.info;
     let budget = profile.total_memory.saturating_sub(policy.memory_reserve);
-    let pool = match &info.compute {
+    let pool = match &shared.compute.current() {
         Some(mask) => {
             let cpus: Vec<String> = mask.0.iter().map(u32::to_string).collect();
             format!("{} CPUs [{}]", mask.count(), cpus.join(","))
@@ -46,7 +49,12 @@ pub(crate) fn start_lines(engine: &Engine, overrides: &[(String, String)]) -> Ve
             pool,
             profile.logical_cpus
         ),
-        format!("enforcement: {} via {} ({})", settings.enforce, info.backend, info.backend_why),
+        match info.backend {
+            BackendKind::None => {
+                format!("enforcement: {} requested, none applies: {}", settings.enforce, info.backend_why)
+            }
+            backend => format!("enforcement: {} via {backend} ({})", settings.enforce, info.backend_why),
+        },
         format!("policy: {source}"),
         format!("listening on {}", info.socket.display()),
     ]
@@ -61,7 +69,16 @@ pub(crate) fn log_start(engine: &Engine) {
             Vec::new()
         }
     };
+    let info = &engine.shared.info;
+    let unenforced =
+        info.backend == BackendKind::None && engine.shared.settings().enforce != EnforceMode::Off;
     for line in start_lines(engine, &overrides) {
-        tracing::info!("{line}");
+        if unenforced && line.starts_with("enforcement:") {
+            // A limit was asked for and none can apply: say so where a
+            // person looks first.
+            tracing::warn!("{line}");
+        } else {
+            tracing::info!("{line}");
+        }
     }
 }

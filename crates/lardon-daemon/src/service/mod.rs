@@ -4,6 +4,7 @@
 //! error becomes a status naming the field.
 
 mod convert;
+mod logwatch;
 pub(crate) mod scratch;
 mod streams;
 mod views;
@@ -26,6 +27,10 @@ use convert::{decision_to_pb, estimate_to_pb, id_arg, spec_from_pb, state_to_pb,
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 /// The service over one engine.
+/// The most tasks one `SubmitMany` call may carry (a client splits larger
+/// inputs into several calls; each is one transaction).
+pub(crate) const MAX_SUBMIT_MANY: usize = 10_000;
+
 #[derive(Debug, Clone)]
 pub(crate) struct Service {
     engine: Arc<Engine>,
@@ -147,6 +152,36 @@ impl lardon_proto::Lardon for Service {
             let id = engine.submit(spec, paused).map_err(status)?;
             let task = engine.shared.store().get_task(id).map_err(store_status)?.map(|r| engine.task_pb(&r));
             Ok(Response::new(pb::SubmitResponse { id: crate::ids::format_id(id), task }))
+        })
+        .await
+    }
+
+    async fn submit_many(
+        &self,
+        req: Request<pb::SubmitManyRequest>,
+    ) -> Result<Response<pb::SubmitManyResponse>, Status> {
+        let req = req.into_inner();
+        if req.specs.len() > MAX_SUBMIT_MANY {
+            let m = format!("specs: {} tasks in one call; at most {MAX_SUBMIT_MANY}", req.specs.len());
+            tracing::warn!("submit refused: {m}");
+            return Err(Status::invalid_argument(m));
+        }
+        let specs = req
+            .specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                spec_from_pb(Some(spec))
+                    .map_err(|s| Status::invalid_argument(format!("specs[{i}].{}", s.message())))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .inspect_err(|s| tracing::warn!("submit refused: {}", s.message()))?;
+        let paused = req.paused;
+        self.blocking(move |engine| {
+            let ids = engine.submit_many(specs, paused, "specs").map_err(status)?;
+            Ok(Response::new(pb::SubmitManyResponse {
+                ids: ids.into_iter().map(crate::ids::format_id).collect(),
+            }))
         })
         .await
     }

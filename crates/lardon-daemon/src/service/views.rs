@@ -60,11 +60,12 @@ impl Engine {
             cpus: Some(pb::CpuAvailability {
                 logical: profile.logical_cpus,
                 reserve: policy.cpu_reserve,
-                pool: info.compute.as_ref().map(|m| m.0.iter().copied().collect()).unwrap_or_default(),
+                pool: self.shared.compute.current().map(|m| m.0.into_iter().collect()).unwrap_or_default(),
                 reserved_millis: to_u32(av.cpu_reserved_millis),
                 available_millis: to_u32(av.cpu_available_millis),
                 load1: snap.as_ref().map_or(0.0, |s| s.load.one),
-                max_load_ratio: policy.max_load_ratio,
+                // 0 when the load gate is off (a ratio is always above 0).
+                max_load_ratio: policy.max_load_ratio.unwrap_or(0.0),
             }),
             gpus: av
                 .gpus

@@ -56,7 +56,8 @@ pub(crate) struct Evaluation {
     pub(crate) budgets_changed: bool,
 }
 
-/// Steps 2–3: freshness, then the pressure state machine on a new sample.
+/// Steps 2–3: freshness and validity, then the pressure state machine on a
+/// new sample.
 /// Returns a WAIT decision when admission must stop here.
 pub(crate) fn observe(ledger: &mut Ledger, snap: &Snapshot, now: MonoTime) -> (Option<Decision>, bool) {
     match now.checked_since(snap.captured_at) {
@@ -83,6 +84,11 @@ pub(crate) fn observe(ledger: &mut Ledger, snap: &Snapshot, now: MonoTime) -> (O
             );
         }
         Some(_) => {}
+    }
+    // A figure no host produces says the probe is broken: like a stale
+    // sample, it must neither admit nor move the pressure state.
+    if let Err(e) = snap.validate() {
+        return (Some(Decision::wait(ReasonCode::InvalidSnapshot, format!("invalid snapshot: {e}"))), false);
     }
     let changed = if ledger.is_new_sample(snap) { ledger.observe_sample(snap) } else { false };
     if ledger.pressure.level() == PressureLevel::Red {
@@ -192,33 +198,40 @@ fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize, hold:
         );
     }
 
-    // 7. Load and PSI gates.
+    // 7. Load and PSI gates. Only foreign load counts: Lardon's own
+    // running tasks are never the reason the next one waits.
     let [load, cpu_psi, mem_psi, io_psi] = ledger.gates(snap);
     if load {
+        let f = ledger.load_figures(snap);
         return Decision::wait(
             ReasonCode::CpuLoad,
             format!(
-                "1-minute load {:.2} is at or above {:.2} × {} CPUs",
-                snap.load.one, policy.max_load_ratio, profile.logical_cpus
+                "foreign load {:.2} (1-minute load {:.2} − {:.2} CPUs of Lardon's own tasks) ≥ {:.2} (max_load_ratio {} × {}-CPU pool)",
+                f.foreign,
+                f.load,
+                f.own,
+                f.threshold.unwrap_or(0.0),
+                policy.max_load_ratio.unwrap_or(0.0),
+                policy.compute_cpus(profile),
             ),
         );
     }
     if cpu_psi {
         return Decision::wait(
             ReasonCode::CpuPressure,
-            format!("CPU pressure {:.1} ≥ {:.1}", snap.pressure.cpu.unwrap_or(0.0), policy.psi_cpu),
+            format!("CPU PSI {:.1} ≥ {}", snap.pressure.cpu.unwrap_or(0.0), policy.psi_cpu),
         );
     }
     if mem_psi {
         return Decision::wait(
             ReasonCode::MemoryPressure,
-            format!("memory pressure {:.1} ≥ {:.1}", snap.pressure.memory.unwrap_or(0.0), policy.psi_memory),
+            format!("memory PSI {:.1} ≥ {}", snap.pressure.memory.unwrap_or(0.0), policy.psi_memory),
         );
     }
     if io_psi && est.io_slots > 0 {
         return Decision::wait(
             ReasonCode::IoPressure,
-            format!("IO pressure {:.1} ≥ {:.1}", snap.pressure.io.unwrap_or(0.0), policy.psi_io),
+            format!("IO PSI {:.1} ≥ {}", snap.pressure.io.unwrap_or(0.0), policy.psi_io),
         );
     }
 
@@ -261,7 +274,8 @@ fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize, hold:
         }
     }
 
-    // 9. Target: history, slow start, YELLOW.
+    // 9. Target: history, then the target pressure sets (YELLOW halved
+    // it, RED dropped it to 1, GREEN regrows it), never below batch_min.
     let target = pressure_target(ledger, est, sizing.batch_target);
     let batch = batch.min(target);
     if batch < est.batch_min {
@@ -405,11 +419,8 @@ fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize, hold:
 /// YELLOW, never below `batch_min`.
 pub(crate) fn pressure_target(ledger: &Ledger, est: &Estimate, target: u64) -> u64 {
     let mut target = target;
-    if let Some(limit) = ledger.pressure.slow_start() {
+    if let Some(limit) = ledger.pressure.batch_target() {
         target = target.min(limit);
-    }
-    if ledger.pressure.level() == PressureLevel::Yellow && target > est.batch_min {
-        target /= 2;
     }
     target.max(est.batch_min)
 }

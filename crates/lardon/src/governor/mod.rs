@@ -8,8 +8,11 @@ mod admission;
 mod availability;
 mod envelopes;
 #[cfg(all(test, not(loom)))]
+mod gate_tests;
+#[cfg(all(test, not(loom)))]
 mod learning_tests;
 mod ledger;
+mod load;
 #[cfg(all(test, not(loom)))]
 mod scratch_tests;
 #[cfg(all(test, not(loom)))]

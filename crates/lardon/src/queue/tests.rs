@@ -639,3 +639,25 @@ fn a_small_gpu_task_passes_a_big_one_waiting_on_gpu_memory() {
     gpu_gate.send(()).unwrap();
     queue.wait_idle();
 }
+
+#[test]
+fn closing_the_queue_ends_every_event_stream() {
+    // A subscriber (the daemon's event pump) blocks on `recv` with no
+    // timeout and learns of the close from the stream ending. Keep the
+    // subscribers after `close` and this test sees `Timeout`, not the end.
+    let rig = rig();
+    let (gate, cb) = gated();
+    let id = rig.queue.submit(Task::new("runs at close", mem(GIB), cb)).unwrap();
+    rig.started(id);
+    drop(gate);
+    rig.queue.close();
+    loop {
+        match rig.events.recv_timeout(LIMIT) {
+            Ok(_) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("the stream outlived the queue's close")
+            }
+        }
+    }
+}
