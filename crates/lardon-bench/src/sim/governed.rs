@@ -93,7 +93,7 @@ pub fn run(host: &Host, tasks: &[SimTask], options: Options) -> Result<Outcome, 
     let governor = Governor::with_clock(policy, Arc::clone(&probe), Arc::clone(&clock) as Arc<_>)
         .map_err(|e| SimError(format!("governor: {e}")))?;
     let estimates: Vec<Estimate> = tasks.iter().map(estimate).collect();
-    let classes: Vec<Class> = tasks.iter().map(|t| Class::new(t.name.clone())).collect();
+    let classes: Vec<Class> = tasks.iter().map(|t| Class::new(t.class_name())).collect();
 
     let mut remaining: Vec<u64> = tasks.iter().map(|t| t.items.max(1)).collect();
     let mut pending: Vec<usize> = (0..tasks.len()).collect();
@@ -270,6 +270,6 @@ pub fn estimate(t: &SimTask) -> Estimate {
         .memory_per_item(t.est_per_item)
         .batch(t.batch_min.max(1), t.batch_max.max(t.batch_min).max(1))
         .cpu_millis(TASK_CPU_MILLIS)
-        .class(t.name.clone())
+        .class(t.class_name())
         .build()
 }

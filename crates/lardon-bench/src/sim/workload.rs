@@ -15,8 +15,11 @@ const GIB: u64 = 1 << 30;
 /// One simulated task.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SimTask {
-    /// Name and learning class (one class per task).
+    /// Name (and learning class unless `class` says otherwise).
     pub name: String,
+    /// Learning class shared with other tasks of the same kind; `None`: a
+    /// class of its own, named after the task.
+    pub class: Option<String>,
     /// Higher runs first (Lardon and FIFO; fixed-N ignores it).
     pub priority: i32,
     /// Items to process (1 for an unbatched task).
@@ -44,6 +47,7 @@ impl SimTask {
     pub fn simple(name: impl Into<String>, memory: u64, millis: u64) -> Self {
         SimTask {
             name: name.into(),
+            class: None,
             priority: 0,
             items: 1,
             batch_min: 1,
@@ -70,6 +74,11 @@ impl SimTask {
     /// Duration of a sequence of `b` items, ms.
     pub fn duration(&self, b: u64) -> u64 {
         self.time_fixed.saturating_add(self.time_per_item.saturating_mul(b))
+    }
+
+    /// The learning class: `class`, or the task's name.
+    pub fn class_name(&self) -> &str {
+        self.class.as_deref().unwrap_or(&self.name)
     }
 
     /// True when the real use exceeds the estimate.
@@ -116,6 +125,7 @@ fn batched_task(r: &mut SplitMix64, name: String) -> SimTask {
     let per_item = r.range(20, 200) * MIB;
     SimTask {
         name,
+        class: None,
         priority: 0,
         items: r.range(50, 400),
         batch_min: 1,
@@ -155,9 +165,36 @@ pub fn liars(seed: u64) -> Workload {
     Workload { name: "liars".into(), tasks }
 }
 
+/// 200 unbatched tasks of 20 classes (10 tasks each, interleaved in
+/// submission order). A class declares one size, uniform in 1–4 GiB; every
+/// fifth class is a liar whose tasks really use 2–3× it. Durations are
+/// uniform in 10–120 s per task. What a class learns from its first runs
+/// (a measured peak, or the lower bound of a kill) sizes the rest.
+pub fn unbatched_liars(seed: u64) -> Workload {
+    let mut r = SplitMix64::new(seed);
+    let sizes: Vec<(u64, u64)> = (0..20)
+        .map(|c| {
+            let declared = r.range(GIB, 4 * GIB);
+            let real = if c % 5 == 0 { declared * r.range(200, 300) / 100 } else { declared };
+            (declared, real)
+        })
+        .collect();
+    let tasks = (0..200)
+        .map(|i| {
+            let (declared, real) = sizes[i % 20];
+            SimTask {
+                class: Some(format!("k{}", i % 20)),
+                real_fixed: real,
+                ..SimTask::simple(format!("v{i}"), declared, r.range(10_000, 120_000))
+            }
+        })
+        .collect();
+    Workload { name: "unbatched liars".into(), tasks }
+}
+
 /// Every standard workload for `seed`.
 pub fn standard(seed: u64) -> Vec<Workload> {
-    vec![uniform(seed), heavy_tailed(seed), batched(seed), liars(seed)]
+    vec![uniform(seed), heavy_tailed(seed), batched(seed), liars(seed), unbatched_liars(seed)]
 }
 
 /// A tiny mixed workload for smoke runs and CI: a few simple tasks, one
@@ -191,6 +228,9 @@ mod tests {
         assert!(batched(1).tasks.iter().all(|t| !t.is_liar() && t.items >= 50));
         assert!(heavy_tailed(1).tasks.iter().all(|t| t.real_fixed <= 40 * GIB && t.real_fixed >= 512 * MIB));
         assert!(tiny(3).tasks.iter().any(SimTask::is_liar));
+        let u = unbatched_liars(1);
+        assert_eq!(u.tasks.iter().filter(|t| t.is_liar()).count(), 40);
+        assert!(u.tasks.iter().all(|t| t.items == 1 && t.batch_max == 1 && t.class_name().starts_with('k')));
     }
 
     #[test]
