@@ -6,7 +6,8 @@
 //! ([`RunOutcome`]: completed with a measured peak, or killed at its memory
 //! limit). The store keeps, per class, the last [`SAMPLES_PER_CLASS`]
 //! measured batches, the last [`SAMPLES_PER_CLASS`] measured unbatched runs,
-//! and the latest kill of each shape not yet superseded by a completion.
+//! and the most demanding kill of each shape not yet superseded by a
+//! completion.
 //! What those imply for admission is computed in `learned.rs`.
 
 use std::collections::{HashMap, VecDeque};
@@ -171,13 +172,17 @@ impl ClassHistory {
                 *kill = None;
             }
             RunOutcome::KilledAtLimit { limit } => {
-                // The latest kill is kept: estimates grow from one kill to
-                // the next, so it is also the most demanding.
-                let kill = Some(Kill { run, items, limit });
-                if batched {
-                    self.batch_kill = kill;
-                } else {
-                    self.whole_kill = kill;
+                // The most demanding kill since the last completion is kept,
+                // not the latest: a run admitted before an earlier kill was
+                // learned can be killed later at a smaller limit, and must
+                // not shrink the bound back. Batches compare `limit ÷ items`
+                // (the declared fixed part is not known here; it is taken
+                // off when the bound is sized).
+                let kill = Kill { run, items, limit };
+                let slot = if batched { &mut self.batch_kill } else { &mut self.whole_kill };
+                let demand = |k: &Kill| u128::from(k.limit) * 1_000_000 / u128::from(k.items.max(1));
+                if slot.as_ref().is_none_or(|old| demand(&kill) >= demand(old)) {
+                    *slot = Some(kill);
                 }
             }
             // Filtered out by `is_informative` before we get here.
@@ -288,7 +293,14 @@ mod tests {
         assert_eq!(k.batch_kill.map(|k| (k.items, k.limit)), Some((4, 500 * MIB)));
         assert!(k.whole_kill.is_none());
         assert_eq!(k.batches.len(), 1, "a kill is never stored as a measured peak");
+        h.record(&c, &RunRecord::batch(4, Duration::ZERO, RunOutcome::KilledAtLimit { limit: 450 * MIB }));
+        let k = h.class(&c).unwrap();
+        assert_eq!(k.batch_kill.map(|k| k.limit), Some(500 * MIB), "a smaller, later kill keeps the bound");
+        h.record(&c, &RunRecord::unbatched(Duration::ZERO, RunOutcome::KilledAtLimit { limit: 900 * MIB }));
+        h.record(&c, &RunRecord::unbatched(Duration::ZERO, RunOutcome::KilledAtLimit { limit: 600 * MIB }));
+        assert_eq!(h.class(&c).unwrap().whole_kill.map(|k| k.limit), Some(900 * MIB));
         h.record(&c, &RunRecord::unbatched(Duration::ZERO, RunOutcome::Completed { peak: Some(MIB) }));
+        assert!(h.class(&c).unwrap().whole_kill.is_none());
         assert!(h.class(&c).unwrap().batch_kill.is_some(), "an unbatched completion leaves the batch kill");
         h.record(&c, &batch(2, Some(300 * MIB)));
         assert!(h.class(&c).unwrap().batch_kill.is_none(), "a completed batch supersedes it");
