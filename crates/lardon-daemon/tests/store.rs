@@ -401,14 +401,19 @@ fn history_keeps_the_last_eight_completed_runs_per_class_and_shape() {
 }
 
 #[test]
-fn a_kill_is_kept_until_a_completion_or_a_later_kill_supersedes_it() {
+fn kills_are_kept_until_a_completion_supersedes_them() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = open(&dir);
     let kill = |limit| RunRecord::unbatched(Duration::ZERO, RunOutcome::KilledAtLimit { limit });
     store.record_run("liar", &kill(284)).unwrap();
     store.record_run("liar", &kill(652)).unwrap();
     let rows: Vec<RunRecord> = store.history("liar").unwrap().into_iter().map(|s| s.record).collect();
-    assert_eq!(rows, [kill(652)], "the latest kill replaces the earlier one");
+    assert_eq!(rows, [kill(284), kill(652)], "kills since the last completion are kept");
+    for limit in 1000..1010 {
+        store.record_run("liar", &kill(limit)).unwrap();
+    }
+    let rows: Vec<RunRecord> = store.history("liar").unwrap().into_iter().map(|s| s.record).collect();
+    assert_eq!(rows, (1002..1010).map(kill).collect::<Vec<_>>(), "at most the newest 8");
     store
         .record_run("liar", &RunRecord::batch(4, Duration::ZERO, RunOutcome::KilledAtLimit { limit: 9 }))
         .unwrap();

@@ -1,6 +1,6 @@
 //! What the Governor learns and must keep across restarts (docs/DESIGN.md §6):
 //! per-class run history (the last 8 completed runs per class and shape, and
-//! the kill that bounds the next estimate) and capability feedback.
+//! the kills that bound the next estimate) and capability feedback.
 
 use std::time::Duration;
 
@@ -48,10 +48,12 @@ impl Store {
     /// Records one run of `class` as the Governor learns it (docs/DESIGN.md
     /// §6), in one transaction, and prunes what the Governor would no longer
     /// use: per class and shape, completed runs beyond the newest
-    /// [`HISTORY_PER_CLASS`], and any kill that is not the newest row of its
-    /// shape (a later completion supersedes it, a later kill replaces it).
-    /// Replaying [`Store::all_history`] in order therefore rebuilds exactly
-    /// what the Governor had learned. A record that carries nothing (a
+    /// [`HISTORY_PER_CLASS`], kills older than the newest completion (it
+    /// superseded them), and kills beyond the newest [`HISTORY_PER_CLASS`].
+    /// Replaying [`Store::all_history`] in order therefore rebuilds what the
+    /// Governor had learned (the Governor keeps the most demanding kill
+    /// since the last completion; bounds grow from kill to kill, so it is
+    /// among the newest). A record that carries nothing (a
     /// batch of 0 items, an unknown peak, a kill at limit 0) is not
     /// written; returns whether a row was.
     ///
@@ -94,11 +96,14 @@ impl Store {
         .execute(params![class, unbatched, HISTORY_PER_CLASS])
         .ctx(OP)?;
         tx.prepare_cached(
-            "DELETE FROM class_history WHERE class = ?1 AND unbatched = ?2 AND killed_at IS NOT NULL AND seq <
-               (SELECT MAX(seq) FROM class_history WHERE class = ?1 AND unbatched = ?2)",
+            "DELETE FROM class_history WHERE class = ?1 AND unbatched = ?2 AND killed_at IS NOT NULL AND (
+               seq < (SELECT COALESCE(MAX(seq), 0) FROM class_history
+                       WHERE class = ?1 AND unbatched = ?2 AND killed_at IS NULL)
+               OR seq <= (SELECT seq FROM class_history WHERE class = ?1 AND unbatched = ?2 AND killed_at IS NOT NULL
+                           ORDER BY seq DESC LIMIT 1 OFFSET ?3))",
         )
         .ctx(OP)?
-        .execute(params![class, unbatched])
+        .execute(params![class, unbatched, HISTORY_PER_CLASS])
         .ctx(OP)?;
         tx.commit().ctx("commit history")?;
         Ok(true)
