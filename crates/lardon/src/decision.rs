@@ -5,7 +5,7 @@ use std::fmt;
 
 use crate::contract::Contract;
 
-/// The four answers of admission (DESIGN.md §4).
+/// The four answers of admission (docs/DESIGN.md §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DecisionKind {
     /// Start with everything the target asks for.

@@ -1,5 +1,5 @@
 //! The host's static description ([`HostProfile`]) and the rules the
-//! Governor applies to it ([`HostPolicy`]), with the defaults of DESIGN.md §3.
+//! Governor applies to it ([`HostPolicy`]), with the defaults of docs/DESIGN.md §3.
 
 use thiserror::Error;
 
@@ -26,7 +26,7 @@ pub struct GpuDevice {
 }
 
 impl GpuDevice {
-    /// Applies the unified-memory rule of DESIGN.md §3: VRAM ≤ 2 GiB and
+    /// Applies the unified-memory rule of docs/DESIGN.md §3: VRAM ≤ 2 GiB and
     /// ≤ RAM/8, or GTT ≥ RAM/4 and VRAM ≤ GTT/2, or VRAM unreadable.
     pub fn is_unified(vram_total: Option<u64>, gtt_total: Option<u64>, host_ram: u64) -> bool {
         let Some(vram) = vram_total else { return true };
@@ -41,7 +41,9 @@ impl GpuDevice {
 /// probe; the dynamic part lives in each [`crate::Snapshot`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostProfile {
-    /// Physical RAM in bytes.
+    /// Memory governed, bytes: physical RAM, or the memory limit of the
+    /// probing process's cgroup (the smallest over its ancestors) when that
+    /// is smaller — inside a 2 GiB Slurm job the host is 2 GiB.
     pub total_memory: u64,
     /// Logical CPUs online.
     pub logical_cpus: u32,
@@ -177,7 +179,7 @@ pub struct HostPolicy {
 }
 
 impl HostPolicy {
-    /// The defaults for `profile` (DESIGN.md §3), scaled to the machine.
+    /// The defaults for `profile` (docs/DESIGN.md §3), scaled to the machine.
     ///
     /// **Memory reserve** = total RAM / 16, kept within 512 MiB – 4 GiB, and
     /// at most total / 4 (so a 1 GiB board still has three quarters to
@@ -303,7 +305,7 @@ impl HostPolicy {
         ]
     }
 
-    /// Checks the policy against `profile` (DESIGN.md §3: every reserve
+    /// Checks the policy against `profile` (docs/DESIGN.md §3: every reserve
     /// below its total).
     ///
     /// # Errors

@@ -1,5 +1,5 @@
-//! The pressure state machine and the batch target it sets (DESIGN.md §5):
-//! a pure type fed once per host sample.
+//! The pressure state machine and the batch target it sets (docs/DESIGN.md
+//! §5): a pure type fed once per host sample.
 //!
 //! A *signal* is memory PSI at or above its threshold, any swap-in or
 //! swap-out since the previous sample, or (custom policy) MemAvailable at

@@ -112,7 +112,7 @@ impl Snapshot {
     }
 
     /// Checks the figures no host can produce: a load average or a PSI
-    /// figure that is negative or not finite (DESIGN.md §5). Admission
+    /// figure that is negative or not finite (docs/DESIGN.md §5). Admission
     /// waits on such a snapshot, as on a stale one, without feeding it to
     /// the pressure state.
     ///

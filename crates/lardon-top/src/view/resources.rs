@@ -163,7 +163,7 @@ pub(super) fn full(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &The
     }
     if let Some(c) = &a.cpus {
         // The gate compares foreign load with the ratio × the compute pool
-        // (DESIGN.md §4 step 7); a ratio of 0 means the gate is off.
+        // (docs/DESIGN.md §4 step 7); a ratio of 0 means the gate is off.
         let pool = if c.pool.is_empty() { c.logical.saturating_sub(c.reserve) } else { c.pool.len() as u32 };
         let limit = if c.max_load_ratio > 0.0 {
             format!("limit {:.1}", c.max_load_ratio * f64::from(pool))

@@ -1,4 +1,4 @@
-//! The gates of DESIGN.md §4 step 7 and the pressure rules of §5: a load
+//! The gates of docs/DESIGN.md §4 step 7 and the pressure rules of §5: a load
 //! gate that counts only foreign load, CPU PSI as a gate, pressure that
 //! halves and regrows batches, invalid snapshots, defaults that fit.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -135,7 +135,7 @@ impl Ledger {
         pool.saturating_sub(self.totals.cpu_millis)
     }
 
-    /// Memory free for a new reservation against `snap` (DESIGN.md §4 step 8).
+    /// Memory free for a new reservation against `snap` (docs/DESIGN.md §4 step 8).
     pub(crate) fn memory_available(&self, snap: &Snapshot) -> u64 {
         let by_static = self.static_memory_budget().saturating_sub(self.totals.memory);
         let by_host = snap
@@ -180,7 +180,7 @@ impl Ledger {
         self.totals.cpu_millis as f64 / 1000.0
     }
 
-    /// The load gate's figures for `snap` (DESIGN.md §4 step 7): foreign
+    /// The load gate's figures for `snap` (docs/DESIGN.md §4 step 7): foreign
     /// load against `max_load_ratio × compute pool`.
     pub(crate) fn load_figures(&self, snap: &Snapshot) -> LoadFigures {
         let own = self.own_load.share(self.granted_cpus());

@@ -1,6 +1,6 @@
 //! # Implementation details
 //!
-//! The load gate of DESIGN.md §4 step 7 counts only *foreign* load: the
+//! The load gate of docs/DESIGN.md §4 step 7 counts only *foreign* load: the
 //! host's 1-minute load minus Lardon's own share of it. Lardon's own
 //! running tasks must never be the reason it cannot admit the next one.
 //!

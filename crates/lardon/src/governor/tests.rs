@@ -1,4 +1,4 @@
-//! Admission rules of DESIGN.md §4–§6, one test per rule, driven by the
+//! Admission rules of docs/DESIGN.md §4–§6, one test per rule, driven by the
 //! fake probe and the fake clock.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -151,7 +151,7 @@ fn yellow_halves_the_batch_and_slow_start_ramps_back() {
     };
     let d = r.gov.decide(&e, &swap(&r, true));
     assert_eq!(r.gov.pressure().0, PressureLevel::Yellow);
-    // Entering YELLOW halves the target (DESIGN.md §5).
+    // Entering YELLOW halves the target (docs/DESIGN.md §5).
     assert_eq!(d.contract.unwrap().batch, 4);
     assert_eq!(d.kind, DecisionKind::Admit, "a lowered target is the new normal");
     assert_eq!(r.gov.decide(&e, &swap(&r, true)).reason, ReasonCode::PressureRed);
@@ -403,7 +403,9 @@ fn wait_and_reject_leave_the_generation_while_reserve_release_record_bump_it() {
     assert_eq!(r.gov.generation(), g + 1);
     a.release().unwrap();
     assert_eq!(r.gov.generation(), g + 2);
-    r.gov.record_batch(&Class::default(), 1, Duration::from_secs(1), None);
+    assert!(!r.gov.record_batch(&Class::default(), 1, Duration::from_secs(1), None));
+    assert_eq!(r.gov.generation(), g + 2, "a record that carries nothing leaves the generation");
+    assert!(r.gov.record_batch(&Class::default(), 1, Duration::from_secs(1), Some(MIB)));
     assert_eq!(r.gov.generation(), g + 3);
 }
 
