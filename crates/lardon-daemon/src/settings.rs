@@ -101,6 +101,15 @@ pub const KEYS: &[(&str, &str)] = &[
     ("memory_slack_percent", "proportional memory allowed above the contract, percent"),
 ];
 
+/// `pairs` in the order of [`KEYS`] (unknown keys last, as given), so that
+/// `memory_reserve`, which moves the floor and the caution band, is applied
+/// before an explicit `emergency_floor` or `memory_caution` whatever order
+/// they were stored or given in.
+pub fn in_key_order(mut pairs: Vec<(String, String)>) -> Vec<(String, String)> {
+    pairs.sort_by_key(|(k, _)| KEYS.iter().position(|(known, _)| known == k).unwrap_or(KEYS.len()));
+    pairs
+}
+
 /// Bytes printed exactly, in the largest binary unit that divides them.
 pub fn exact_bytes(b: u64) -> String {
     for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
@@ -162,7 +171,8 @@ pub fn set(
     value: &str,
 ) -> Result<(), String> {
     match key {
-        "memory_reserve" => policy.memory_reserve = bytes(key, value)?,
+        // The floor and the caution band move with the reserve.
+        "memory_reserve" => policy.set_memory_reserve(bytes(key, value)?),
         "emergency_floor" => policy.emergency_floor = bytes(key, value)?,
         "memory_caution" => policy.memory_caution = none_or(value, |v| bytes(key, v))?,
         "cpu_reserve" => policy.cpu_reserve = num(key, value)?,
@@ -242,6 +252,28 @@ mod tests {
                 .unwrap_err()
                 .starts_with("max_load_ratio:")
         );
+    }
+
+    #[test]
+    fn memory_reserve_moves_the_floor_and_band_unless_they_are_set_too() {
+        let profile = HostProfile::new(64 << 30, 8);
+        let apply = |pairs: &[(&str, &str)]| {
+            let mut policy = HostPolicy::default_for(&profile);
+            let mut settings = DaemonSettings::default();
+            let pairs = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+            for (k, v) in in_key_order(pairs) {
+                set(&mut policy, &mut settings, &k, &v).unwrap();
+            }
+            policy
+        };
+        // Above the default band's 6 GiB edge, no memory_caution=none needed.
+        let p = apply(&[("memory_reserve", "10GiB")]);
+        assert_eq!((p.emergency_floor, p.memory_caution), (10 << 30, Some(12 << 30)));
+        assert_eq!(p.validate(&profile), Ok(()));
+        // Explicit values win whichever order they come in (the store sorts by key name).
+        let p =
+            apply(&[("emergency_floor", "1GiB"), ("memory_caution", "none"), ("memory_reserve", "10GiB")]);
+        assert_eq!((p.memory_reserve, p.emergency_floor, p.memory_caution), (10 << 30, 1 << 30, None));
     }
 
     #[test]

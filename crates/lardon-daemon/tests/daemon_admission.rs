@@ -18,8 +18,8 @@ fn mem(mut spec: pb::TaskSpec, bytes: u64) -> pb::TaskSpec {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waits_on_memory_then_starts_after_another_ends() {
     let dir = tempfile::tempdir().unwrap();
-    // 8 GiB host, 3 GiB reserve: 5 GiB to hand out, so two 3 GiB tasks cannot overlap.
-    let d = start_in_process(config(dir.path(), HostProfile::new(8 * GIB, 16))).unwrap();
+    // 6 GiB host, 512 MiB default reserve: 5.5 GiB to hand out, so two 3 GiB tasks cannot overlap.
+    let d = start_in_process(config(dir.path(), HostProfile::new(6 * GIB, 16))).unwrap();
     let mut c = client(&d).await;
     let go = dir.path().join("go");
     let first =

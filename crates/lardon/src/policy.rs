@@ -3,7 +3,14 @@
 
 use thiserror::Error;
 
+use crate::units::format_bytes;
+
 const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+/// Bounds of the default memory reserve (see [`HostPolicy::default_for`]).
+const RESERVE_MIN: u64 = 512 * MIB;
+const RESERVE_MAX: u64 = 4 * GIB;
 
 /// One GPU as detected at start-up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,11 +86,32 @@ pub enum PolicyError {
         total: u64,
     },
     /// The emergency floor cannot exceed the reserve.
-    #[error("emergency_floor must not exceed memory_reserve")]
-    EmergencyFloor,
+    #[error(
+        "emergency_floor ({}) must not exceed memory_reserve ({}): lower emergency_floor (0 disables it)",
+        format_bytes(*floor),
+        format_bytes(*reserve)
+    )]
+    EmergencyFloor {
+        /// The floor asked for.
+        floor: u64,
+        /// The memory reserve.
+        reserve: u64,
+    },
     /// The caution band must lie between the reserve and total RAM.
-    #[error("memory_caution must lie between memory_reserve and total RAM")]
-    Caution,
+    #[error(
+        "memory_caution ({}) must lie between memory_reserve ({}) and total RAM ({}): set memory_caution within that range, or memory_caution=none for a custom policy",
+        format_bytes(*caution),
+        format_bytes(*reserve),
+        format_bytes(*total)
+    )]
+    Caution {
+        /// The band's upper edge asked for.
+        caution: u64,
+        /// The memory reserve.
+        reserve: u64,
+        /// Total RAM.
+        total: u64,
+    },
     /// The CPU reserve must leave at least one CPU.
     #[error("cpu_reserve ({reserve}) must be below the logical CPU count ({logical})")]
     CpuReserve {
@@ -151,29 +179,55 @@ pub struct HostPolicy {
 }
 
 impl HostPolicy {
-    /// The defaults of docs/DESIGN.md §3 for `profile`.
+    /// The defaults for `profile` (docs/DESIGN.md §3), scaled to the machine.
+    ///
+    /// **Memory reserve** = total RAM / 16, kept within 512 MiB – 4 GiB, and
+    /// at most total / 4 (so a 1 GiB board still has three quarters to
+    /// govern). Why this rule: admission already subtracts the reserve from
+    /// `MemAvailable`, which the kernel computes net of its own watermarks
+    /// and of what other programs hold, so the reserve only has to absorb
+    /// what other programs may *grab* between two samples and the error of
+    /// running tasks' estimates. That grows with the machine, but not
+    /// linearly: 512 MiB covers a desktop session's bursts on an 8 GiB
+    /// laptop (a 1 GiB task still runs with a browser open and 3.5 GiB
+    /// available), 1 GiB on 16 GiB, and from 64 GiB on 4 GiB is plenty
+    /// (a 512 GiB server does not keep 128 GiB idle, as a fixed fraction
+    /// would). Examples: 2 GiB → 512 MiB, 8 GiB → 512 MiB, 16 GiB → 1 GiB,
+    /// 32 GiB → 2 GiB, 64 GiB and more → 4 GiB.
+    ///
+    /// **Emergency floor** = the reserve: once other programs have eaten
+    /// into it, the host is RED at once.
+    ///
+    /// **Caution band** = 1.5 × the reserve (at most total RAM): below it
+    /// pressure is held at YELLOW (batches halved) before the reserve is
+    /// reached. Setting `memory_reserve` later moves the floor and the band
+    /// with it ([`HostPolicy::set_memory_reserve`]).
+    ///
+    /// CPU reserve: 4 logical CPUs when there are more than 4, else n − 1.
+    /// GPU memory reserve: VRAM / 8 where VRAM is known. Load gate: foreign
+    /// load at 0.9 × the compute pool. PSI thresholds (some avg10): CPU 20,
+    /// memory 1, IO 80. One IO slot, one slot per GPU, no running cap.
+    /// [`HostPolicy::explain_defaults`] states these rules with `profile`'s
+    /// figures.
     ///
     /// # Examples
     /// ```
     /// use lardon::{HostPolicy, HostProfile};
     /// let p = HostPolicy::default_for(&HostProfile::new(16 << 30, 16));
-    /// assert_eq!(p.memory_reserve, 3 << 30);
+    /// assert_eq!(p.memory_reserve, 1 << 30);
+    /// assert_eq!(p.emergency_floor, 1 << 30);
+    /// assert_eq!(p.memory_caution, Some(3 << 29));
     /// assert_eq!(p.cpu_reserve, 4);
     /// ```
     pub fn default_for(profile: &HostProfile) -> Self {
         let total = profile.total_memory;
-        let memory_reserve = if total > 3 * GIB { 3 * GIB } else { (total / 4).max(1) };
-        let memory_caution = if memory_reserve == 3 * GIB {
-            Some((4 * GIB).min(total))
-        } else {
-            Some((total / 3).max(memory_reserve))
-        };
+        let memory_reserve = Self::default_memory_reserve(total);
         let n = profile.logical_cpus;
         let cpu_reserve = if n > 4 { 4 } else { n.saturating_sub(1) };
         HostPolicy {
             memory_reserve,
             emergency_floor: memory_reserve,
-            memory_caution,
+            memory_caution: Some(Self::default_caution(memory_reserve, total)),
             cpu_reserve,
             gpu_memory_reserve: profile.gpus.iter().map(|g| g.vram_total.map_or(0, |v| v / 8)).collect(),
             max_load_ratio: Some(0.90),
@@ -184,6 +238,71 @@ impl HostPolicy {
             gpu_slots: 1,
             max_running: None,
         }
+    }
+
+    /// The default memory reserve for `total` bytes of RAM (see
+    /// [`HostPolicy::default_for`]); at least 1 byte.
+    pub fn default_memory_reserve(total: u64) -> u64 {
+        (total / 16).clamp(RESERVE_MIN, RESERVE_MAX).min(total / 4).max(1)
+    }
+
+    /// The default caution band's upper edge for `reserve`: 1.5 × the
+    /// reserve, at most `total`.
+    fn default_caution(reserve: u64, total: u64) -> u64 {
+        reserve.saturating_add(reserve / 2).min(total).max(reserve)
+    }
+
+    /// Sets the memory reserve and moves what hangs on it: an emergency
+    /// floor equal to the old reserve follows it, and the caution band
+    /// keeps its width above it. Without this, raising the reserve above
+    /// the band's edge would be refused until the band was moved by hand.
+    /// An explicitly different floor stays as set, and a custom policy (no
+    /// band) stays custom. [`HostPolicy::validate`] still refuses a band
+    /// above total RAM, and its error names the fix.
+    pub fn set_memory_reserve(&mut self, reserve: u64) {
+        let old = self.memory_reserve;
+        if self.emergency_floor == old {
+            self.emergency_floor = reserve;
+        }
+        if let Some(band) = self.memory_caution {
+            let width = band.saturating_sub(old);
+            self.memory_caution = Some(reserve.saturating_add(width));
+        }
+        self.memory_reserve = reserve;
+    }
+
+    /// The default rules with `profile`'s figures, one per derived field
+    /// (keyed by field name), for `lardon policy` to show where a default
+    /// came from.
+    pub fn explain_defaults(profile: &HostProfile) -> Vec<(&'static str, String)> {
+        let d = Self::default_for(profile);
+        let total = profile.total_memory;
+        let n = profile.logical_cpus;
+        vec![
+            (
+                "memory_reserve",
+                format!(
+                    "total/16 within {}–{}, at most total/4: {} of {}",
+                    format_bytes(RESERVE_MIN),
+                    format_bytes(RESERVE_MAX),
+                    format_bytes(d.memory_reserve),
+                    format_bytes(total)
+                ),
+            ),
+            ("emergency_floor", format!("same as memory_reserve: {}", format_bytes(d.emergency_floor))),
+            (
+                "memory_caution",
+                format!(
+                    "1.5 × memory_reserve, at most total RAM: {}",
+                    format_bytes(d.memory_caution.unwrap_or(0))
+                ),
+            ),
+            ("cpu_reserve", format!("4 if more than 4 logical CPUs, else n − 1: {} of {n}", d.cpu_reserve)),
+            (
+                "max_load_ratio",
+                format!("0.9 × the {}-CPU compute pool, foreign load only", d.compute_cpus(profile)),
+            ),
+        ]
     }
 
     /// Checks the policy against `profile` (docs/DESIGN.md §3: every reserve
@@ -199,12 +318,19 @@ impl HostPolicy {
             });
         }
         if self.emergency_floor > self.memory_reserve {
-            return Err(PolicyError::EmergencyFloor);
+            return Err(PolicyError::EmergencyFloor {
+                floor: self.emergency_floor,
+                reserve: self.memory_reserve,
+            });
         }
         if let Some(c) = self.memory_caution
             && (c < self.memory_reserve || c > profile.total_memory)
         {
-            return Err(PolicyError::Caution);
+            return Err(PolicyError::Caution {
+                caution: c,
+                reserve: self.memory_reserve,
+                total: profile.total_memory,
+            });
         }
         if self.cpu_reserve >= profile.logical_cpus {
             return Err(PolicyError::CpuReserve { reserve: self.cpu_reserve, logical: profile.logical_cpus });
@@ -256,13 +382,13 @@ mod tests {
     #[test]
     fn memory_reserve_defaults() {
         let big = HostPolicy::default_for(&HostProfile::new(16 * GIB, 16));
-        assert_eq!(big.memory_reserve, 3 * GIB);
-        assert_eq!(big.emergency_floor, 3 * GIB);
-        assert_eq!(big.memory_caution, Some(4 * GIB));
+        assert_eq!(big.memory_reserve, GIB);
+        assert_eq!(big.emergency_floor, GIB);
+        assert_eq!(big.memory_caution, Some(GIB + GIB / 2));
         let small = HostPolicy::default_for(&HostProfile::new(2 * GIB, 2));
         assert_eq!(small.memory_reserve, GIB / 2);
         let exactly3 = HostPolicy::default_for(&HostProfile::new(3 * GIB, 2));
-        assert_eq!(exactly3.memory_reserve, 3 * GIB / 4);
+        assert_eq!(exactly3.memory_reserve, GIB / 2);
         for p in [big, small, exactly3] {
             assert_eq!(p.max_load_ratio, Some(0.90));
             assert_eq!((p.psi_cpu, p.psi_memory, p.psi_io), (20.0, 1.0, 80.0));
@@ -307,8 +433,12 @@ mod tests {
             p.validate(&profile)
         };
         assert!(matches!(check(&|p| p.memory_reserve = 16 * GIB), Err(PolicyError::MemoryReserve { .. })));
-        assert_eq!(check(&|p| p.emergency_floor = 4 * GIB), Err(PolicyError::EmergencyFloor));
-        assert_eq!(check(&|p| p.memory_caution = Some(GIB)), Err(PolicyError::Caution));
+        let floor = check(&|p| p.emergency_floor = 4 * GIB);
+        assert!(matches!(floor, Err(PolicyError::EmergencyFloor { .. })));
+        let caution = check(&|p| p.memory_caution = Some(GIB / 2));
+        assert!(matches!(caution, Err(PolicyError::Caution { .. })));
+        let message = caution.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains("memory_caution=none"), "the error names the fix: {message}");
         assert!(matches!(check(&|p| p.cpu_reserve = 8), Err(PolicyError::CpuReserve { .. })));
         assert!(matches!(check(&|p| p.max_load_ratio = Some(0.0)), Err(PolicyError::LoadRatio(_))));
         assert!(matches!(check(&|p| p.max_load_ratio = Some(f64::NAN)), Err(PolicyError::LoadRatio(_))));
@@ -333,5 +463,60 @@ mod tests {
         assert!(!GpuDevice::is_unified(Some(12 * GIB), Some(16 * GIB), ram));
         // 2 GiB of VRAM on an 8 GiB host is more than RAM/8: dedicated.
         assert!(!GpuDevice::is_unified(Some(2 * GIB), None, 8 * GIB));
+    }
+
+    #[test]
+    fn memory_defaults_scale_with_ram() {
+        let reserve = |total| HostPolicy::default_memory_reserve(total);
+        for (total, expected) in [
+            (GIB, GIB / 4),
+            (2 * GIB, 512 * MIB),
+            (8 * GIB, 512 * MIB),
+            (16 * GIB, GIB),
+            (32 * GIB, 2 * GIB),
+            (64 * GIB, 4 * GIB),
+            (512 * GIB, 4 * GIB),
+        ] {
+            assert_eq!(reserve(total), expected, "{total} B of RAM");
+            let p = HostPolicy::default_for(&HostProfile::new(total, 8));
+            assert_eq!(p.emergency_floor, expected);
+            assert_eq!(p.memory_caution, Some(expected + expected / 2));
+            assert_eq!(p.validate(&HostProfile::new(total, 8)), Ok(()));
+        }
+        assert_eq!(reserve(0), 1);
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn floor_and_caution_band_move_with_the_reserve() {
+        let profile = HostProfile::new(64 * GIB, 8);
+        let mut p = HostPolicy::default_for(&profile);
+        assert_eq!((p.memory_reserve, p.memory_caution), (4 * GIB, Some(6 * GIB)));
+        // Above the old band's edge: accepted, band and floor follow.
+        p.set_memory_reserve(10 * GIB);
+        assert_eq!((p.emergency_floor, p.memory_caution), (10 * GIB, Some(12 * GIB)));
+        assert_eq!(p.validate(&profile), Ok(()));
+        // Near total RAM the band would pass it: refused, naming the fix.
+        p.set_memory_reserve(63 * GIB);
+        let e = p.validate(&profile).unwrap_err().to_string();
+        assert!(e.contains("memory_caution=none"), "{e}");
+        // A floor set apart from the reserve stays; a custom policy stays custom.
+        let mut p = HostPolicy::default_for(&profile);
+        p.emergency_floor = GIB;
+        p.memory_caution = None;
+        p.set_memory_reserve(8 * GIB);
+        assert_eq!((p.memory_reserve, p.emergency_floor, p.memory_caution), (8 * GIB, GIB, None));
+    }
+
+    #[test]
+    fn explained_defaults_carry_the_figures() {
+        let rules = HostPolicy::explain_defaults(&HostProfile::new(16 * GIB, 8));
+        let rule = |k| rules.iter().find(|(key, _)| *key == k).map(|(_, r)| r.clone()).unwrap_or_default();
+        assert_eq!(
+            rule("memory_reserve"),
+            "total/16 within 512.0 MiB–4.0 GiB, at most total/4: 1.0 GiB of 16.0 GiB"
+        );
+        assert_eq!(rule("memory_caution"), "1.5 × memory_reserve, at most total RAM: 1.5 GiB");
+        assert_eq!(rule("max_load_ratio"), "0.9 × the 4-CPU compute pool, foreign load only");
     }
 }

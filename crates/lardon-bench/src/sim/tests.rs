@@ -5,8 +5,8 @@ use super::workload::{SimTask, Workload};
 use super::*;
 
 const SMALL: Host = Host { total_memory: 16 * GIB, cpus: 16 };
-// 16 GiB host: default reserve 3 GiB, budget 13 GiB.
-const BUDGET: u64 = 13 * GIB;
+// 16 GiB host: default reserve 1 GiB (total/16), budget 15 GiB.
+const BUDGET: u64 = 15 * GIB;
 
 fn wl(tasks: Vec<SimTask>) -> Workload {
     Workload { name: "hand".into(), tasks }
@@ -21,12 +21,12 @@ fn fixed_two_goes_over_budget_but_not_physical() {
     let o = simulate(&SMALL, &three_eights(), Strategy::Fixed(2)).unwrap();
     assert_eq!(o.budget, BUDGET);
     assert_eq!(o.makespan_ms, 20_000);
-    // 3 × 8 GiB × 10 s ÷ 13 GiB.
-    assert!((o.lower_bound_ms - 240_000.0 / 13.0).abs() < 1e-6);
+    // 3 × 8 GiB × 10 s ÷ 15 GiB.
+    assert!((o.lower_bound_ms - 240_000.0 / 15.0).abs() < 1e-6);
     assert_eq!((o.over_budget_ms, o.over_physical_ms, o.oom_events), (10_000, 0, 0));
     assert_eq!(o.peak_usage, 16 * GIB);
     assert_eq!(o.peak_reserved, None);
-    assert!((o.usage_ratio() - 16.0 / 13.0).abs() < 1e-9);
+    assert!((o.usage_ratio() - 16.0 / 15.0).abs() < 1e-9);
 }
 
 #[test]
@@ -44,13 +44,13 @@ fn lardon_runs_one_eight_at_a_time() {
     assert_eq!(o.makespan_ms, 30_000);
     assert_eq!(o.peak_reserved, Some(8 * GIB));
     assert_eq!((o.over_budget_ms, o.oom_events, o.sequences, o.rejected), (0, 0, 3, 0));
-    assert!((o.makespan_ratio() - 30_000.0 * 13.0 / 240_000.0).abs() < 1e-9);
-    assert!((o.reserved_ratio().unwrap() - 8.0 / 13.0).abs() < 1e-9);
+    assert!((o.makespan_ratio() - 30_000.0 * 15.0 / 240_000.0).abs() < 1e-9);
+    assert!((o.reserved_ratio().unwrap() - 8.0 / 15.0).abs() < 1e-9);
 }
 
 #[test]
 fn wait_bypass_beats_strict_fifo() {
-    // A 8, B 8, C 4, D 4 GiB, 10 s each, budget 13 GiB.
+    // A 8, B 8, C 4, D 4 GiB, 10 s each, budget 15 GiB.
     // Lardon: A+C at 0, B+D at 10 → 20 s. FIFO: A; B blocks C; B+C at 10; D at 20 → 30 s.
     let w = wl(vec![
         SimTask::simple("a", 8 * GIB, 10_000),
@@ -64,7 +64,7 @@ fn wait_bypass_beats_strict_fifo() {
     assert_eq!(fifo.makespan_ms, 30_000);
     assert_eq!(lardon.peak_reserved, Some(12 * GIB));
     assert_eq!(fifo.peak_reserved, Some(12 * GIB));
-    assert!((lardon.lower_bound_ms - 240_000.0 / 13.0).abs() < 1e-6);
+    assert!((lardon.lower_bound_ms - 240_000.0 / 15.0).abs() < 1e-6);
 }
 
 #[test]

@@ -25,7 +25,7 @@ pub(crate) async fn run(cli: &Cli, set: &[(String, String)], reset: &[String], a
         let entries: Vec<_> = resp
             .entries
             .iter()
-            .map(|e| json!({"key": e.key, "value": e.value, "overridden": e.overridden, "default": e.default_value, "help": e.help}))
+            .map(|e| json!({"key": e.key, "value": e.value, "overridden": e.overridden, "default": e.default_value, "default_rule": e.default_rule, "help": e.help}))
             .collect();
         crate::json::print(&json!({"generation": resp.generation, "entries": entries}))?;
         return Ok(0);
@@ -34,8 +34,13 @@ pub(crate) async fn run(cli: &Cli, set: &[(String, String)], reset: &[String], a
     let vw = resp.entries.iter().map(|e| e.value.len()).max().unwrap_or(5);
     let mut text = String::new();
     for e in &resp.entries {
-        let mark =
-            if e.overridden { format!("(set; default {})", e.default_value) } else { "(default)".into() };
+        // Derived defaults say how they follow from this host's figures.
+        let rule = if e.default_rule.is_empty() { String::new() } else { format!(": {}", e.default_rule) };
+        let mark = if e.overridden {
+            format!("(set; default {}{rule})", e.default_value)
+        } else {
+            format!("(default{rule})")
+        };
         text.push_str(&format!("{:<kw$}  {:<vw$}  {mark}  {}\n", e.key, e.value, e.help));
     }
     super::out(&text)?;

@@ -241,7 +241,7 @@ impl Engine {
             }
         }
         merged.extend(set.iter().cloned());
-        for (k, v) in &merged {
+        for (k, v) in &settings::in_key_order(merged) {
             settings::set(&mut policy, &mut daemon, k, v).map_err(ActionError::Invalid)?;
         }
         self.shared.governor.set_policy(policy.clone()).map_err(|e| match e {

@@ -238,7 +238,7 @@ impl Engine {
         };
         let mut policy = default_policy.clone();
         let mut daemon_settings = DaemonSettings::default();
-        for (key, value) in store.policy_overrides()? {
+        for (key, value) in settings::in_key_order(store.policy_overrides()?) {
             if let Err(e) = settings::set(&mut policy, &mut daemon_settings, &key, &value) {
                 tracing::warn!("ignoring persisted policy override: {e}");
             }

@@ -113,6 +113,7 @@ fn policy_response(engine: &Engine) -> Result<pb::PolicyResponse, Status> {
     let current = engine.shared.settings();
     let defaults = engine.default_policy();
     let default_settings = settings::DaemonSettings::default();
+    let rules = lardon::HostPolicy::explain_defaults(&engine.shared.governor.profile());
     let entries = settings::KEYS
         .iter()
         .map(|(key, help)| pb::PolicyEntry {
@@ -121,6 +122,7 @@ fn policy_response(engine: &Engine) -> Result<pb::PolicyResponse, Status> {
             overridden: overrides.iter().any(|(k, _)| k == key),
             default_value: settings::get(&defaults, &default_settings, key).unwrap_or_default(),
             help: (*help).to_owned(),
+            default_rule: rules.iter().find(|(k, _)| k == key).map(|(_, r)| r.clone()).unwrap_or_default(),
         })
         .collect();
     Ok(pb::PolicyResponse { entries, generation: engine.shared.governor.generation() })

@@ -254,3 +254,28 @@ proptest::proptest! {
         proptest::prop_assert_eq!(r.gov.pressure().0, PressureLevel::Green);
     }
 }
+
+// ---- Defaults that fit the machine --------------------------------------------
+
+#[test]
+fn an_8_gib_laptop_with_3_5_gib_available_runs_a_1_gib_task_under_the_default_policy() {
+    let r = Rig::with(HostProfile::new(8 * GIB, 4), |_| {});
+    let task = Estimate::builder().memory(GIB).build();
+    for _ in 0..5 {
+        let d = r.gov.decide(&task, &r.snap_with(|s| s.memory_available = 3 * GIB + GIB / 2));
+        assert_eq!((d.kind, d.reason), (DecisionKind::Admit, ReasonCode::Admitted), "{d}");
+    }
+    assert_eq!(r.gov.pressure().0, PressureLevel::Green);
+}
+
+#[test]
+fn a_512_gib_server_does_not_keep_a_quarter_of_its_ram_idle() {
+    let r = Rig::with(HostProfile::new(512 * GIB, 64), |_| {});
+    assert_eq!(r.gov.availability().memory_reserve, 4 * GIB);
+    let d = r.gov.decide(
+        &Estimate::builder().memory(500 * GIB).build(),
+        &r.snap_with(|s| s.memory_available = 506 * GIB),
+    );
+    assert_eq!(d.kind, DecisionKind::Admit, "{d}");
+    assert_eq!(r.gov.pressure().0, PressureLevel::Green);
+}

@@ -186,8 +186,8 @@ impl Drop for Scan<'_> {
 /// let governor = Governor::new(HostPolicy::default_for(&profile), FakeProbe::new(profile)).unwrap();
 /// let estimate = Estimate::builder().memory(1 << 30).memory_per_item(256 << 20).batch(1, 64).build();
 /// let reservation = governor.reserve_available(&estimate).expect("admitted");
-/// // 16 GiB − 3 GiB reserve − 1 GiB fixed leaves room for 48 items of 256 MiB.
-/// assert_eq!(reservation.contract().batch, 48);
+/// // 16 GiB − 1 GiB default reserve − 1 GiB fixed leaves room for 56 items of 256 MiB.
+/// assert_eq!(reservation.contract().batch, 56);
 /// drop(reservation); // released
 /// assert_eq!(governor.availability().reservations, 0);
 /// ```
