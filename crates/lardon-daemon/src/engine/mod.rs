@@ -252,6 +252,11 @@ impl Engine {
         }
 
         let detection = detect_enforcer(&HostRoot::default());
+        if detection.limits_apply() {
+            tracing::info!("enforcement {}: {}", detection.kind(), detection.reason);
+        } else {
+            tracing::warn!("enforcement none: {}", detection.reason);
+        }
         let info = Info {
             host: host_name(),
             state_dir: cfg.state_dir.clone(),
