@@ -102,6 +102,26 @@ impl OwnCgroup {
         }
     }
 
+    /// The smallest memory limit over our cgroup and its ancestors, bytes;
+    /// `None` when no level has one. A daemon confined to a 2 GiB cgroup on
+    /// a 64 GiB host governs 2 GiB: this is the memory its policy's
+    /// defaults scale with.
+    pub fn memory_limit(&self) -> Option<u64> {
+        self.levels
+            .iter()
+            .filter_map(|(l, _)| {
+                let text = match l {
+                    Source::V2Limit(p) | Source::V1Limit(p) => std::fs::read_to_string(p).ok()?,
+                    _ => return None,
+                };
+                match l {
+                    Source::V2Limit(_) => parse_v2_limit(&text).ok()?,
+                    _ => parse_v1_limit(&text).ok()?,
+                }
+            })
+            .min()
+    }
+
     /// Reads the figures; each unreadable or malformed one is `None`.
     /// Returns `None` when no figure is known at all.
     pub fn sample(&self) -> Option<CgroupSample> {
