@@ -143,7 +143,8 @@ pub(crate) fn availability(a: Option<&pb::Availability>) -> Value {
         "pressure": {"state": pressure_word(p.state), "reason": p.reason, "psi_cpu": p.psi_cpu,
                      "psi_memory": p.psi_memory, "psi_io": p.psi_io},
         "slow_start_target": a.slow_start_target,
-        "enforcement": {"backend": enf.backend().as_str_name(), "why": enf.why, "mode": enf.mode().as_str_name()},
+        "enforcement": {"backend": enf.backend().as_str_name(), "why": enf.why, "mode": enf.mode().as_str_name(),
+                        "line": crate::render::enforcement_line(&enf).trim_start_matches("enforcement ")},
         "scratch": a.scratch.iter().map(scratch).collect::<Vec<_>>(),
         "running": a.running, "pending": a.pending, "max_running": a.max_running,
     })

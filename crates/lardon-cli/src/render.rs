@@ -364,18 +364,30 @@ pub(crate) fn resources(a: &pb::Availability) -> String {
         let _ = writeln!(out, "slow start: batch target {t}");
     }
     if let Some(e) = &a.enforcement {
-        let _ = writeln!(
-            out,
-            "enforcement {} ({}) {}",
-            e.backend().as_str_name().trim_start_matches("ENFORCEMENT_BACKEND_").to_lowercase(),
-            e.mode().as_str_name().trim_start_matches("ENFORCE_MODE_").to_lowercase(),
-            e.why
-        );
+        let _ = writeln!(out, "{}", enforcement_line(e));
     }
     for v in &a.scratch {
         out.push_str(&scratch_line(v));
     }
     out
+}
+
+/// `enforcement none: <why>` where no cgroup takes a limit (the mode, if
+/// not off, in brackets: the watchdog), else `enforcement cgroup_v1 (hard)
+/// <why>` — the mode is the daemon's effective one, never hard without a
+/// cgroup.
+pub(crate) fn enforcement_line(e: &pb::EnforcementView) -> String {
+    let mode = e.mode().as_str_name().trim_start_matches("ENFORCE_MODE_").to_lowercase();
+    match e.backend() {
+        pb::EnforcementBackend::None | pb::EnforcementBackend::Unspecified => {
+            format!("enforcement none: {} [{mode}]", e.why)
+        }
+        b => format!(
+            "enforcement {} ({mode}) {}",
+            b.as_str_name().trim_start_matches("ENFORCEMENT_BACKEND_").to_lowercase(),
+            e.why
+        ),
+    }
 }
 
 pub(crate) fn scratch_line(v: &pb::ScratchVolume) -> String {
@@ -394,6 +406,22 @@ pub(crate) fn scratch_line(v: &pb::ScratchVolume) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn enforcement_none_names_why_and_never_hard() {
+        let view = |backend: pb::EnforcementBackend, mode: pb::EnforceMode| pb::EnforcementView {
+            backend: backend as i32,
+            why: "cannot enable the memory controller in /x/cgroup.subtree_control: busy".into(),
+            mode: mode as i32,
+        };
+        let none = enforcement_line(&view(pb::EnforcementBackend::None, pb::EnforceMode::Watchdog));
+        assert_eq!(
+            none,
+            "enforcement none: cannot enable the memory controller in /x/cgroup.subtree_control: busy [watchdog]"
+        );
+        let v1 = enforcement_line(&view(pb::EnforcementBackend::CgroupV1, pb::EnforceMode::Hard));
+        assert!(v1.starts_with("enforcement cgroup_v1 (hard) cannot"), "{v1}");
+    }
 
     #[test]
     fn durations() {

@@ -181,3 +181,57 @@ fn cpu_quota_through_the_host_backend() {
     task.set_cpu_quota(None).unwrap();
     task.remove().unwrap();
 }
+
+/// Python that forks two children each holding `mib` MiB, prints `ready`
+/// once both hold it, and lingers (children too) until stdin closes.
+fn two_hogs(mib: u64) -> Command {
+    let script = format!(
+        "import os, sys\n\
+         r, w = os.pipe()\n\
+         kids = []\n\
+         for _ in range(2):\n    \
+             pid = os.fork()\n    \
+             if pid == 0:\n        \
+                 b = b'x' * ({mib} << 20)\n        \
+                 os.write(w, b'r')\n        \
+                 sys.stdin.read()\n        \
+                 os._exit(0)\n    \
+             kids.append(pid)\n\
+         got = b''\n\
+         while len(got) < 2:\n    \
+             got += os.read(r, 2)\n\
+         print('ready', flush=True)\n\
+         sys.stdin.read()\n\
+         for k in kids:\n    \
+             os.waitpid(k, 0)\n"
+    );
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", &script]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+    cmd
+}
+
+#[test]
+fn forced_none_backend_peak_is_the_sum_over_the_process_tree() {
+    use std::io::BufRead;
+    // A poll far beyond the test: only the synchronous sample below counts.
+    let none = NoneEnforcer::new(HostRoot::default(), Duration::from_secs(600));
+    let task = none.create(&unique("none-tree"), &TaskLimits::default()).unwrap();
+    let mut child =
+        spawn_in(&mut two_hogs(60), Some(task.as_ref()), None).expect("python3 must be installed");
+    task.add_pid(child.id()).unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    // Both children hold their 60 MiB now: the sample sums the tree.
+    let current = task.memory_current().unwrap().unwrap();
+    assert!(current >= 120 * MIB, "current {} MiB", current / MIB);
+    drop(stdin);
+    let exit = wait_child(child).unwrap();
+    assert!(exit.status.success(), "{:?}", exit.status);
+    task.record_exit(&exit);
+    let peak = task.memory_peak().unwrap().unwrap();
+    assert!(peak >= 120 * MIB, "peak {} MiB is the tree's sum", peak / MIB);
+    assert!(peak > exit.max_rss, "more than the largest single process ({} MiB)", exit.max_rss / MIB);
+}

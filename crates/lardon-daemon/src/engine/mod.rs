@@ -259,6 +259,8 @@ impl Engine {
             governor.record_run(&Class::new(sample.class), sample.record);
         }
 
+        // The start-up summary (startlog) logs the backend and why, a
+        // warning when a limit is asked for and none applies.
         let detection = detect_enforcer(&cfg.cgroup_root);
         let info = Info {
             host: host_name(),

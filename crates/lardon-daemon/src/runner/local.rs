@@ -1,6 +1,9 @@
 //! The local executor: a process group per run, in its own task cgroup
-//! (v2, v1 or the none backend's watchdog), pinned to the compute pool,
-//! output appended to the task's log file.
+//! (v2, v1 or the none backend's RSS watcher), pinned to the compute pool,
+//! output appended to the task's log file. Nothing on a run's path sleeps:
+//! its end is a blocking `wait4`, and its group's cleanup returns at once
+//! when nothing is left (see `kill_and_reap_group` and the backends'
+//! teardown).
 
 use std::fs::OpenOptions;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -9,7 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use lardon_host::{ChildExit, Enforcer, TaskCgroup, TaskLimits, spawn_in, wait_child};
+use lardon_host::{
+    ChildExit, Enforcer, HostRoot, NoneEnforcer, TaskCgroup, TaskLimits, spawn_in, wait_child,
+};
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::waitpid;
@@ -18,16 +23,47 @@ use nix::unistd::Pid;
 use super::orphans::{RunHandle, start_time};
 use super::{Executor, Run, RunError, RunExit, RunRequest, RunSignal};
 
+/// How often the RSS watcher samples a run that has no cgroup.
+const WATCH_EVERY: Duration = Duration::from_millis(50);
+
 /// Starts runs on this host.
 #[derive(Debug, Clone)]
 pub struct LocalExecutor {
     enforcer: Option<Arc<dyn Enforcer>>,
+    /// The none backend's RSS watcher, for a run whose cgroup could not be
+    /// created: it still gets its whole process tree measured and its
+    /// memory limit watched, rather than nothing.
+    watcher: Arc<dyn Enforcer>,
 }
 
 impl LocalExecutor {
-    /// An executor limiting runs through `enforcer` (none: no cgroup).
+    /// An executor grouping every run through `enforcer` (a cgroup, or the
+    /// none backend's RSS watcher), so peaks cover the run's whole process
+    /// tree; `None` groups nothing (peaks from `ru_maxrss` only).
     pub fn new(enforcer: Option<Arc<dyn Enforcer>>) -> Self {
-        LocalExecutor { enforcer }
+        LocalExecutor { enforcer, watcher: Arc::new(NoneEnforcer::new(HostRoot::default(), WATCH_EVERY)) }
+    }
+
+    /// The run's group: a task cgroup with `limits`, or where that fails
+    /// the RSS watcher (with a warning naming why).
+    fn group(&self, name: &str, limits: &TaskLimits) -> Option<Box<dyn TaskCgroup>> {
+        let enforcer = self.enforcer.as_ref()?;
+        match enforcer.create(name, limits) {
+            Ok(cg) => Some(cg),
+            Err(e) => {
+                // Better a run watched by RSS than none; the Governor's
+                // reservation still bounds admission.
+                tracing::warn!(
+                    "task cgroup {name} not created ({e}); watching its RSS instead (no kernel limit)"
+                );
+                self.watcher
+                    .create(name, limits)
+                    .inspect_err(|e| {
+                        tracing::warn!("task {name}: no RSS watcher either ({e}); running unwatched")
+                    })
+                    .ok()
+            }
+        }
     }
 }
 
@@ -54,20 +90,15 @@ impl Executor for LocalExecutor {
         }
         let limits =
             TaskLimits { memory_max: req.memory_max, memory_high: req.memory_high, cpu_millis: None };
-        let cgroup = match (&self.enforcer, limits.memory_max.is_some() || limits.memory_high.is_some()) {
-            (Some(enforcer), true) => match enforcer.create(&req.name, &limits) {
-                Ok(cg) => Some(cg),
-                Err(e) => {
-                    // Better a run measured by ru_maxrss than no run; the
-                    // Governor's reservation still bounds admission.
-                    tracing::warn!("task cgroup {} not created ({e}); running without a limit", req.name);
-                    None
-                }
-            },
-            _ => None,
-        };
+        let cgroup = self.group(&req.name, &limits);
         let child =
             spawn_in(&mut cmd, cgroup.as_deref(), req.cpus.as_ref()).map_err(|e| fail(e.to_string()))?;
+        if let Some(watched) = cgroup.as_deref().filter(|g| g.procs_files().is_empty()) {
+            // The watcher has no cgroup to join before exec: hand it the
+            // leader, whose descendants it adopts. A leader already gone
+            // (`true`) is measured by ru_maxrss at its reaping.
+            let _ = watched.add_pid(child.id());
+        }
         let pid = child.id();
         let handle = RunHandle { pgid: pid, start: start_time(pid) };
         Ok(Box::new(LocalRun {
@@ -106,18 +137,19 @@ impl LocalRun {
     }
 
     /// SIGKILLs what is left of the group and reaps it: the daemon is a
-    /// child subreaper, so orphaned grandchildren are ours to reap.
+    /// child subreaper, so orphaned grandchildren are ours to reap. A group
+    /// already empty — the common end of a run — costs one `killpg`.
     fn kill_and_reap_group(&self) {
         let Some(pgid) = self.pgid() else { return };
-        let _ = killpg(pgid, Signal::SIGKILL);
-        for round in 0..3 {
-            while let Ok(_) | Err(Errno::EINTR) = waitpid(Pid::from_raw(-pgid.as_raw()), None) {}
-            // A grandchild whose parent is still dying is re-parented to us
-            // a moment later; look again briefly.
-            if round < 2 {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+        if let Err(Errno::ESRCH) = killpg(pgid, Signal::SIGKILL) {
+            return;
         }
+        // Blocks until no child of ours is left in the group. No second
+        // look is needed: a member whose parent dies is re-parented to us
+        // before that parent can be reaped (the kernel re-parents in
+        // exit_notify, before the parent turns zombie), so when waitpid
+        // reports no child left, none can still become ours.
+        while let Ok(_) | Err(Errno::EINTR) = waitpid(Pid::from_raw(-pgid.as_raw()), None) {}
     }
 }
 

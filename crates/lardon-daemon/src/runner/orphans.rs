@@ -69,7 +69,14 @@ pub fn kill_orphan(handle: &str) -> bool {
 /// Returns how many were removed.
 pub fn sweep_stale_cgroups() -> usize {
     let Ok(layout) = lardon_host::CgroupLayout::detect(&lardon_host::HostRoot::default()) else { return 0 };
-    let parents = [layout.v2, layout.v1_memory, layout.v1_cpu];
+    // Task cgroups sit beside the daemon's v2 leaf: in our own v2 cgroup
+    // before the daemon moved into the leaf, in the leaf's parent after.
+    let v2_base = layout
+        .v2
+        .as_ref()
+        .filter(|d| d.file_name().is_some_and(|n| n == lardon_host::cgroup::DAEMON_LEAF))
+        .and_then(|d| d.parent().map(std::path::Path::to_path_buf));
+    let parents = [v2_base.or(layout.v2), layout.v1_memory, layout.v1_cpu];
     let mut removed = 0;
     for parent in parents.iter().flatten() {
         let Ok(entries) = std::fs::read_dir(parent) else { continue };

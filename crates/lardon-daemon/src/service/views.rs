@@ -35,16 +35,6 @@ impl Engine {
             crate::now_ms() - i64::try_from(age.as_millis()).unwrap_or(0)
         });
         let settings = self.shared.settings();
-        let backend = match info.backend {
-            BackendKind::V2 => pb::EnforcementBackend::CgroupV2,
-            BackendKind::V1 => pb::EnforcementBackend::CgroupV1,
-            BackendKind::None => pb::EnforcementBackend::None,
-        };
-        let mode = match settings.enforce {
-            crate::EnforceMode::Off => pb::EnforceMode::Off,
-            crate::EnforceMode::Soft => pb::EnforceMode::Soft,
-            crate::EnforceMode::Hard => pb::EnforceMode::Hard,
-        };
         Ok(pb::Availability {
             host: info.host.clone(),
             captured_unix_ms: captured,
@@ -96,17 +86,38 @@ impl Engine {
                 psi_io: snap.as_ref().and_then(|s| s.pressure.io),
             }),
             slow_start_target: av.slow_start,
-            enforcement: Some(pb::EnforcementView {
-                backend: backend as i32,
-                why: info.backend_why.clone(),
-                mode: mode as i32,
-            }),
+            enforcement: Some(enforcement_view(info.backend, &info.backend_why, settings.enforce)),
             scratch: super::scratch::list(self).unwrap_or_default(),
             running: to_u32(count(TaskState::Running)),
             pending: to_u32(count(TaskState::Pending)),
             max_running: policy.max_running,
         })
     }
+}
+
+/// What enforcement applies, as `lardon resources` shows it: the mode is
+/// the one in effect, so it is `hard` (or `soft`) only where a cgroup takes
+/// the limit; without one, the policy's hard limit is an RSS watchdog and
+/// a soft one applies nothing.
+pub(crate) fn enforcement_view(
+    backend: BackendKind,
+    why: &str,
+    policy: crate::EnforceMode,
+) -> pb::EnforcementView {
+    use crate::EnforceMode;
+    let (backend, mode) = match (backend, policy) {
+        (_, EnforceMode::Off) => (backend, pb::EnforceMode::Off),
+        (BackendKind::None, EnforceMode::Soft) => (backend, pb::EnforceMode::Off),
+        (BackendKind::None, EnforceMode::Hard) => (backend, pb::EnforceMode::Watchdog),
+        (_, EnforceMode::Soft) => (backend, pb::EnforceMode::Soft),
+        (_, EnforceMode::Hard) => (backend, pb::EnforceMode::Hard),
+    };
+    let backend = match backend {
+        BackendKind::V2 => pb::EnforcementBackend::CgroupV2,
+        BackendKind::V1 => pb::EnforcementBackend::CgroupV1,
+        BackendKind::None => pb::EnforcementBackend::None,
+    };
+    pb::EnforcementView { backend: backend as i32, why: why.to_owned(), mode: mode as i32 }
 }
 
 /// The estimate at its batch bounds, and the batch learning allows.
@@ -139,4 +150,28 @@ fn adaptive_max(est: &Estimate, history: &[lardon::BatchSample]) -> Option<u64> 
         let scaled = u128::from(est.batch_max()) * u128::from(per_item) / u128::from(worst);
         u64::try_from(scaled).unwrap_or(u64::MAX).max(est.batch_min())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::EnforceMode;
+
+    #[test]
+    fn hard_is_claimed_only_where_a_cgroup_takes_the_limit() {
+        for policy in [EnforceMode::Off, EnforceMode::Soft, EnforceMode::Hard] {
+            let v = enforcement_view(BackendKind::None, "no cgroup", policy);
+            assert_eq!(v.backend(), pb::EnforcementBackend::None);
+            assert_ne!(v.mode(), pb::EnforceMode::Hard, "{policy:?}");
+            assert_ne!(v.mode(), pb::EnforceMode::Soft, "{policy:?}: the watchdog has no soft limit");
+            assert_eq!(v.why, "no cgroup");
+        }
+        let v = enforcement_view(BackendKind::None, "x", EnforceMode::Hard);
+        assert_eq!(v.mode(), pb::EnforceMode::Watchdog);
+        for backend in [BackendKind::V1, BackendKind::V2] {
+            assert_eq!(enforcement_view(backend, "", EnforceMode::Hard).mode(), pb::EnforceMode::Hard);
+            assert_eq!(enforcement_view(backend, "", EnforceMode::Soft).mode(), pb::EnforceMode::Soft);
+            assert_eq!(enforcement_view(backend, "", EnforceMode::Off).mode(), pb::EnforceMode::Off);
+        }
+    }
 }

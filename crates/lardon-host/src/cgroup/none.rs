@@ -1,7 +1,11 @@
-//! The none backend: no cgroup. Peaks come from the RSS seen by a watchdog
-//! thread (`VmHWM`/`VmRSS` in `/proc/<pid>/status`) and from `ru_maxrss`;
-//! the watchdog kills the task's processes when their summed RSS exceeds
-//! the limit — a last resort, since a fast allocation can outrun a poll.
+//! The none backend: no cgroup. A watchdog thread samples the task's whole
+//! process tree — the leader and every descendant, adopted through
+//! `/proc/<pid>/task/*/children` and kept once seen, so a process
+//! re-parented away is still counted — and its peak is the largest *sum*
+//! of their RSS (`VmRSS`), not the largest single process (at least any
+//! one's `VmHWM`, and `ru_maxrss` at the end). The watchdog kills the
+//! task's processes when their summed RSS exceeds the limit — a last
+//! resort, since a fast allocation can outrun a poll.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
