@@ -35,7 +35,8 @@ async fn waits_on_memory_then_starts_after_another_ends() {
     let decision = waiting.last_decision.unwrap();
     assert_eq!(decision.reason_code, "memory", "{decision:?}");
     assert!(decision.message.contains("GiB"), "{decision:?}");
-    let explain = c.explain(pb::ExplainRequest { id: second.clone() }).await.unwrap().into_inner();
+    let explain =
+        c.explain(pb::ExplainRequest { id: second.clone(), history: false }).await.unwrap().into_inner();
     assert_eq!(explain.needs.unwrap().memory_at_batch_min, 3 * GIB);
     let av = explain.availability.unwrap().memory.unwrap();
     assert_eq!(av.reserved, 3 * GIB);

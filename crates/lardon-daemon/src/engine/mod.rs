@@ -31,7 +31,7 @@ pub use probe::ProbeChoice;
 pub(crate) use slot::Slot;
 
 use crate::DaemonError;
-use crate::runner::{Executor, LocalExecutor, command_callback, orphans};
+use crate::runner::{ClassProbes, Executor, LocalExecutor, command_callback, orphans};
 use crate::settings::{self, DaemonSettings, EnforceMode};
 use crate::spec::{DepKind, TaskId, TaskSpec, TaskState};
 use crate::store::{Outcome, Store};
@@ -96,6 +96,8 @@ pub(crate) struct Shared {
     enforce_override: Option<EnforceMode>,
     /// CPUs task processes are pinned to; follows the policy.
     pub(crate) compute: ComputePool,
+    /// Unproven classes' first runs, one at a time (under hard enforcement).
+    pub(crate) probes: ClassProbes,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -296,6 +298,7 @@ impl Engine {
             default_policy,
             enforce_override: cfg.enforce,
             compute,
+            probes: ClassProbes::default(),
         });
         let volumes = shared.store().scratch_volumes()?;
         for row in volumes {

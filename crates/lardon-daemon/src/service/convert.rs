@@ -121,6 +121,7 @@ pub(crate) fn spec_from_pb(spec: Option<pb::TaskSpec>) -> Result<TaskSpec, Statu
         after_any: ids("after_any", &spec.after_any)?,
         items: spec.items,
         retry_on_interrupt: spec.retry_on_interrupt.unwrap_or(true),
+        oom_retry: spec.oom_retry.unwrap_or(true),
     };
     out.validate().map_err(|e| Status::invalid_argument(e.to_string()))?;
     Ok(out)
@@ -155,6 +156,7 @@ pub(crate) fn spec_to_pb(s: &TaskSpec) -> pb::TaskSpec {
         after_any: s.after_any.iter().map(|i| format_id(*i)).collect(),
         items: s.items,
         retry_on_interrupt: Some(s.retry_on_interrupt),
+        oom_retry: Some(s.oom_retry),
     }
 }
 
@@ -216,5 +218,9 @@ pub(crate) fn task_to_pb(rec: &TaskRecord, live: Option<&TaskView>, host: &str) 
         last_decision: rec.last_decision.as_ref().map(decision_to_pb),
         contract,
         host: host.to_owned(),
+        memory_retries: rec.memory_retries,
+        overrun_note: rec.overrun_note.clone().unwrap_or_default(),
+        // Filled by the engine's view (it needs the Governor).
+        learned: None,
     }
 }

@@ -228,11 +228,18 @@ impl lardon_proto::Lardon for Service {
         &self,
         req: Request<pb::ExplainRequest>,
     ) -> Result<Response<pb::ExplainResponse>, Status> {
-        let id = id_arg("id", &req.into_inner().id)?;
+        let req = req.into_inner();
+        let id = id_arg("id", &req.id)?;
         self.blocking(move |engine| {
             let rec = engine.shared.store().get_task(id).map_err(store_status)?;
             let rec = rec.ok_or_else(|| Status::not_found(format!("no task {id}")))?;
+            let history = if req.history {
+                views::course_pb(engine.shared.store().course(id).map_err(store_status)?)
+            } else {
+                Vec::new()
+            };
             Ok(Response::new(pb::ExplainResponse {
+                history,
                 task: Some(engine.task_pb(&rec)),
                 last_decision: rec.last_decision.as_ref().map(decision_to_pb),
                 estimate: Some(estimate_to_pb(&rec.spec.estimate)),
