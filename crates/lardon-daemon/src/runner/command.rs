@@ -12,8 +12,8 @@
 //! fails only after [`MAX_MEMORY_RETRIES`] retries, with `--no-oom-retry`,
 //! or when admission finds even `batch_min` at the learned size impossible.
 //! Under `enforce = soft` an overrun past the slack is warned about, noted
-//! on the task and learned. Under `hard`, the first run of an unproven
-//! class goes alone ([`super::probe`]).
+//! on the task and learned. The first task of an unproven class goes
+//! first ([`super::probe`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use lardon::{RunOutcome, RunRecord, RunShape, TaskContext, TaskError, TaskResult, format_bytes};
 
-use super::probe::Turn;
 use super::{Run, RunRequest, RunSignal, task_env};
 use crate::engine::{DaemonEvent, Shared, Slot};
 use crate::ids::format_id;
@@ -35,20 +34,6 @@ const USAGE_EVERY: Duration = Duration::from_millis(500);
 /// Runs of one task killed at their memory limit that are run again before
 /// the task fails.
 pub(crate) const MAX_MEMORY_RETRIES: u32 = 3;
-
-/// Frees the task's class for other runs when the task's callback ends,
-/// however it ends.
-struct ProbeGuard<'a> {
-    shared: &'a Shared,
-    class: &'a str,
-    id: TaskId,
-}
-
-impl Drop for ProbeGuard<'_> {
-    fn drop(&mut self) {
-        self.shared.probes.leave(self.class, self.id);
-    }
-}
 
 /// The callback for task `id` running `spec`.
 pub(crate) fn command_callback(
@@ -73,9 +58,6 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
     let mut cursor = if spec.items.is_some() { stored.as_ref().map_or(0, |r| r.cursor) } else { 0 };
     let mut retries = stored.as_ref().map_or(0, |r| r.memory_retries);
     let class = spec.estimate.class.as_str();
-    let estimate = spec.estimate.to_estimate();
-    let declares_memory = spec.estimate.memory_fixed > 0 || spec.estimate.memory_per_item > 0;
-    let _probe = ProbeGuard { shared, class, id };
     let mut run_no = 0u32;
     loop {
         if let Some(total) = spec.items
@@ -84,18 +66,6 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
             return Ok(());
         }
         let settings = shared.settings();
-        if settings.enforce == EnforceMode::Hard && declares_memory {
-            let proven = || shared.governor.learned(&estimate).is_some_and(|l| l.samples > 0);
-            let give_up = || shared.stopping() || slot.lock().cancelled;
-            match shared.probes.enter(class, id, proven, give_up) {
-                None => return Err(TaskError::Cancelled),
-                // Admitted before the probe taught anything: size again.
-                Some(Turn::Readmit) => {
-                    ctx.sequence_break()?;
-                }
-                Some(Turn::Go) => {}
-            }
-        }
         let contract = ctx.contract().clone();
         let batch = spec.items.map(|total| (cursor, contract.batch.clamp(1, total - cursor), total));
         let limit = match settings.enforce {
@@ -165,10 +135,6 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
         };
         ctx.record_run(record);
         persist_run(shared, id, class, &record);
-        if !oom {
-            // The probe ran to its end: the class's other runs may go.
-            shared.probes.leave(class, id);
-        }
         if settings.enforce == EnforceMode::Soft
             && let (Some(limit), Some(peak)) = (memory_high, peak)
             && peak > limit

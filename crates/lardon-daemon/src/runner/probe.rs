@@ -1,83 +1,41 @@
-//! The first run of an unproven class goes alone.
+//! The first task of an unproven class goes first.
 //!
-//! Under hard enforcement, a class whose tasks all under-declare their
-//! memory (liars) would otherwise be admitted many at once at the declared
-//! size and every one of them killed at its limit. Instead, while a class
-//! has learned nothing from a completed run, one of its runs (the probe)
-//! runs and the others wait for it; once it completed (or ended), they ask
-//! for a fresh admission, which is sized from what the probe taught. A
-//! class that has a completed sample never waits here.
+//! A class whose tasks all under-declare their memory (liars) would
+//! otherwise be admitted many at once at the declared size, and every one
+//! of them killed at its limit (hard enforcement) or all of them together
+//! overrunning the budget (soft, off). So while a class has learned nothing
+//! from a completed run, a task of it that declares memory is queued
+//! *after* the class's live probe (the first such task, which learns —
+//! through its memory retries if need be); when the probe ends, the others
+//! are admitted at the size it taught. Waiting is a queue dependency, so a
+//! waiting task holds no resources (a probe's re-admission is never
+//! blocked by its waiting siblings). A class with a completed sample never
+//! waits here.
 
 use std::collections::HashMap;
-use std::sync::{Condvar, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::{Mutex, PoisonError};
 
 use crate::spec::TaskId;
 
-/// Classes with a probe in flight, and who probes.
+/// The live probe of each unproven class.
 #[derive(Debug, Default)]
 pub(crate) struct ClassProbes {
     probing: Mutex<HashMap<String, TaskId>>,
-    ended: Condvar,
 }
-
-/// What [`ClassProbes::enter`] decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Turn {
-    /// Run now (as the probe, or the class is proven).
-    Go,
-    /// Another task probed meanwhile: ask for a fresh admission first.
-    Readmit,
-}
-
-/// How often a waiting task rechecks whether it was cancelled.
-const RECHECK: Duration = Duration::from_millis(200);
 
 impl ClassProbes {
-    /// Lets task `id` run a run of `class`: at once when `proven()` holds or
-    /// no other task probes the class (then `id` becomes its probe);
-    /// otherwise waits until the probe ends, `proven()` holds, or
-    /// `give_up()` (a cancel, a stop) does — then `None`.
-    pub(crate) fn enter(
-        &self,
-        class: &str,
-        id: TaskId,
-        proven: impl Fn() -> bool,
-        give_up: impl Fn() -> bool,
-    ) -> Option<Turn> {
-        let mut waited = false;
+    /// Where task `id` of an unproven `class` stands: `Some(probe)` when
+    /// another task is the class's live probe (`id` is queued after it),
+    /// else `None` and `id` becomes the probe. `live` tells whether a task
+    /// has yet to end.
+    pub(crate) fn probe_for(&self, class: &str, id: TaskId, live: impl Fn(TaskId) -> bool) -> Option<TaskId> {
         let mut probing = self.probing.lock().unwrap_or_else(PoisonError::into_inner);
-        loop {
-            if give_up() {
-                return None;
+        match probing.get(class) {
+            Some(&p) if p != id && live(p) => Some(p),
+            _ => {
+                probing.insert(class.to_owned(), id);
+                None
             }
-            if proven() {
-                return Some(if waited { Turn::Readmit } else { Turn::Go });
-            }
-            match probing.get(class) {
-                Some(&p) if p != id => {
-                    waited = true;
-                    probing = self
-                        .ended
-                        .wait_timeout(probing, RECHECK)
-                        .map(|(g, _)| g)
-                        .unwrap_or_else(|e| e.into_inner().0);
-                }
-                _ => {
-                    probing.insert(class.to_owned(), id);
-                    return Some(if waited { Turn::Readmit } else { Turn::Go });
-                }
-            }
-        }
-    }
-
-    /// Task `id` is done probing `class` (its run completed or it ended):
-    /// the waiting tasks go.
-    pub(crate) fn leave(&self, class: &str, id: TaskId) {
-        let mut probing = self.probing.lock().unwrap_or_else(PoisonError::into_inner);
-        if probing.get(class) == Some(&id) {
-            probing.remove(class);
-            self.ended.notify_all();
         }
     }
 }
@@ -87,42 +45,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_probe_per_unproven_class_and_none_once_proven() {
+    fn the_first_live_task_of_a_class_probes_for_the_rest() {
         let p = ClassProbes::default();
-        let never = || false;
-        assert_eq!(p.enter("liar", TaskId(1), never, never), Some(Turn::Go), "the first probes");
-        assert_eq!(
-            p.enter("liar", TaskId(1), never, never),
-            Some(Turn::Go),
-            "the probe runs again (a retry)"
-        );
-        assert_eq!(p.enter("other", TaskId(2), never, never), Some(Turn::Go), "classes are independent");
-        // A second task of the class waits; giving up ends the wait.
-        assert_eq!(p.enter("liar", TaskId(3), never, || true), None);
-        // Proven: nobody waits, probe or not.
-        assert_eq!(p.enter("liar", TaskId(3), || true, never), Some(Turn::Go));
-        p.leave("liar", TaskId(3));
-        assert_eq!(
-            p.enter("liar", TaskId(4), never, || true),
-            None,
-            "only the probe's leave frees the class"
-        );
-        p.leave("liar", TaskId(1));
-        assert_eq!(p.enter("liar", TaskId(4), never, never), Some(Turn::Go), "the next probe");
-    }
-
-    #[test]
-    fn a_waiting_task_goes_when_the_probe_leaves_and_readmits() {
-        let p = std::sync::Arc::new(ClassProbes::default());
-        assert_eq!(p.enter("liar", TaskId(1), || false, || false), Some(Turn::Go));
-        let waiter = {
-            let p = std::sync::Arc::clone(&p);
-            std::thread::spawn(move || p.enter("liar", TaskId(2), || false, || false))
-        };
-        p.leave("liar", TaskId(1));
-        // Either it had not waited yet (Go) or it waited and must readmit.
-        let turn = waiter.join().unwrap_or(None);
-        assert!(matches!(turn, Some(Turn::Go | Turn::Readmit)), "{turn:?}");
-        assert_eq!(p.enter("liar", TaskId(3), || false, || true), None, "task 2 is the probe now");
+        let all_live = |_| true;
+        assert_eq!(p.probe_for("liar", TaskId(1), all_live), None, "the first probes");
+        assert_eq!(p.probe_for("liar", TaskId(2), all_live), Some(TaskId(1)));
+        assert_eq!(p.probe_for("liar", TaskId(3), all_live), Some(TaskId(1)));
+        assert_eq!(p.probe_for("other", TaskId(4), all_live), None, "classes are independent");
+        assert_eq!(p.probe_for("liar", TaskId(1), all_live), None, "the probe itself never waits");
+        // The probe ended: the next task of the still unproven class probes.
+        assert_eq!(p.probe_for("liar", TaskId(5), |t| t != TaskId(1)), None);
+        assert_eq!(p.probe_for("liar", TaskId(6), all_live), Some(TaskId(5)));
     }
 }
