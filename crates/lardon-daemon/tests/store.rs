@@ -5,6 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
+use lardon::{
+    Class, Estimate, FakeProbe, Governor, HostPolicy, HostProfile, RunOutcome, RunRecord, RunShape,
+};
 use lardon_daemon::spec::{DecisionKind, DepKind, EnvVar, TaskId, TaskSpec, TaskState};
 use lardon_daemon::store::{
     INTERRUPTED, NewTask, Outcome, SCHEMA_VERSION, ScratchVolumeRow, Store, StoreError, TaskFilter,
@@ -362,25 +365,105 @@ fn crash_recovery_follows_the_design() {
     assert_eq!(store.get_task(running).unwrap().unwrap().state, TaskState::Completed);
 }
 
+fn completed(peak: u64) -> RunOutcome {
+    RunOutcome::Completed { peak: Some(peak) }
+}
+
 #[test]
-fn history_keeps_the_last_eight_per_class() {
+fn history_keeps_the_last_eight_completed_runs_per_class_and_shape() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = open(&dir);
-    for i in 0..12u64 {
-        store
-            .record_batch("a", i, Duration::from_millis(i), if i % 2 == 0 { Some(i * 100) } else { None })
-            .unwrap();
+    for i in 1..=12u64 {
+        store.record_batch("a", i, Duration::from_millis(i), Some(i * 100)).unwrap();
+        // Records that carry nothing are not written and evict nothing.
+        store.record_batch("a", 0, Duration::ZERO, Some(1)).unwrap();
+        store.record_batch("a", i, Duration::ZERO, None).unwrap();
+    }
+    for i in 1..=3u64 {
+        assert!(store.record_run("a", &RunRecord::unbatched(Duration::ZERO, completed(i))).unwrap());
     }
     store.record_batch("b", 1, Duration::from_secs(1), Some(5)).unwrap();
     drop(store);
     let store = open(&dir);
     let a = store.history("a").unwrap();
-    assert_eq!(a.iter().map(|s| s.items).collect::<Vec<_>>(), (4..12).collect::<Vec<_>>());
-    assert_eq!(a[0].peak_bytes, Some(400));
-    assert_eq!(a[1].peak_bytes, None);
-    assert_eq!(a[7].duration, Duration::from_millis(11));
-    assert_eq!(store.all_history().unwrap().len(), 9);
+    let batches: Vec<u64> = a
+        .iter()
+        .filter_map(|s| match s.record.shape {
+            RunShape::Batch { items } => Some(items),
+            RunShape::Unbatched => None,
+        })
+        .collect();
+    assert_eq!(batches, (5..=12).collect::<Vec<_>>(), "unbatched runs evict no batch");
+    assert_eq!(a[0].record, RunRecord::batch(5, Duration::from_millis(5), completed(500)));
+    assert_eq!(a.len(), 11);
+    assert_eq!(store.all_history().unwrap().len(), 12);
     assert_eq!(store.history("none").unwrap(), []);
+}
+
+#[test]
+fn a_kill_is_kept_until_a_completion_or_a_later_kill_supersedes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open(&dir);
+    let kill = |limit| RunRecord::unbatched(Duration::ZERO, RunOutcome::KilledAtLimit { limit });
+    store.record_run("liar", &kill(284)).unwrap();
+    store.record_run("liar", &kill(652)).unwrap();
+    let rows: Vec<RunRecord> = store.history("liar").unwrap().into_iter().map(|s| s.record).collect();
+    assert_eq!(rows, [kill(652)], "the latest kill replaces the earlier one");
+    store
+        .record_run("liar", &RunRecord::batch(4, Duration::ZERO, RunOutcome::KilledAtLimit { limit: 9 }))
+        .unwrap();
+    store.record_run("liar", &RunRecord::unbatched(Duration::ZERO, completed(1000))).unwrap();
+    let rows: Vec<RunRecord> = store.history("liar").unwrap().into_iter().map(|s| s.record).collect();
+    assert_eq!(
+        rows,
+        [
+            RunRecord::batch(4, Duration::ZERO, RunOutcome::KilledAtLimit { limit: 9 }),
+            RunRecord::unbatched(Duration::ZERO, completed(1000))
+        ],
+        "an unbatched completion supersedes only the unbatched kill"
+    );
+}
+
+#[test]
+fn learning_survives_a_restart() {
+    const MIB: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let live = governor();
+    let mut store = open(&dir);
+    let runs = [
+        (
+            "liar",
+            RunRecord::unbatched(Duration::from_secs(2), RunOutcome::KilledAtLimit { limit: 284 * MIB }),
+        ),
+        ("b6", RunRecord::batch(32, Duration::from_secs(1), completed(16 * MIB + 32 * 40 * MIB))),
+        ("b6", RunRecord::batch(8, Duration::from_secs(1), RunOutcome::KilledAtLimit { limit: 400 * MIB })),
+        ("plain", RunRecord::unbatched(Duration::from_secs(1), completed(700 * MIB))),
+        ("b6", RunRecord::batch(0, Duration::from_secs(1), completed(MIB))),
+    ];
+    for (class, record) in runs {
+        live.record_run(&Class::new(class), record);
+        store.record_run(class, &record).unwrap();
+    }
+    drop(store);
+    let restarted = governor();
+    for sample in open(&dir).all_history().unwrap() {
+        restarted.record_run(&Class::new(sample.class), sample.record);
+    }
+    let estimates = [
+        Estimate::builder().memory(200 * MIB).class("liar").build(),
+        Estimate::builder().memory(32 * MIB).memory_per_item(10 * MIB).batch(1, 32).class("b6").build(),
+        Estimate::builder().memory(100 * MIB).class("plain").build(),
+    ];
+    for e in &estimates {
+        let learned = restarted.learned(e);
+        assert!(learned.is_some(), "{e:?}");
+        assert_eq!(learned, live.learned(e), "{e:?}");
+    }
+}
+
+fn governor() -> Governor {
+    let profile = HostProfile::new(16 << 30, 8);
+    Governor::new(HostPolicy::default_for(&profile), FakeProbe::new(profile)).unwrap()
 }
 
 #[test]

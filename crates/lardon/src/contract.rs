@@ -8,7 +8,11 @@ use crate::estimate::Class;
 pub struct Contract {
     /// Items to process in this sequence.
     pub batch: u64,
-    /// Host memory granted, bytes (`fixed + per_item × batch`).
+    /// Host memory granted, bytes: `fixed + per_item × batch` at the sizes
+    /// admission used, i.e. the declared figures raised by what the class
+    /// learned (docs/DESIGN.md §6; [`crate::Governor::learned`] shows them).
+    /// A daemon that enforces or exports the grant (`LARDON_MEM_BYTES`)
+    /// reads this, so it matches what the class was measured to use.
     pub memory: u64,
     /// GPU memory granted per device, bytes.
     pub gpu_memory: u64,

@@ -60,6 +60,7 @@ pub fn run(host: &Host, tasks: &[SimTask], n: usize) -> Outcome {
         oom_events: track.oom_events,
         sequences,
         rejected: 0,
+        kills: None,
         not_green_ms: None,
         lower_bound_ms: 0.0,
         workload: String::new(),

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use lardon::{
     Class, DecisionKind, Estimate, FakeClock, FakeProbe, Governor, HostPolicy, HostProfile, MonoTime,
-    PressureLevel, Reservation,
+    PressureLevel, Reservation, RunOutcome, RunRecord,
 };
 
 use super::tracker::Tracker;
@@ -41,12 +41,21 @@ pub const SAMPLE_INTERVAL_MS: u64 = 250;
 /// CPUs each simulated task asks for (a tenth: memory is what binds).
 const TASK_CPU_MILLIS: u32 = 100;
 
+/// Memory allowed above a grant before hard enforcement kills: the
+/// daemon's defaults (`memory_slack` 64 MiB + `memory_slack_percent` 10).
+pub fn kill_limit(grant: u64) -> u64 {
+    grant.saturating_add(64 << 20).saturating_add(grant / 100 * 10)
+}
+
 struct Running {
     task: usize,
     items: u64,
+    /// Real use while it runs (at most the kill limit when killed).
     real: u64,
     reserved: u64,
     started: u64,
+    /// `Some(limit)` when hard enforcement kills it at that limit.
+    killed: Option<u64>,
     reservation: Reservation,
 }
 
@@ -55,10 +64,19 @@ struct Running {
 pub struct Options {
     /// WAIT bypass (Lardon) or not (strict FIFO).
     pub bypass: bool,
-    /// Record each sequence's measured peak (`record_batch`), as the
+    /// Record each sequence's measured peak (`record_run`), as the
     /// daemon does. `false` is an ablation that shows what learning costs
-    /// or saves.
+    /// or saves (kills are still recorded under hard enforcement: without
+    /// their lower bound a killed task would be re-run at the same size
+    /// forever).
     pub learn: bool,
+    /// Hard enforcement: a sequence whose real use exceeds its grant plus
+    /// the daemon's slack ([`kill_limit`]) is killed when its use reaches
+    /// the limit (use grows linearly over the sequence, so at
+    /// `duration × limit ÷ real`), costs the time it ran, processes no
+    /// item, is recorded as killed at its limit and is re-admitted (a
+    /// batch re-runs smaller, an unbatched task at its learned size).
+    pub hard: bool,
 }
 
 /// Runs `tasks` on `host` through the real Governor.
@@ -66,7 +84,7 @@ pub struct Options {
 /// # Errors
 /// [`SimError`] when the Governor cannot be built or the loop stalls.
 pub fn run(host: &Host, tasks: &[SimTask], options: Options) -> Result<Outcome, SimError> {
-    let Options { bypass, learn } = options;
+    let Options { bypass, learn, hard } = options;
     let profile = HostProfile::new(host.total_memory, host.cpus);
     let policy = HostPolicy::default_for(&profile);
     let budget = profile.total_memory - policy.memory_reserve;
@@ -87,6 +105,7 @@ pub fn run(host: &Host, tasks: &[SimTask], options: Options) -> Result<Outcome, 
     let mut track = Tracker::new(host.total_memory, budget);
     let (mut now, mut makespan, mut sequences, mut rejected) = (0u64, 0u64, 0u64, 0usize);
     let mut not_green_ms = 0u64;
+    let mut kills = 0u64;
 
     loop {
         // 1. Sequences ending now.
@@ -97,12 +116,30 @@ pub fn run(host: &Host, tasks: &[SimTask], options: Options) -> Result<Outcome, 
             ends.pop();
             let Some(r) = running.get_mut(slot).and_then(Option::take) else { continue };
             let took = Duration::from_millis(now - r.started);
-            if learn {
-                governor.record_batch(&classes[r.task], r.items, took, Some(r.real));
+            let unbatched = tasks[r.task].batch_max <= 1 && tasks[r.task].est_per_item == 0;
+            let record = |outcome| {
+                if unbatched {
+                    RunRecord::unbatched(took, outcome)
+                } else {
+                    RunRecord::batch(r.items, took, outcome)
+                }
+            };
+            match r.killed {
+                Some(limit) => {
+                    kills += 1;
+                    governor.record_run(&classes[r.task], record(RunOutcome::KilledAtLimit { limit }));
+                }
+                None if learn => {
+                    governor
+                        .record_run(&classes[r.task], record(RunOutcome::Completed { peak: Some(r.real) }));
+                }
+                None => {}
             }
             drop(r.reservation);
             track.end(r.real, r.reserved);
-            remaining[r.task] -= r.items;
+            if r.killed.is_none() {
+                remaining[r.task] -= r.items;
+            }
             if remaining[r.task] > 0 {
                 between.push(r.task);
             }
@@ -143,20 +180,32 @@ pub fn run(host: &Host, tasks: &[SimTask], options: Options) -> Result<Outcome, 
                 Ok(reservation) => {
                     let items = reservation.contract().batch.min(remaining[i]);
                     let reserved = reservation.contract().memory;
-                    let real = tasks[i].real_memory(items);
+                    let need = tasks[i].real_memory(items);
+                    let limit = kill_limit(reserved);
+                    let killed = (hard && need > limit).then_some(limit);
+                    let real = killed.unwrap_or(need);
                     track.start(real, reserved);
                     if track.reserved > budget {
                         return Err(SimError(format!("reserved {} > budget {budget}", track.reserved)));
                     }
                     sequences += 1;
                     let slot = running.iter().position(Option::is_none).unwrap_or(running.len());
-                    let entry = Running { task: i, items, real, reserved, started: now, reservation };
+                    let entry = Running { task: i, items, real, reserved, started: now, killed, reservation };
                     if slot == running.len() {
                         running.push(Some(entry));
                     } else {
                         running[slot] = Some(entry);
                     }
-                    ends.push(Reverse((now + tasks[i].duration(items).max(1), slot)));
+                    let full = tasks[i].duration(items).max(1);
+                    let ran = match killed {
+                        // Use grows linearly to `need`: it reaches the limit at this share.
+                        Some(limit) => {
+                            let share = u128::from(full) * u128::from(limit) / u128::from(need.max(1));
+                            u64::try_from(share).unwrap_or(full).max(1)
+                        }
+                        None => full,
+                    };
+                    ends.push(Reverse((now + ran, slot)));
                 }
                 Err(d) if d.kind == DecisionKind::Wait => {
                     host_wait |= d.reason.waits_on_host();
@@ -192,12 +241,13 @@ pub fn run(host: &Host, tasks: &[SimTask], options: Options) -> Result<Outcome, 
         now = next;
     }
     Ok(Outcome {
-        strategy: match (bypass, learn) {
-            (true, true) => "lardon".into(),
-            (false, true) => "strict FIFO".into(),
-            (true, false) => "lardon, peaks not recorded (ablation)".into(),
-            (false, false) => "strict FIFO, peaks not recorded (ablation)".into(),
-        },
+        strategy: format!(
+            "{}{}{}",
+            if bypass { "lardon" } else { "strict FIFO" },
+            if learn { "" } else { ", peaks not recorded (ablation)" },
+            if hard { ", hard enforcement" } else { "" },
+        ),
+        kills: hard.then_some(kills),
         makespan_ms: makespan,
         budget,
         peak_reserved: Some(track.peak_reserved),

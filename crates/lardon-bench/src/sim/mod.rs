@@ -52,8 +52,14 @@ pub enum Strategy {
     Lardon,
     /// The real Governor, no bypass.
     StrictFifo,
-    /// Lardon without `record_batch` (ablation: what learning does).
+    /// Lardon without recording peaks (ablation: what learning does).
     LardonNoLearning,
+    /// Lardon under hard enforcement (the daemon's default): a sequence
+    /// over its grant plus slack is killed and re-admitted.
+    LardonHard,
+    /// [`Strategy::LardonHard`] without recording peaks (kills are still
+    /// recorded, or a killed task would never finish).
+    LardonHardNoLearning,
     /// N at once, memory ignored.
     Fixed(usize),
 }
@@ -97,6 +103,9 @@ pub struct Outcome {
     pub sequences: u64,
     /// Tasks the Governor rejected.
     pub rejected: usize,
+    /// Sequences killed at their memory limit (hard enforcement; `None`
+    /// for strategies without enforcement).
+    pub kills: Option<u64>,
     /// Virtual ms the Governor's pressure state was not GREEN (YELLOW
     /// halves batch targets and re-arms slow start; RED admits nothing).
     pub not_green_ms: Option<u64>,
@@ -126,9 +135,19 @@ impl Outcome {
 pub fn simulate(host: &Host, workload: &Workload, strategy: Strategy) -> Result<Outcome, SimError> {
     let tasks: &[SimTask] = &workload.tasks;
     let mut outcome = match strategy {
-        Strategy::Lardon => governed::run(host, tasks, Options { bypass: true, learn: true })?,
-        Strategy::StrictFifo => governed::run(host, tasks, Options { bypass: false, learn: true })?,
-        Strategy::LardonNoLearning => governed::run(host, tasks, Options { bypass: true, learn: false })?,
+        Strategy::Lardon => governed::run(host, tasks, Options { bypass: true, learn: true, hard: false })?,
+        Strategy::StrictFifo => {
+            governed::run(host, tasks, Options { bypass: false, learn: true, hard: false })?
+        }
+        Strategy::LardonNoLearning => {
+            governed::run(host, tasks, Options { bypass: true, learn: false, hard: false })?
+        }
+        Strategy::LardonHard => {
+            governed::run(host, tasks, Options { bypass: true, learn: true, hard: true })?
+        }
+        Strategy::LardonHardNoLearning => {
+            governed::run(host, tasks, Options { bypass: true, learn: false, hard: true })?
+        }
         Strategy::Fixed(n) => fixed::run(host, tasks, n),
     };
     outcome.workload = workload.name.clone();
@@ -142,6 +161,8 @@ pub fn standard_strategies() -> Vec<Strategy> {
         Strategy::Lardon,
         Strategy::StrictFifo,
         Strategy::LardonNoLearning,
+        Strategy::LardonHard,
+        Strategy::LardonHardNoLearning,
         Strategy::Fixed(4),
         Strategy::Fixed(8),
         Strategy::Fixed(16),

@@ -131,3 +131,54 @@ fn ablation_without_learning_keeps_full_batches_and_pressure_is_timed() {
     // Fixed-N has no pressure state.
     assert_eq!(simulate(&SMALL, &three_eights(), Strategy::Fixed(1)).unwrap().not_green_ms, None);
 }
+
+#[test]
+fn hard_enforcement_kills_an_unbatched_liar_and_regrows_its_size_until_it_completes() {
+    use super::governed::kill_limit;
+    // Declares 1 GiB, really uses 4 GiB for 10 s.
+    let liar = SimTask { real_fixed: 4 * GIB, ..SimTask::simple("liar", GIB, 10_000) };
+    let o = simulate(&Host::default(), &wl(vec![liar]), Strategy::LardonHard).unwrap();
+    // Killed at 1 GiB + slack, then at twice that + slack; the third grant
+    // (twice the second limit) holds 4 GiB.
+    let first = kill_limit(GIB);
+    let second = kill_limit(2 * first);
+    assert!(2 * second >= 4 * GIB);
+    assert_eq!((o.kills, o.sequences), (Some(2), 3));
+    // Each killed run cost the time it ran: until its use reached the limit.
+    let ran = |limit: u64| (10_000u128 * u128::from(limit) / u128::from(4 * GIB)) as u64;
+    assert_eq!(o.makespan_ms, ran(first) + ran(second) + 10_000);
+    assert!(o.peak_usage <= 4 * GIB);
+    // Without hard enforcement it runs once, over its grant.
+    let liar = SimTask { real_fixed: 4 * GIB, ..SimTask::simple("liar", GIB, 10_000) };
+    let o = simulate(&Host::default(), &wl(vec![liar]), Strategy::Lardon).unwrap();
+    assert_eq!((o.kills, o.sequences, o.makespan_ms), (None, 1, 10_000));
+}
+
+#[test]
+fn a_killed_batch_reruns_smaller_and_learning_stops_the_kills() {
+    // 2 GiB fixed + 256 MiB per item declared, 1 GiB per item real: a
+    // batch of 64 is granted 18 GiB and killed; items are processed once.
+    let liar = SimTask {
+        items: 256,
+        batch_max: 64,
+        est_fixed: 2 * GIB,
+        est_per_item: 256 << 20,
+        real_fixed: 2 * GIB,
+        real_per_item: GIB,
+        time_per_item: 100,
+        ..SimTask::simple("liar", 0, 1_000)
+    };
+    let learned = simulate(&Host::default(), &wl(vec![liar.clone()]), Strategy::LardonHard).unwrap();
+    let ablation = simulate(&Host::default(), &wl(vec![liar]), Strategy::LardonHardNoLearning).unwrap();
+    // Two doublings of the per-item bound reach 4× the estimate; after the
+    // first completion the measured peak sizes every batch.
+    assert_eq!(learned.kills, Some(2));
+    // The ablation keeps the kill's bound (its completions are not
+    // recorded), an over-estimate: smaller batches, a longer makespan.
+    assert!(ablation.kills >= learned.kills, "{ablation:?}");
+    assert!(ablation.makespan_ms > learned.makespan_ms, "{ablation:?} vs {learned:?}");
+    for o in [&learned, &ablation] {
+        assert!(o.peak_reserved.unwrap() <= o.budget);
+        assert!(o.peak_usage <= o.budget, "hard enforcement keeps real use within the budget");
+    }
+}

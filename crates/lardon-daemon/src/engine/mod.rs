@@ -258,12 +258,7 @@ impl Engine {
             }
         };
         for sample in store.all_history()? {
-            governor.record_batch(
-                &Class::new(sample.class),
-                sample.items,
-                sample.duration,
-                sample.peak_bytes,
-            );
+            governor.record_run(&Class::new(sample.class), sample.record);
         }
 
         let detection = detect_enforcer(&cfg.cgroup_root);
@@ -399,7 +394,10 @@ impl Engine {
     /// probe itself).
     fn probe_for(&self, id: TaskId, spec: &TaskSpec) -> Option<TaskId> {
         let e = &spec.estimate;
-        if e.memory_fixed == 0 && e.memory_per_item == 0 {
+        // Only a named class promises that its tasks are alike; the default
+        // class gathers unrelated commands, which must not queue behind one
+        // another.
+        if (e.memory_fixed == 0 && e.memory_per_item == 0) || e.class == lardon::Class::DEFAULT {
             return None;
         }
         let proven = self.shared.governor.learned(&e.to_estimate()).is_some_and(|l| l.samples > 0);

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{RecvTimeoutError, channel};
 use std::time::Duration;
 
-use lardon::{RunOutcome, RunRecord, RunShape, TaskContext, TaskError, TaskResult, format_bytes};
+use lardon::{RunOutcome, RunRecord, TaskContext, TaskError, TaskResult, format_bytes};
 
 use super::{Run, RunRequest, RunSignal, task_env};
 use crate::engine::{DaemonEvent, Shared, Slot};
@@ -186,14 +186,10 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
     }
 }
 
-/// Keeps `record` in the store so that learning survives a restart.
+/// Keeps `record` in the store so that learning survives a restart (the
+/// store ignores a record that carries nothing).
 fn persist_run(shared: &Shared, id: TaskId, class: &str, record: &RunRecord) {
-    // The store keeps completed batches' samples; kills and unbatched runs
-    // are learned by the Governor for this daemon's life.
-    if let (RunShape::Batch { items }, RunOutcome::Completed { peak: Some(peak) }) =
-        (record.shape, record.outcome)
-        && let Err(e) = shared.store().record_batch(class, items, record.duration, Some(peak))
-    {
+    if let Err(e) = shared.store().record_run(class, record) {
         tracing::warn!("task {id}: run sample not persisted: {e}");
     }
 }

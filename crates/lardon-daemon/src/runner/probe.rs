@@ -3,7 +3,8 @@
 //! A class whose tasks all under-declare their memory (liars) would
 //! otherwise be admitted many at once at the declared size, and every one
 //! of them killed at its limit (hard enforcement) or all of them together
-//! overrunning the budget (soft, off). So while a class has learned nothing
+//! overrunning the budget (soft, off). So while a named class (not the
+//! default one, which gathers unrelated commands) has learned nothing
 //! from a completed run, a task of it that declares memory is queued
 //! *after* the class's live probe (the first such task, which learns —
 //! through its memory retries if need be); when the probe ends, the others

@@ -1,30 +1,29 @@
 //! What the Governor learns and must keep across restarts (docs/DESIGN.md §6):
-//! per-class batch history (last 8 per class) and capability feedback.
+//! per-class run history (the last 8 completed runs per class and shape, and
+//! the kill that bounds the next estimate) and capability feedback.
 
 use std::time::Duration;
 
+use lardon::{RunOutcome, RunRecord, RunShape};
 use rusqlite::params;
 
 use super::error::{Ctx, StoreError};
 use super::{Store, to_i64, to_u64};
 
-/// Samples kept per class (the Governor's ring size).
+/// Completed runs kept per class and shape (the Governor's ring size).
 pub const HISTORY_PER_CLASS: u32 = 8;
 
 /// Feedback rows kept in all (least recently updated pruned first).
 pub const MAX_FEEDBACK_ROWS: u32 = 4096;
 
-/// One recorded batch.
+/// One recorded run of a class, as the Governor was told it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HistorySample {
     /// Learning key.
     pub class: String,
-    /// Items in the batch.
-    pub items: u64,
-    /// How long it ran.
-    pub duration: Duration,
-    /// Measured peak memory, if known.
-    pub peak_bytes: Option<u64>,
+    /// Shape, duration and outcome, replayed into the Governor at start
+    /// with `Governor::record_run`.
+    pub record: RunRecord,
     /// When recorded, Unix ms.
     pub at_ms: i64,
 }
@@ -42,12 +41,75 @@ pub struct FeedbackRow {
     pub updated_ms: i64,
 }
 
+/// The columns `read_history` maps, in order.
+const HISTORY_COLUMNS: &str = "class, items, unbatched, duration_ns, peak_bytes, killed_at, at_ms";
+
 impl Store {
-    /// Records a batch and keeps only the newest [`HISTORY_PER_CLASS`] of
-    /// its class (one transaction).
+    /// Records one run of `class` as the Governor learns it (docs/DESIGN.md
+    /// §6), in one transaction, and prunes what the Governor would no longer
+    /// use: per class and shape, completed runs beyond the newest
+    /// [`HISTORY_PER_CLASS`], and any kill that is not the newest row of its
+    /// shape (a later completion supersedes it, a later kill replaces it).
+    /// Replaying [`Store::all_history`] in order therefore rebuilds exactly
+    /// what the Governor had learned. A record that carries nothing (a
+    /// batch of 0 items, an unknown peak, a kill at limit 0) is not
+    /// written; returns whether a row was.
     ///
     /// # Errors
     /// [`StoreError::OutOfRange`] for values above 2^63-1; SQLite errors.
+    pub fn record_run(&mut self, class: &str, record: &RunRecord) -> Result<bool, StoreError> {
+        const OP: &str = "record run";
+        if !record.is_informative() {
+            return Ok(false);
+        }
+        let now = self.now_ms();
+        let nanos = u64::try_from(record.duration.as_nanos()).unwrap_or(u64::MAX);
+        let unbatched = matches!(record.shape, RunShape::Unbatched);
+        let (peak, killed_at) = match record.outcome {
+            RunOutcome::Completed { peak } => (peak, None),
+            RunOutcome::KilledAtLimit { limit } => (None, Some(limit)),
+        };
+        let tx = self.conn.transaction().ctx("begin history")?;
+        tx.prepare_cached(
+            "INSERT INTO class_history (class, items, unbatched, duration_ns, peak_bytes, killed_at, at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .ctx(OP)?
+        .execute(params![
+            class,
+            to_i64(record.shape.items(), "items")?,
+            unbatched,
+            to_i64(nanos, "duration")?,
+            peak.map(|p| to_i64(p, "peak")).transpose()?,
+            killed_at.map(|l| to_i64(l, "kill limit")).transpose()?,
+            now
+        ])
+        .ctx(OP)?;
+        tx.prepare_cached(
+            "DELETE FROM class_history WHERE class = ?1 AND unbatched = ?2 AND killed_at IS NULL AND seq <=
+               (SELECT seq FROM class_history WHERE class = ?1 AND unbatched = ?2 AND killed_at IS NULL
+                 ORDER BY seq DESC LIMIT 1 OFFSET ?3)",
+        )
+        .ctx(OP)?
+        .execute(params![class, unbatched, HISTORY_PER_CLASS])
+        .ctx(OP)?;
+        tx.prepare_cached(
+            "DELETE FROM class_history WHERE class = ?1 AND unbatched = ?2 AND killed_at IS NOT NULL AND seq <
+               (SELECT MAX(seq) FROM class_history WHERE class = ?1 AND unbatched = ?2)",
+        )
+        .ctx(OP)?
+        .execute(params![class, unbatched])
+        .ctx(OP)?;
+        tx.commit().ctx("commit history")?;
+        Ok(true)
+    }
+
+    /// Records a completed batch with its measured peak: shorthand for
+    /// [`Store::record_run`] (nothing is written for 0 items or an unknown
+    /// peak).
+    ///
+    /// # Errors
+    /// As [`Store::record_run`].
     pub fn record_batch(
         &mut self,
         class: &str,
@@ -55,57 +117,36 @@ impl Store {
         duration: Duration,
         peak_bytes: Option<u64>,
     ) -> Result<(), StoreError> {
-        const OP: &str = "record batch";
-        let now = self.now_ms();
-        let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
-        let tx = self.conn.transaction().ctx("begin history")?;
-        tx.prepare_cached(
-            "INSERT INTO class_history (class, items, duration_ns, peak_bytes, at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )
-        .ctx(OP)?
-        .execute(params![
-            class,
-            to_i64(items, "items")?,
-            to_i64(nanos, "duration")?,
-            peak_bytes.map(|p| to_i64(p, "peak")).transpose()?,
-            now
-        ])
-        .ctx(OP)?;
-        tx.prepare_cached(
-            "DELETE FROM class_history WHERE class = ?1 AND seq <=
-               (SELECT seq FROM class_history WHERE class = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
-        )
-        .ctx(OP)?
-        .execute(params![class, HISTORY_PER_CLASS])
-        .ctx(OP)?;
-        tx.commit().ctx("commit history")
+        let record = RunRecord::batch(items, duration, RunOutcome::Completed { peak: peak_bytes });
+        self.record_run(class, &record).map(drop)
     }
 
-    /// The samples of one class, oldest first.
+    /// The records of one class, oldest first.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// SQLite errors; [`StoreError::Corrupt`] for a negative stored value.
     pub fn history(&self, class: &str) -> Result<Vec<HistorySample>, StoreError> {
-        self.read_history("SELECT class, items, duration_ns, peak_bytes, at_ms FROM class_history WHERE class = ?1 ORDER BY seq", Some(class))
+        self.read_history(
+            &format!("SELECT {HISTORY_COLUMNS} FROM class_history WHERE class = ?1 ORDER BY seq"),
+            Some(class),
+        )
     }
 
-    /// Every sample, by class then age: what the daemon replays into the
-    /// Governor at start.
+    /// Every record, by class then age: what the daemon replays into the
+    /// Governor at start (in this order, with `Governor::record_run`).
     ///
     /// # Errors
-    /// SQLite errors.
+    /// SQLite errors; [`StoreError::Corrupt`] for a negative stored value.
     pub fn all_history(&self) -> Result<Vec<HistorySample>, StoreError> {
-        self.read_history(
-            "SELECT class, items, duration_ns, peak_bytes, at_ms FROM class_history ORDER BY class, seq",
-            None,
-        )
+        self.read_history(&format!("SELECT {HISTORY_COLUMNS} FROM class_history ORDER BY class, seq"), None)
     }
 
     fn read_history(&self, sql: &str, class: Option<&str>) -> Result<Vec<HistorySample>, StoreError> {
         const OP: &str = "read history";
+        type Row = (String, i64, bool, i64, Option<i64>, Option<i64>, i64);
         let mut stmt = self.conn.prepare_cached(sql).ctx(OP)?;
-        let map = |r: &rusqlite::Row<'_>| -> rusqlite::Result<(String, i64, i64, Option<i64>, i64)> {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        let map = |r: &rusqlite::Row<'_>| -> rusqlite::Result<Row> {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
         };
         let rows = match class {
             Some(c) => stmt.query_map([c], map),
@@ -115,14 +156,18 @@ impl Store {
         .collect::<Result<Vec<_>, _>>()
         .ctx(OP)?;
         rows.into_iter()
-            .map(|(class, items, ns, peak, at_ms)| {
-                Ok(HistorySample {
-                    class,
-                    items: to_u64(items, "items")?,
-                    duration: Duration::from_nanos(to_u64(ns, "duration")?),
-                    peak_bytes: peak.map(|p| to_u64(p, "peak")).transpose()?,
-                    at_ms,
-                })
+            .map(|(class, items, unbatched, ns, peak, killed_at, at_ms)| {
+                let duration = Duration::from_nanos(to_u64(ns, "duration")?);
+                let outcome = match killed_at {
+                    Some(limit) => RunOutcome::KilledAtLimit { limit: to_u64(limit, "kill limit")? },
+                    None => RunOutcome::Completed { peak: peak.map(|p| to_u64(p, "peak")).transpose()? },
+                };
+                let record = if unbatched {
+                    RunRecord::unbatched(duration, outcome)
+                } else {
+                    RunRecord::batch(to_u64(items, "items")?, duration, outcome)
+                };
+                Ok(HistorySample { class, record, at_ms })
             })
             .collect()
     }

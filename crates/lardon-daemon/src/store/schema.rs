@@ -11,7 +11,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use super::error::{Ctx, StoreError};
 
 /// Migration `i` (0-based) brings the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -118,11 +118,25 @@ const V2: &str = r"
 ALTER TABLE tasks ADD COLUMN run_handle TEXT;
 ";
 
-/// Version 3: each task's course — the decisions that changed it (admitted
+/// Version 3: the whole estimate learns (docs/DESIGN.md §6). A history row
+/// is an unbatched run (`unbatched = 1`, `items = 0`) or a batch, and either
+/// completed with a measured peak or killed at its memory limit
+/// (`killed_at`; the limit is never stored as a peak). Rows that carry
+/// nothing (a batch of 0 items, an unknown peak) are no longer kept: they
+/// used to push real samples out of the class's last 8.
+const V3: &str = r"
+ALTER TABLE class_history ADD COLUMN unbatched INTEGER NOT NULL DEFAULT 0 CHECK (unbatched IN (0, 1));
+ALTER TABLE class_history ADD COLUMN killed_at INTEGER CHECK (killed_at IS NULL OR peak_bytes IS NULL);
+DELETE FROM class_history WHERE peak_bytes IS NULL OR items = 0;
+DROP INDEX class_history_by_class;
+CREATE INDEX class_history_by_class ON class_history (class, unbatched, seq);
+";
+
+/// Version 4: each task's course — the decisions that changed it (admitted
 /// with a grant, waited on X from t1 to t2, batch changed, re-run after a
 /// memory kill, soft overrun, rejected), bounded per task — and the
 /// task's memory-retry count and last overrun note.
-const V3: &str = r"
+const V4: &str = r"
 CREATE TABLE task_course (
     seq         INTEGER PRIMARY KEY AUTOINCREMENT,
     task_id     INTEGER NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,

@@ -77,7 +77,7 @@ fn hot_queries_use_indexes_at_100k_tasks() {
     );
     assert_indexed(
         &store,
-        "SELECT seq FROM class_history WHERE class = 'a' ORDER BY seq DESC LIMIT 1 OFFSET 8",
+        "SELECT seq FROM class_history WHERE class = 'a' AND unbatched = 0 AND killed_at IS NULL ORDER BY seq DESC LIMIT 1 OFFSET 8",
         "class_history_by_class",
     );
     assert_indexed(&store, "SELECT value FROM meta WHERE key = 'next_task_number'", "PRIMARY KEY");
@@ -115,4 +115,29 @@ fn an_older_database_migrates_step_by_step_keeping_its_rows() {
     );
     store.set_run_handle(TaskId(1), Some("h")).unwrap();
     assert_eq!(store.recover_after_crash().unwrap().orphans, [(TaskId(1), "h".to_owned())]);
+}
+
+#[test]
+fn history_rows_from_version_2_migrate_and_rows_that_carry_nothing_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut conn = rusqlite::Connection::open(&path).unwrap();
+    schema::migrate_to(&mut conn, &path, 2).unwrap();
+    conn.execute_batch(
+        "INSERT INTO class_history (class, items, duration_ns, peak_bytes, at_ms) VALUES
+           ('b', 8, 1000, 800, 1), ('b', 8, 1000, NULL, 2), ('b', 0, 1000, 5, 3), ('b', 4, 2000, 900, 4)",
+    )
+    .unwrap();
+    drop(conn);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    let completed = |peak| lardon::RunOutcome::Completed { peak: Some(peak) };
+    let rows: Vec<lardon::RunRecord> = store.history("b").unwrap().into_iter().map(|s| s.record).collect();
+    assert_eq!(
+        rows,
+        [
+            lardon::RunRecord::batch(8, std::time::Duration::from_nanos(1000), completed(800)),
+            lardon::RunRecord::batch(4, std::time::Duration::from_nanos(2000), completed(900)),
+        ]
+    );
 }
