@@ -106,6 +106,8 @@ fn scenario(mode: &str) {
     let mut host = RealHost::start(tmp.path(), 2 * GIB, &["--enforce", mode])
         .unwrap_or_else(|why| panic!("cannot host this test: {why}"));
     host.relax_host_gates();
+    let o = host.lardon(&["policy", "--set", "cpu_reserve=0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
 
     // Ten liars: all complete, at most two runs killed in all.
     let ids: Vec<String> = (0..10).map(|_| liar(&host)).collect();
