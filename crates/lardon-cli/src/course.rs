@@ -91,3 +91,33 @@ pub(crate) fn history_json(entries: &[pb::HistoryEntry]) -> Value {
             .collect(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_period_shows_its_span_and_an_open_one_its_start() {
+        let entry = |kind: &str, from: i64, to: Option<i64>, message: &str| pb::HistoryEntry {
+            kind: kind.into(),
+            from_unix_ms: from,
+            to_unix_ms: to,
+            reason_code: if kind == "waited" { "memory".into() } else { String::new() },
+            message: message.into(),
+            ..Default::default()
+        };
+        let text = history_text(&[
+            entry("waited", 3_600_000, Some(3_637_000), "needs 1.0 GiB"),
+            entry("admitted", 3_637_000, None, "batch 8, 112.0 MiB memory, 1 CPUs"),
+            entry("waited", 3_700_000, None, "load"),
+        ]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[1].contains("01:00:00–01:00:37") && lines[1].contains("[memory]"), "{text}");
+        assert!(
+            lines[2].contains("01:00:37") && lines[2].contains("admitted") && lines[2].contains("batch 8"),
+            "{text}"
+        );
+        assert!(lines[3].contains("01:01:40–…"), "{text}");
+        assert!(history_text(&[]).contains("nothing recorded"));
+    }
+}
