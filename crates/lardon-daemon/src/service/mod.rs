@@ -22,7 +22,7 @@ use crate::engine::{ActionError, Engine};
 use crate::settings;
 use crate::spec::TaskState;
 use crate::store::TaskFilter;
-use convert::{decision_to_pb, estimate_to_pb, id_arg, spec_from_pb, state_to_pb, states_arg};
+use convert::{estimate_to_pb, id_arg, spec_from_pb, state_to_pb, states_arg};
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
@@ -238,10 +238,11 @@ impl lardon_proto::Lardon for Service {
             } else {
                 Vec::new()
             };
+            let task = engine.task_pb(&rec);
             Ok(Response::new(pb::ExplainResponse {
                 history,
-                task: Some(engine.task_pb(&rec)),
-                last_decision: rec.last_decision.as_ref().map(decision_to_pb),
+                last_decision: task.last_decision.clone(),
+                task: Some(task),
                 estimate: Some(estimate_to_pb(&rec.spec.estimate)),
                 needs: Some(views::needs(&rec.spec, engine)),
                 availability: Some(engine.availability_pb().map_err(store_status)?),
