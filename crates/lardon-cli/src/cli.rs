@@ -83,6 +83,11 @@ pub(crate) enum Command {
     Explain {
         /// Task id
         id: String,
+        /// Also list the decisions that changed the task's course (admitted
+        /// with its batch and grant, each wait period and its reason, batch
+        /// changes, memory retries, soft overruns), oldest first
+        #[arg(long)]
+        history: bool,
         /// Print JSON
         #[arg(long)]
         json: bool,
@@ -327,6 +332,11 @@ pub(crate) struct SubmitArgs {
     /// Fail instead of rerunning if the daemon is interrupted while it runs
     #[arg(long)]
     pub(crate) no_retry: bool,
+    /// Fail when a run is killed at its memory limit, instead of running it
+    /// again at the size learned from the kill (a smaller batch, or a larger
+    /// grant; at most 3 times)
+    #[arg(long)]
+    pub(crate) no_oom_retry: bool,
     /// Submit in the paused state
     #[arg(long)]
     pub(crate) paused: bool,

@@ -111,6 +111,9 @@ pub(crate) fn task(t: &pb::Task) -> Value {
             "item_offset": c.item_offset,
         })),
         "host": t.host,
+        "memory_retries": t.memory_retries,
+        "overrun_note": t.overrun_note,
+        "learned": crate::course::learned_json(t.learned.as_ref()),
     })
 }
 

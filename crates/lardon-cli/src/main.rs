@@ -16,6 +16,7 @@ pub(crate) use say;
 mod cli;
 mod client;
 mod commands;
+mod course;
 mod each;
 mod engine;
 mod error;

@@ -198,6 +198,15 @@ pub(crate) fn detail(t: &pb::Task) -> String {
             ),
         );
     }
+    if t.memory_retries > 0 {
+        kv(&mut out, "memory retries", t.memory_retries);
+    }
+    if !t.overrun_note.is_empty() {
+        kv(&mut out, "overrun", &t.overrun_note);
+    }
+    if let Some(l) = &t.learned {
+        kv(&mut out, "learned", crate::course::learned_line(l));
+    }
     out
 }
 
@@ -220,6 +229,15 @@ pub(crate) fn explain(r: &pb::ExplainResponse) -> String {
             }
         }
         None => out.push_str("last decision: none yet (the task has not been considered)\n"),
+    }
+    if task.memory_retries > 0 {
+        let _ = writeln!(out, "memory retries: {}", task.memory_retries);
+    }
+    if !task.overrun_note.is_empty() {
+        let _ = writeln!(out, "overrun: {}", task.overrun_note);
+    }
+    if let Some(l) = &task.learned {
+        let _ = writeln!(out, "learned: {}", crate::course::learned_line(l));
     }
     let needs = r.needs.clone().unwrap_or_default();
     if !needs.estimate_error.is_empty() {

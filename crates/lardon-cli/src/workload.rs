@@ -244,6 +244,7 @@ fn convert(t: &RawTask, src: &str, file: &str) -> Result<WorkloadTask> {
         priority: t.priority,
         after: Vec::new(),
         retry: !t.no_retry,
+        no_oom_retry: false,
     };
     let spec = task_spec(&needs, parts, Style::Toml).map_err(|e| {
         let span = match e.to_string().split(':').next().unwrap_or_default() {

@@ -46,7 +46,7 @@ fn cpu_reserve_zero_frees_every_cpu_and_one_cpu_tasks_run_on_different_cpus() {
     );
     let ids: Vec<String> = (0..2)
         .map(|_| {
-            let o = host.lardon(&["submit", "--cpus", "1", "--mem", "16MiB", "--", "sh", "-c", &script]);
+            let o = host.lardon(&["submit", "--cpus", "1", "--", "sh", "-c", &script]);
             assert!(o.status.success(), "{}", stderr(&o));
             stdout(&o).trim().to_owned()
         })

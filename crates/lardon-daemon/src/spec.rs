@@ -289,6 +289,10 @@ pub struct TaskSpec {
     /// (default) or the task fails.
     #[serde(default = "default_true")]
     pub retry_on_interrupt: bool,
+    /// Whether a run killed at its memory limit is run again at the
+    /// learned size (default; a bounded number of times) or the task fails.
+    #[serde(default = "default_true")]
+    pub oom_retry: bool,
 }
 
 impl TaskSpec {
@@ -309,6 +313,7 @@ impl TaskSpec {
             after_any: Vec::new(),
             items: None,
             retry_on_interrupt: true,
+            oom_retry: true,
         }
     }
 

@@ -35,7 +35,8 @@ async fn waits_on_memory_then_starts_after_another_ends() {
     let decision = waiting.last_decision.unwrap();
     assert_eq!(decision.reason_code, "memory", "{decision:?}");
     assert!(decision.message.contains("GiB"), "{decision:?}");
-    let explain = c.explain(pb::ExplainRequest { id: second.clone() }).await.unwrap().into_inner();
+    let explain =
+        c.explain(pb::ExplainRequest { id: second.clone(), history: false }).await.unwrap().into_inner();
     assert_eq!(explain.needs.unwrap().memory_at_batch_min, 3 * GIB);
     let av = explain.availability.unwrap().memory.unwrap();
     assert_eq!(av.reserved, 3 * GIB);
@@ -47,6 +48,15 @@ async fn waits_on_memory_then_starts_after_another_ends() {
     let t = wait_end(&mut c, &second).await;
     assert_eq!(state(&t), TaskState::Completed);
     assert!(i128::from(t.started_unix_ms.unwrap()) >= released_at as i128, "started before the first ended");
+    // Its course: one wait period on memory, closed when it was admitted.
+    let explain =
+        c.explain(pb::ExplainRequest { id: second.clone(), history: true }).await.unwrap().into_inner();
+    let kinds: Vec<&str> = explain.history.iter().map(|h| h.kind.as_str()).collect();
+    assert_eq!(kinds, ["waited", "admitted"], "{:?}", explain.history);
+    let wait = &explain.history[0];
+    assert_eq!(wait.reason_code, "memory");
+    assert!(wait.to_unix_ms.is_some_and(|to| to >= wait.from_unix_ms), "{wait:?}");
+    assert_eq!(explain.history[1].memory, Some(3 * GIB));
     drop(c);
     d.shutdown().unwrap();
 }

@@ -123,21 +123,47 @@ async fn pending_task_pause_resume_and_cancel() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_overrun_is_killed_and_reported() {
+async fn memory_overrun_costs_a_retry_not_the_task_unless_opted_out() {
     let dir = tempfile::tempdir().unwrap();
     let d = start(dir.path());
     let mut c = client(&d).await;
     let backend = c.resources(pb::ResourcesRequest {}).await.unwrap().into_inner();
     let enforcement = backend.availability.unwrap().enforcement.unwrap();
-    let mut spec = cmd(&["python3", "-c", "import time; x = b'x' * (600 << 20); time.sleep(1)"]);
-    spec.estimate = Some(pb::Estimate { memory_fixed: 64 * MIB, ..Default::default() });
-    let id = submit(&mut c, spec).await;
+    assert_ne!(
+        enforcement.backend,
+        pb::EnforcementBackend::None as i32,
+        "this test needs a cgroup backend that limits memory: {}",
+        enforcement.why
+    );
+    let liar = |class: &str, oom_retry: Option<bool>| {
+        let mut spec = cmd(&["python3", "-c", "import time; x = b'x' * (600 << 20); time.sleep(1)"]);
+        spec.estimate =
+            Some(pb::Estimate { memory_fixed: 64 * MIB, class: class.into(), ..Default::default() });
+        spec.oom_retry = oom_retry;
+        spec
+    };
+    // Opted out: the first kill fails the task, with the limit and the peak.
+    let id = submit(&mut c, liar("no-retry", Some(false))).await;
     let t = wait_end(&mut c, &id).await;
-    // Every backend kills it: a cgroup limit, or without one the RSS
-    // watcher (600 MiB held for a second against a 50 ms poll).
     assert_eq!(state(&t), TaskState::Failed, "{t:?} (backend: {})", enforcement.why);
     assert!(t.failure_reason.starts_with("killed: memory limit of"), "{}", t.failure_reason);
-    assert!(t.failure_reason.contains("(peak "), "{}", t.failure_reason);
+    assert!(
+        t.failure_reason.contains("(peak ") && t.failure_reason.contains("--no-oom-retry"),
+        "{}",
+        t.failure_reason
+    );
+    // By default: killed, run again at the size learned from the kill, done.
+    let id = submit(&mut c, liar("retried", None)).await;
+    let t = wait_end(&mut c, &id).await;
+    assert_eq!(state(&t), TaskState::Completed, "{t:?}");
+    assert!((1..=3).contains(&t.memory_retries), "{t:?}");
+    let learned = t.learned.clone().expect("the class learned its size");
+    assert!(learned.fixed.is_some_and(|f| f >= 600 * MIB), "{learned:?}");
+    let d2 = t.last_decision.clone().unwrap();
+    assert!(!d2.message.starts_with("batch 1, 64.0 MiB"), "status shows the current grant: {d2:?}");
+    let explain = c.explain(pb::ExplainRequest { id: id.clone(), history: true }).await.unwrap().into_inner();
+    let kinds: Vec<&str> = explain.history.iter().map(|h| h.kind.as_str()).collect();
+    assert!(kinds.contains(&"memory_retry") && kinds[0] == "admitted", "{kinds:?}");
     drop(c);
     d.shutdown().unwrap();
 }

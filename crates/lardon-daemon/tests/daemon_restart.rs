@@ -114,14 +114,14 @@ async fn learned_batch_survives_a_restart() {
     let mut c = client(&d).await;
     let id = submit(&mut c, spec).await;
     assert_eq!(state(&wait_end(&mut c, &id).await), TaskState::Completed);
-    let before = c.explain(pb::ExplainRequest { id: id.clone() }).await.unwrap().into_inner();
+    let before = c.explain(pb::ExplainRequest { id: id.clone(), history: false }).await.unwrap().into_inner();
     let learned = before.needs.unwrap().adaptive_batch_max;
     assert!(learned.is_some_and(|b| b < 4), "{learned:?}");
     drop(c);
     d.shutdown().unwrap();
     let d = start(dir.path());
     let mut c = client(&d).await;
-    let after = c.explain(pb::ExplainRequest { id }).await.unwrap().into_inner();
+    let after = c.explain(pb::ExplainRequest { id, history: false }).await.unwrap().into_inner();
     assert_eq!(after.needs.unwrap().adaptive_batch_max, learned);
     drop(c);
     d.shutdown().unwrap();

@@ -203,6 +203,29 @@ pub(crate) fn scratch_state(state: ScratchState) -> (&'static str, Semantic) {
     }
 }
 
+/// What the task's class learned, in one short phrase for the task panel:
+/// `learned 1.0G fixed · 40M/item · batch 8 (3 runs)`; empty when nothing.
+pub(crate) fn learned(task: &pb::Task) -> String {
+    let Some(l) = &task.learned else { return String::new() };
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(f) = l.fixed {
+        parts.push(format!("{} fixed", bytes(f)));
+    }
+    if let Some(p) = l.per_item {
+        parts.push(format!("{}/item", bytes(p)));
+    }
+    if let Some(b) = l.lower_bound {
+        parts.push(format!("killed at {}", bytes(b)));
+    }
+    if let Some(t) = l.batch_target {
+        parts.push(format!("batch {t}"));
+    }
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!("learned {} ({} run{})", parts.join(" · "), l.samples, if l.samples == 1 { "" } else { "s" })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,5 +252,26 @@ mod tests {
         assert_eq!(bar(-1.0, 4, '#', '.'), "....");
         assert_eq!(clip("abcdef", 4), "abc…");
         assert_eq!(clip("abc", 4), "abc");
+    }
+
+    #[test]
+    fn learned_figures_in_one_phrase() {
+        let mut t = pb::Task::default();
+        assert_eq!(learned(&t), "", "nothing learned: nothing shown");
+        t.learned = Some(pb::LearnedFigures {
+            samples: 3,
+            fixed: Some(1 << 30),
+            per_item: Some(40 << 20),
+            batch_target: Some(8),
+            ..Default::default()
+        });
+        let s = learned(&t);
+        assert!(
+            s.starts_with("learned ")
+                && s.contains("/item")
+                && s.contains("batch 8")
+                && s.ends_with("(3 runs)"),
+            "{s}"
+        );
     }
 }

@@ -35,7 +35,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<u8> {
         Command::Run { file, plain } => run::run(&cli, file, *plain),
         Command::Submit(args) => block_on(submit::run(&cli, args)),
         Command::Status { id, json } => block_on(status::status(&cli, id.as_deref(), *json)),
-        Command::Explain { id, json } => block_on(status::explain(&cli, id, *json)),
+        Command::Explain { id, history, json } => block_on(status::explain(&cli, id, *history, *json)),
         Command::Resources { json } => block_on(status::resources(&cli, *json)),
         Command::Log { id, follow, stderr, stdout, tail } => {
             block_on(log::run(&cli, id, *follow, (*stdout, *stderr), *tail))

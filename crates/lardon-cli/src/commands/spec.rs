@@ -35,6 +35,8 @@ pub(crate) struct SpecParts {
     pub(crate) priority: i32,
     pub(crate) after: Vec<String>,
     pub(crate) retry: bool,
+    /// Run again after a memory kill (default true through `oom_retry`).
+    pub(crate) no_oom_retry: bool,
 }
 
 pub(crate) fn estimate(needs: &NeedsArgs, style: Style) -> Result<pb::Estimate> {
@@ -125,6 +127,7 @@ pub(crate) fn task_spec(needs: &NeedsArgs, parts: SpecParts, style: Style) -> Re
         after_any: Vec::new(),
         items: needs.items,
         retry_on_interrupt: Some(parts.retry),
+        oom_retry: parts.no_oom_retry.then_some(false),
     })
 }
 

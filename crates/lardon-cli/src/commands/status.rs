@@ -39,10 +39,10 @@ pub(crate) async fn status(cli: &Cli, id: Option<&str>, as_json: bool) -> Result
     Ok(0)
 }
 
-pub(crate) async fn explain(cli: &Cli, id: &str, as_json: bool) -> Result<u8> {
+pub(crate) async fn explain(cli: &Cli, id: &str, history: bool, as_json: bool) -> Result<u8> {
     let mut client = crate::client::connect(cli).await?;
     let r = client
-        .explain(pb::ExplainRequest { id: id.to_owned() })
+        .explain(pb::ExplainRequest { id: id.to_owned(), history })
         .await
         .map_err(|s| from_status(&format!("task {id}"), s))?
         .into_inner();
@@ -58,9 +58,16 @@ pub(crate) async fn explain(cli: &Cli, id: &str, as_json: bool) -> Result<u8> {
                 "adaptive_batch_max": n.adaptive_batch_max, "estimate_error": n.estimate_error,
             },
             "availability": json::availability(r.availability.as_ref()),
+            "learned": crate::course::learned_json(r.task.as_ref().and_then(|t| t.learned.as_ref())),
+            "history": if history { crate::course::history_json(&r.history) } else { serde_json::Value::Null },
         }))?;
     } else {
-        super::out(&render::explain(&r))?;
+        let mut text = render::explain(&r);
+        if history {
+            text.push('\n');
+            text.push_str(&crate::course::history_text(&r.history));
+        }
+        super::out(&text)?;
     }
     Ok(0)
 }

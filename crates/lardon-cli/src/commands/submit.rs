@@ -23,6 +23,7 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
         priority: args.priority.unwrap_or(0),
         after: args.after.clone(),
         retry: !args.no_retry,
+        no_oom_retry: args.no_oom_retry,
     };
     if let Some(source) = &args.each {
         return each(cli, args, &parts, source).await;

@@ -31,7 +31,7 @@ pub use probe::ProbeChoice;
 pub(crate) use slot::Slot;
 
 use crate::DaemonError;
-use crate::runner::{Executor, LocalExecutor, command_callback, orphans};
+use crate::runner::{ClassProbes, Executor, LocalExecutor, command_callback, orphans};
 use crate::settings::{self, DaemonSettings, EnforceMode};
 use crate::spec::{DepKind, TaskId, TaskSpec, TaskState};
 use crate::store::{Outcome, Store};
@@ -96,6 +96,8 @@ pub(crate) struct Shared {
     enforce_override: Option<EnforceMode>,
     /// CPUs task processes are pinned to; follows the policy.
     pub(crate) compute: ComputePool,
+    /// Unproven classes' first runs, one at a time.
+    pub(crate) probes: ClassProbes,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -293,6 +295,7 @@ impl Engine {
             default_policy,
             enforce_override: cfg.enforce,
             compute,
+            probes: ClassProbes::default(),
         });
         let volumes = shared.store().scratch_volumes()?;
         for row in volumes {
@@ -352,6 +355,9 @@ impl Engine {
         let mut task = Task::new(spec.display_name(), spec.estimate.to_estimate(), callback)
             .with_id(qid(id))
             .priority(spec.priority);
+        if let Some(probe) = self.probe_for(id, spec) {
+            task = task.after_any(qid(probe));
+        }
         for (dep, kind) in spec.dependencies() {
             let live = self.queue.get(qid(dep)).is_some_and(|v| !v.state.is_terminal());
             let stored =
@@ -382,6 +388,26 @@ impl Engine {
             }
             Err(e) => Err(e.to_string()),
         }
+    }
+
+    /// The live probe `id` must be queued after when its class has learned
+    /// nothing from a completed run yet and it declares memory
+    /// ([`crate::runner::ClassProbes`]); `None` otherwise (it may become the
+    /// probe itself).
+    fn probe_for(&self, id: TaskId, spec: &TaskSpec) -> Option<TaskId> {
+        let e = &spec.estimate;
+        // Only a named class promises that its tasks are alike; the default
+        // class gathers unrelated commands, which must not queue behind one
+        // another.
+        if (e.memory_fixed == 0 && e.memory_per_item == 0) || e.class == lardon::Class::DEFAULT {
+            return None;
+        }
+        let proven = self.shared.governor.learned(&e.to_estimate()).is_some_and(|l| l.samples > 0);
+        if proven {
+            return None;
+        }
+        let live = |t: TaskId| self.queue.get(qid(t)).is_some_and(|v| !v.state.is_terminal());
+        self.shared.probes.probe_for(&e.class, id, live)
     }
 
     /// Ends a task that never reached the queue.

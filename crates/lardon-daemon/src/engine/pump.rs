@@ -16,7 +16,7 @@ use lardon::QueueEvent;
 
 use super::{DaemonEvent, Shared};
 use crate::spec::{DecisionKind, TaskId, TaskState};
-use crate::store::{DecisionRecord, Outcome};
+use crate::store::{DecisionRecord, Grant, Outcome};
 
 pub(crate) fn spawn(shared: Arc<Shared>, events: Receiver<QueueEvent>) -> std::io::Result<JoinHandle<()>> {
     let run = move || {
@@ -48,11 +48,19 @@ pub(crate) fn kind_of(k: lardon::DecisionKind) -> DecisionKind {
     }
 }
 
+/// What a contract grants, as the task's course records it.
+fn grant_of(c: &lardon::Contract) -> Grant {
+    Grant { batch: c.batch, memory: c.memory, cpu_millis: c.cpu_millis }
+}
+
 fn handle(shared: &Shared, event: QueueEvent) {
     let (id, result) = match event {
-        QueueEvent::Submitted { id, .. }
-        | QueueEvent::Sequence { id, .. }
-        | QueueEvent::Progress { id, .. } => (TaskId(id.0), Ok(())),
+        QueueEvent::Submitted { id, .. } | QueueEvent::Progress { id, .. } => (TaskId(id.0), Ok(())),
+        QueueEvent::Sequence { id, contract } => {
+            // Written only when the batch changed (no write per batch).
+            let id = TaskId(id.0);
+            (id, shared.store().record_grant(id, &grant_of(&contract)))
+        }
         QueueEvent::Decision { id, kind, reason, message } => {
             let id = TaskId(id.0);
             let kind = kind_of(kind);
@@ -73,9 +81,9 @@ fn handle(shared: &Shared, event: QueueEvent) {
             shared.emit(DaemonEvent::Decision(id, record));
             (id, result)
         }
-        QueueEvent::Started { id, .. } => {
+        QueueEvent::Started { id, contract } => {
             let id = TaskId(id.0);
-            (id, shared.store().start_attempt(id).map(drop))
+            (id, shared.store().start_attempt_granted(id, &grant_of(&contract)).map(drop))
         }
         QueueEvent::StateChanged { id, state } => {
             let id = TaskId(id.0);

@@ -1,23 +1,39 @@
 //! The queue callback of a command task: one run per sequence. A batched
 //! task (`items` set) runs once per granted batch from its durable cursor,
-//! records each batch's measured peak, commits the cursor only after the
-//! batch succeeded, and asks for a new admission between batches.
+//! commits the cursor only after the batch succeeded, and asks for a new
+//! admission between batches.
+//!
+//! Every run is recorded with its shape (unbatched, or the batch it ran):
+//! completed with its measured peak, or killed at its memory limit — the
+//! limit is then a lower bound, never a peak (docs/DESIGN.md §6). A run
+//! killed for memory costs a retry, not the task: the next admission is
+//! sized from what the kill taught (a smaller batch at a larger per-item
+//! size, or a larger grant), the cursor stays where it was, and the task
+//! fails only after [`MAX_MEMORY_RETRIES`] retries, with `--no-oom-retry`,
+//! or when admission finds even `batch_min` at the learned size impossible.
+//! Under `enforce = soft` an overrun past the slack is warned about, noted
+//! on the task and learned. The first task of an unproven class goes
+//! first ([`super::probe`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{RecvTimeoutError, channel};
 use std::time::Duration;
 
-use lardon::{TaskContext, TaskError, TaskResult, format_bytes};
+use lardon::{RunOutcome, RunRecord, TaskContext, TaskError, TaskResult, format_bytes};
 
 use super::{Run, RunRequest, RunSignal, task_env};
-use crate::engine::{Shared, Slot};
+use crate::engine::{DaemonEvent, Shared, Slot};
 use crate::ids::format_id;
 use crate::settings::EnforceMode;
 use crate::spec::{TaskId, TaskSpec};
 
 /// How often a running command's memory use is fed to its reservation.
 const USAGE_EVERY: Duration = Duration::from_millis(500);
+
+/// Runs of one task killed at their memory limit that are run again before
+/// the task fails.
+pub(crate) const MAX_MEMORY_RETRIES: u32 = 3;
 
 /// The callback for task `id` running `spec`.
 pub(crate) fn command_callback(
@@ -38,10 +54,10 @@ fn store_err(e: impl std::fmt::Display) -> TaskError {
 }
 
 fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, slot: &Slot) -> TaskResult {
-    let mut cursor = match spec.items {
-        Some(_) => shared.store().get_task(id).map_err(store_err)?.map_or(0, |r| r.cursor),
-        None => 0,
-    };
+    let stored = shared.store().get_task(id).map_err(store_err)?;
+    let mut cursor = if spec.items.is_some() { stored.as_ref().map_or(0, |r| r.cursor) } else { 0 };
+    let mut retries = stored.as_ref().map_or(0, |r| r.memory_retries);
+    let class = spec.estimate.class.as_str();
     let mut run_no = 0u32;
     loop {
         if let Some(total) = spec.items
@@ -49,9 +65,9 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
         {
             return Ok(());
         }
+        let settings = shared.settings();
         let contract = ctx.contract().clone();
         let batch = spec.items.map(|total| (cursor, contract.batch.clamp(1, total - cursor), total));
-        let settings = shared.settings();
         let limit = match settings.enforce {
             EnforceMode::Off => None,
             _ => settings.memory_limit(contract.memory),
@@ -98,6 +114,7 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
         let peak = run.peak();
         let oom = run.oom_killed();
         run.cleanup();
+        drop(cpus);
         slot.lock().run = None;
         // The handle is not cleared here (one fsync saved per run): the end
         // of the task clears it, and a stale one left by a crash between
@@ -106,16 +123,23 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
             return Err(TaskError::Cancelled);
         }
         let exit = exit.map_err(TaskError::failed)?;
-        let items = batch.map_or(1, |b| b.1);
-        // Learn from every run, including one killed for its memory.
-        ctx.record_batch(items, exit.wall, peak);
-        // Persisted where it can steer a later admission (per-item memory
-        // drives the adaptive batch); a plain command's sample would cost a
-        // synced write per run for nothing.
-        if (spec.items.is_some() || spec.estimate.memory_per_item > 0)
-            && let Err(e) = shared.store().record_batch(contract.class.as_str(), items, exit.wall, peak)
+        // Learn from every run; a kill at the limit only bounds the need.
+        let outcome = match (oom, memory_max) {
+            (true, Some(limit)) => RunOutcome::KilledAtLimit { limit },
+            (true, None) => RunOutcome::Completed { peak: None },
+            (false, _) => RunOutcome::Completed { peak },
+        };
+        let record = match batch {
+            Some((_, size, _)) => RunRecord::batch(size, exit.wall, outcome),
+            None => RunRecord::unbatched(exit.wall, outcome),
+        };
+        ctx.record_run(record);
+        persist_run(shared, id, class, &record);
+        if settings.enforce == EnforceMode::Soft
+            && let (Some(limit), Some(peak)) = (memory_high, peak)
+            && peak > limit
         {
-            tracing::warn!("task {id}: batch sample not persisted: {e}");
+            note_soft_overrun(shared, id, &contract, limit, peak);
         }
         if let Some(code) = exit.code {
             shared.set_exit(id, code);
@@ -123,7 +147,26 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
         if oom {
             let limit = memory_max.or(memory_high).map_or_else(|| "?".to_owned(), format_bytes);
             let peak = peak.map_or_else(|| "unknown".to_owned(), format_bytes);
-            return Err(TaskError::failed(format!("killed: memory limit of {limit} exceeded (peak {peak})")));
+            let killed = format!("killed: memory limit of {limit} exceeded (peak {peak})");
+            if !spec.oom_retry {
+                return Err(TaskError::failed(format!("{killed} (not run again: --no-oom-retry)")));
+            }
+            if retries >= MAX_MEMORY_RETRIES {
+                return Err(TaskError::failed(format!("{killed} after {retries} memory retries")));
+            }
+            let what = match batch {
+                Some((offset, size, _)) => format!("batch of {size} at item {offset}"),
+                None => "run".to_owned(),
+            };
+            let note = format!("{what} {killed}; run again at the size learned from the kill");
+            tracing::warn!("task {id}: {note}");
+            retries = shared.store().note_memory_retry(id, &note).map_err(store_err)?;
+            shared.emit(DaemonEvent::TaskChanged(id));
+            // A new admission sized from the kill: smaller batch or larger
+            // grant; a REJECT (even batch_min can never fit) fails the task
+            // with admission's reason.
+            ctx.sequence_break()?;
+            continue;
         }
         if !exit.success() {
             return Err(TaskError::failed(exit.describe()));
@@ -141,6 +184,31 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
         }
         ctx.sequence_break()?;
     }
+}
+
+/// Keeps `record` in the store so that learning survives a restart (the
+/// store ignores a record that carries nothing).
+fn persist_run(shared: &Shared, id: TaskId, class: &str, record: &RunRecord) {
+    if let Err(e) = shared.store().record_run(class, record) {
+        tracing::warn!("task {id}: run sample not persisted: {e}");
+    }
+}
+
+/// A run went past its grant plus slack and soft enforcement let it: say so
+/// in the log, on the task (status, explain, its course) and to watchers.
+fn note_soft_overrun(shared: &Shared, id: TaskId, contract: &lardon::Contract, limit: u64, peak: u64) {
+    let ratio = if contract.memory > 0 { peak as f64 / contract.memory as f64 } else { 0.0 };
+    let note = format!(
+        "peak {} is {ratio:.1}× its grant of {} (over the {} soft limit; enforce = soft let it run)",
+        format_bytes(peak),
+        format_bytes(contract.memory),
+        format_bytes(limit)
+    );
+    tracing::warn!("task {id}: {note}");
+    if let Err(e) = shared.store().note_soft_overrun(id, &note) {
+        tracing::warn!("task {id}: overrun not recorded: {e}");
+    }
+    shared.emit(DaemonEvent::TaskChanged(id));
 }
 
 /// Waits for the run while feeding its memory use to the reservation, so

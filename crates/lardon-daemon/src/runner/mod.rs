@@ -7,6 +7,7 @@ mod command;
 mod env;
 mod local;
 pub mod orphans;
+mod probe;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -17,6 +18,7 @@ use lardon_host::CpuMask;
 pub(crate) use command::command_callback;
 pub use env::task_env;
 pub use local::LocalExecutor;
+pub(crate) use probe::ClassProbes;
 
 /// Everything needed to start one run of a command (one batch, for a
 /// batched task).

@@ -121,6 +121,7 @@ pub(crate) fn spec_from_pb(spec: Option<pb::TaskSpec>) -> Result<TaskSpec, Statu
         after_any: ids("after_any", &spec.after_any)?,
         items: spec.items,
         retry_on_interrupt: spec.retry_on_interrupt.unwrap_or(true),
+        oom_retry: spec.oom_retry.unwrap_or(true),
     };
     out.validate().map_err(|e| Status::invalid_argument(e.to_string()))?;
     Ok(out)
@@ -155,11 +156,28 @@ pub(crate) fn spec_to_pb(s: &TaskSpec) -> pb::TaskSpec {
         after_any: s.after_any.iter().map(|i| format_id(*i)).collect(),
         items: s.items,
         retry_on_interrupt: Some(s.retry_on_interrupt),
+        oom_retry: Some(s.oom_retry),
     }
 }
 
 fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The queue's view of a pending task's wait when it names another reason
+/// than the store: a task the dispatcher skipped because a queue- or
+/// host-wide reason held every later task emits no decision event, and its
+/// stored reason would be stale.
+fn live_wait(rec: &TaskRecord, live: Option<&TaskView>) -> Option<pb::Decision> {
+    let d = live?.last_decision.as_ref()?;
+    let stale = rec.last_decision.as_ref().is_none_or(|s| s.reason_code != d.reason.as_str());
+    (rec.state == TaskState::Pending && d.kind == lardon::DecisionKind::Wait && stale).then(|| pb::Decision {
+        kind: pb::DecisionKind::Wait as i32,
+        reason_code: d.reason.as_str().to_owned(),
+        message: d.message.clone(),
+        batch: 0,
+        at_unix_ms: crate::now_ms(),
+    })
 }
 
 /// The durable record, with the live view (contract, ETA) when the queue
@@ -213,8 +231,12 @@ pub(crate) fn task_to_pb(rec: &TaskRecord, live: Option<&TaskView>, host: &str) 
         failure_reason,
         progress: Some(progress),
         cursor: rec.cursor,
-        last_decision: rec.last_decision.as_ref().map(decision_to_pb),
+        last_decision: live_wait(rec, live).or_else(|| rec.last_decision.as_ref().map(decision_to_pb)),
         contract,
         host: host.to_owned(),
+        memory_retries: rec.memory_retries,
+        overrun_note: rec.overrun_note.clone().unwrap_or_default(),
+        // Filled by the engine's view (it needs the Governor).
+        learned: None,
     }
 }

@@ -22,7 +22,7 @@ use crate::engine::{ActionError, Engine};
 use crate::settings;
 use crate::spec::TaskState;
 use crate::store::TaskFilter;
-use convert::{decision_to_pb, estimate_to_pb, id_arg, spec_from_pb, state_to_pb, states_arg};
+use convert::{estimate_to_pb, id_arg, spec_from_pb, state_to_pb, states_arg};
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
@@ -230,13 +230,21 @@ impl lardon_proto::Lardon for Service {
         &self,
         req: Request<pb::ExplainRequest>,
     ) -> Result<Response<pb::ExplainResponse>, Status> {
-        let id = id_arg("id", &req.into_inner().id)?;
+        let req = req.into_inner();
+        let id = id_arg("id", &req.id)?;
         self.blocking(move |engine| {
             let rec = engine.shared.store().get_task(id).map_err(store_status)?;
             let rec = rec.ok_or_else(|| Status::not_found(format!("no task {id}")))?;
+            let history = if req.history {
+                views::course_pb(engine.shared.store().course(id).map_err(store_status)?)
+            } else {
+                Vec::new()
+            };
+            let task = engine.task_pb(&rec);
             Ok(Response::new(pb::ExplainResponse {
-                task: Some(engine.task_pb(&rec)),
-                last_decision: rec.last_decision.as_ref().map(decision_to_pb),
+                history,
+                last_decision: task.last_decision.clone(),
+                task: Some(task),
                 estimate: Some(estimate_to_pb(&rec.spec.estimate)),
                 needs: Some(views::needs(&rec.spec, engine)),
                 availability: Some(engine.availability_pb().map_err(store_status)?),

@@ -1,20 +1,22 @@
 //! Composite views: a task as the API shows it, the Governor's
 //! availability, and the explanation of a task's admission.
 
-use lardon::{Class, Estimate};
+use lardon::Estimate;
 use lardon_host::BackendKind;
 use lardon_proto::pb;
 
 use super::convert::{pressure_to_pb, task_to_pb};
 use crate::engine::{Engine, qid};
 use crate::spec::{TaskSpec, TaskState};
-use crate::store::{StoreError, TaskRecord};
+use crate::store::{CourseEntry, StoreError, TaskRecord};
 
 impl Engine {
     /// A task with its live view.
     pub(crate) fn task_pb(&self, rec: &TaskRecord) -> pb::Task {
         let live = if rec.state.is_terminal() { None } else { self.queue.get(qid(rec.id)) };
-        task_to_pb(rec, live.as_ref(), &self.shared.info.host)
+        let mut task = task_to_pb(rec, live.as_ref(), &self.shared.info.host);
+        task.learned = learned(&rec.spec, self);
+        task
     }
 
     /// The Governor's availability as the API shows it (exportable as is
@@ -120,36 +122,68 @@ pub(crate) fn enforcement_view(
     pb::EnforcementView { backend: backend as i32, why: why.to_owned(), mode: mode as i32 }
 }
 
-/// The estimate at its batch bounds, and the batch learning allows.
+/// The estimate at its batch bounds as admission sizes it (declared or
+/// learned, whichever is larger: fixed + batch × per item), and the batch
+/// target the engine's history implies — asked of the engine, never
+/// recomputed here.
 pub(crate) fn needs(spec: &TaskSpec, engine: &Engine) -> pb::EstimateNeeds {
     let est: Estimate = spec.estimate.to_estimate();
     let (min, max) = (est.batch_min(), est.batch_max());
-    let adaptive =
-        adaptive_max(&est, &engine.shared.governor.history(&Class::new(spec.estimate.class.clone())));
+    let learned = engine.shared.governor.learned(&est);
+    let memory_for = |b: u64| match &learned {
+        Some(l) => l.memory_for(b),
+        None => est.memory_for(b).unwrap_or(u64::MAX),
+    };
     pb::EstimateNeeds {
-        memory_at_batch_min: est.memory_for(min).unwrap_or(u64::MAX),
-        memory_at_batch_max: est.memory_for(max).unwrap_or(u64::MAX),
+        memory_at_batch_min: memory_for(min),
+        memory_at_batch_max: memory_for(max),
         gpu_memory_at_batch_min: est.gpu_memory_for(min).unwrap_or(u64::MAX),
         gpu_memory_at_batch_max: est.gpu_memory_for(max).unwrap_or(u64::MAX),
-        adaptive_batch_max: adaptive.filter(|a| *a < max),
+        adaptive_batch_max: learned.map(|l| l.batch_target).filter(|a| *a < max),
         estimate_error: est.validate().err().map(|e| e.to_string()).unwrap_or_default(),
     }
 }
 
-/// docs/DESIGN.md §6: the worst measured per-item cost lowers the batch.
-fn adaptive_max(est: &Estimate, history: &[lardon::BatchSample]) -> Option<u64> {
-    let per_item = est.memory_per_item();
-    if per_item == 0 {
-        return None;
+/// What the task's class learned, sized for its estimate
+/// ([`lardon::Governor::learned`]); `None` when the class has nothing.
+pub(crate) fn learned(spec: &TaskSpec, engine: &Engine) -> Option<pb::LearnedFigures> {
+    let est: Estimate = spec.estimate.to_estimate();
+    let l = engine.shared.governor.learned(&est)?;
+    let mut sources: Vec<String> = Vec::new();
+    if let Some(f) = l.learned_fixed {
+        sources.push(format!("fixed: {}", f.source));
     }
-    let worst = history
-        .iter()
-        .filter_map(|s| s.peak_memory.filter(|_| s.items > 0).map(|p| p.div_ceil(s.items)))
-        .max()?;
-    (worst > per_item).then(|| {
-        let scaled = u128::from(est.batch_max()) * u128::from(per_item) / u128::from(worst);
-        u64::try_from(scaled).unwrap_or(u64::MAX).max(est.batch_min())
+    if let Some(f) = l.learned_per_item {
+        sources.push(format!("per item: {}", f.source));
+    }
+    let lower_bound = l.lower_bound.map(|b| match b {
+        lardon::Source::LowerBound { limit, .. } | lardon::Source::MeasuredPeak { peak: limit, .. } => limit,
+    });
+    Some(pb::LearnedFigures {
+        samples: u32::try_from(l.samples).unwrap_or(u32::MAX),
+        fixed: l.learned_fixed.map(|f| f.bytes),
+        per_item: l.learned_per_item.map(|f| f.bytes),
+        lower_bound,
+        batch_target: spec.items.is_some().then_some(l.batch_target),
+        source: sources.join("; "),
     })
+}
+
+/// A task's course as the API shows it.
+pub(crate) fn course_pb(entries: Vec<CourseEntry>) -> Vec<pb::HistoryEntry> {
+    entries
+        .into_iter()
+        .map(|e| pb::HistoryEntry {
+            kind: e.kind.as_str().to_owned(),
+            from_unix_ms: e.from_ms,
+            to_unix_ms: e.to_ms,
+            batch: e.grant.map(|g| g.batch),
+            memory: e.grant.map(|g| g.memory),
+            cpu_millis: e.grant.map(|g| g.cpu_millis),
+            reason_code: e.reason_code,
+            message: e.message,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -14,11 +14,12 @@
 //! mutex with `spawn_blocking`).
 //!
 //! Table groups: `tasks` (insert, read, remove), `transitions` (state
-//! changes, cursor, progress, decisions, recovery), `events`, `learning`
-//! (class history, capability feedback), `config` (policy overrides,
-//! scratch volumes).
+//! changes, cursor, progress, decisions, recovery), `course` (each task's
+//! bounded decision history), `events`, `learning` (class history,
+//! capability feedback), `config` (policy overrides, scratch volumes).
 
 mod config;
+mod course;
 mod error;
 mod events;
 mod learning;
@@ -33,6 +34,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rusqlite::Connection;
 
 pub use config::ScratchVolumeRow;
+pub use course::{COURSE_PER_TASK, CourseEntry, CourseKind, Grant};
 pub use error::StoreError;
 pub use events::{EventKind, EventRow};
 pub use learning::{FeedbackRow, HISTORY_PER_CLASS, HistorySample, MAX_FEEDBACK_ROWS};
@@ -117,6 +119,10 @@ pub struct TaskRecord {
     pub last_decision: Option<DecisionRecord>,
     /// The executor's handle of the live run, if recorded.
     pub run_handle: Option<String>,
+    /// Runs killed at their memory limit and run again.
+    pub memory_retries: u32,
+    /// The last overrun past the slack that soft enforcement let through.
+    pub overrun_note: Option<String>,
 }
 
 /// The durable store. See the module docs.

@@ -11,7 +11,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use super::error::{Ctx, StoreError};
 
 /// Migration `i` (0-based) brings the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -130,6 +130,29 @@ ALTER TABLE class_history ADD COLUMN killed_at INTEGER CHECK (killed_at IS NULL 
 DELETE FROM class_history WHERE peak_bytes IS NULL OR items = 0;
 DROP INDEX class_history_by_class;
 CREATE INDEX class_history_by_class ON class_history (class, unbatched, seq);
+";
+
+/// Version 4: each task's course — the decisions that changed it (admitted
+/// with a grant, waited on X from t1 to t2, batch changed, re-run after a
+/// memory kill, soft overrun, rejected), bounded per task — and the
+/// task's memory-retry count and last overrun note.
+const V4: &str = r"
+CREATE TABLE task_course (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    task_id     INTEGER NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    kind        TEXT NOT NULL CHECK (kind IN
+                  ('admitted', 'waited', 'batch_changed', 'memory_retry', 'soft_overrun', 'rejected')),
+    from_ms     INTEGER NOT NULL,
+    to_ms       INTEGER,                         -- end of a wait period; NULL while it lasts
+    batch       INTEGER,
+    memory      INTEGER,
+    cpu_millis  INTEGER,
+    reason_code TEXT NOT NULL DEFAULT '',
+    message     TEXT NOT NULL
+) STRICT;
+CREATE INDEX task_course_by_task ON task_course (task_id, seq);
+ALTER TABLE tasks ADD COLUMN memory_retries INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tasks ADD COLUMN overrun_note TEXT;
 ";
 
 /// The database's `user_version`.

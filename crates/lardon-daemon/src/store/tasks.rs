@@ -42,7 +42,8 @@ pub struct TaskFilter {
 /// Columns read for a [`TaskRecord`], in [`RawTask::from_row`]'s order.
 pub(super) const TASK_COLUMNS: &str = "id, spec, state, paused_running, state_reason, attempts, created_ms, \
      started_ms, finished_ms, exit_code, progress_done, progress_total, progress_message, cursor, \
-     decision_kind, decision_code, decision_message, decision_batch, decision_ms, run_handle";
+     decision_kind, decision_code, decision_message, decision_batch, decision_ms, run_handle, memory_retries, \
+     overrun_note";
 
 /// Decision columns: kind, code, message, batch, time.
 type RawDecision = (Option<String>, Option<String>, Option<String>, Option<i64>, Option<i64>);
@@ -63,6 +64,8 @@ struct RawTask {
     cursor: i64,
     decision: RawDecision,
     run_handle: Option<String>,
+    memory_retries: i64,
+    overrun_note: Option<String>,
 }
 
 impl RawTask {
@@ -82,6 +85,8 @@ impl RawTask {
             cursor: r.get(13)?,
             decision: (r.get(14)?, r.get(15)?, r.get(16)?, r.get(17)?, r.get(18)?),
             run_handle: r.get(19)?,
+            memory_retries: r.get(20)?,
+            overrun_note: r.get(21)?,
         })
     }
 
@@ -123,6 +128,9 @@ impl RawTask {
             cursor: to_u64(self.cursor, "cursor")?,
             last_decision,
             run_handle: self.run_handle,
+            memory_retries: u32::try_from(self.memory_retries)
+                .map_err(|_| corrupt("memory retries", self.memory_retries.to_string()))?,
+            overrun_note: self.overrun_note,
         })
     }
 }

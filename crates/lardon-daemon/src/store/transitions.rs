@@ -3,6 +3,7 @@
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
+use super::course::{self, CourseKind, Grant};
 use super::error::{Ctx, StoreError};
 use super::events::{EventKind, push_event};
 use super::{Store, to_i64, to_u64};
@@ -97,6 +98,20 @@ impl Store {
         exit_code: Option<i32>,
         expect: Option<TaskState>,
     ) -> Result<(TaskState, u32), StoreError> {
+        self.transition_with(id, to, reason, exit_code, expect, |_, _| Ok(()))
+    }
+
+    /// [`Store::transition`], with `also` written in the same transaction
+    /// (given it and the time) when the state changes.
+    fn transition_with(
+        &mut self,
+        id: TaskId,
+        to: TaskState,
+        reason: Option<&str>,
+        exit_code: Option<i32>,
+        expect: Option<TaskState>,
+        also: impl FnOnce(&rusqlite::Connection, i64) -> Result<(), StoreError>,
+    ) -> Result<(TaskState, u32), StoreError> {
         const OP: &str = "change task state";
         let now = self.now_ms();
         let max_events = self.max_events;
@@ -142,6 +157,7 @@ impl Store {
             TaskState::Running | TaskState::Pending => return Err(illegal),
         }
         push_event(&tx, Some(id), EventKind::State, &state_event(from, to, reason), now, max_events)?;
+        also(&tx, now)?;
         tx.commit().ctx("commit state change")?;
         Ok((from, attempts))
     }
@@ -153,6 +169,23 @@ impl Store {
     /// [`StoreError::IllegalTransition`] unless the task is PENDING.
     pub fn start_attempt(&mut self, id: TaskId) -> Result<u32, StoreError> {
         let (_, attempts) = self.transition(id, TaskState::Running, None, None, Some(TaskState::Pending))?;
+        Ok(attempts.saturating_add(1))
+    }
+
+    /// [`Store::start_attempt`] for a run admitted with `grant`: in the same
+    /// transaction, the task's decision shows the grant and its course
+    /// gains an `admitted` entry (its open wait period, if any, ends).
+    ///
+    /// # Errors
+    /// As [`Store::start_attempt`].
+    pub fn start_attempt_granted(&mut self, id: TaskId, grant: &Grant) -> Result<u32, StoreError> {
+        let also = |conn: &rusqlite::Connection, now: i64| {
+            course::close_wait(conn, id, now)?;
+            course::show_grant(conn, id, grant)?;
+            course::push(conn, id, CourseKind::Admitted, now, Some(grant), "", &grant.describe())
+        };
+        let (_, attempts) =
+            self.transition_with(id, TaskState::Running, None, None, Some(TaskState::Pending), also)?;
         Ok(attempts.saturating_add(1))
     }
 
@@ -211,7 +244,9 @@ impl Store {
             let from = self.get_task(id)?.ok_or(StoreError::NotFound(id))?.state;
             return Err(StoreError::IllegalTransition { id, from, to: outcome.state });
         }
-        self.transition(id, outcome.state, outcome.reason.as_deref(), outcome.exit_code, None)?;
+        // A task cancelled while it waited: its wait period ends here.
+        let also = |conn: &rusqlite::Connection, now: i64| course::close_wait(conn, id, now);
+        self.transition_with(id, outcome.state, outcome.reason.as_deref(), outcome.exit_code, None, also)?;
         Ok(())
     }
 
@@ -319,6 +354,17 @@ impl Store {
             let payload =
                 serde_json::json!({ "kind": kind.as_str(), "reason": reason_code, "message": message });
             push_event(&tx, Some(id), EventKind::Decision, &payload.to_string(), now, max_events)?;
+            // One wait period per reason: a new decision ends the open one.
+            course::close_wait(&tx, id, now)?;
+            match kind {
+                DecisionKind::Wait => {
+                    course::push(&tx, id, CourseKind::Waited, now, None, reason_code, message)?;
+                }
+                DecisionKind::Reject => {
+                    course::push(&tx, id, CourseKind::Rejected, now, None, reason_code, message)?;
+                }
+                DecisionKind::Admit | DecisionKind::ReduceBatch => {}
+            }
         }
         tx.commit().ctx("commit decision")
     }

@@ -173,6 +173,17 @@ fn detail<'a>(state: &State, theme: &Theme) -> Line<'a> {
     if task.attempts > 1 {
         parts.push(format!("attempt {}", task.attempts));
     }
+    if task.memory_retries > 0 {
+        parts.push(format!(
+            "{} memory retr{}",
+            task.memory_retries,
+            if task.memory_retries == 1 { "y" } else { "ies" }
+        ));
+    }
+    let learned = format::learned(task);
+    if !learned.is_empty() {
+        parts.push(learned);
+    }
     let note = format::task_note(task);
     if !note.is_empty() {
         parts.push(note);

@@ -16,7 +16,7 @@ use crate::reservation::Reservation;
 use crate::snapshot::Snapshot;
 
 use super::context::{TaskContext, run_callback};
-use super::events::QueueEvent;
+use super::events::{DecisionRecord, QueueEvent};
 use super::state::QueueState;
 use super::task::{Callback, TaskId, TaskState};
 use super::{Inner, MutexGuard};
@@ -187,6 +187,7 @@ fn scan(inner: &Arc<Inner>, last: &mut Option<Snapshot>) -> Scan {
     let mut dropped: Vec<Callback> = Vec::new();
     let mut unused: Vec<Reservation> = Vec::new();
     let mut blocked = Blocked::default();
+    let mut queue_wait: Option<DecisionRecord> = None;
     let mut gov_scan = inner.governor.scan();
     // Walk the pending order with a cursor (tasks leave it as they start);
     // once a queue- or host-wide reason blocks everything, only tasks never
@@ -245,6 +246,14 @@ fn scan(inner: &Arc<Inner>, last: &mut Option<Snapshot>) -> Scan {
             Err(decision) if decision.kind == DecisionKind::Wait => {
                 host_wait |= decision.reason.waits_on_host();
                 blocked.learn(decision.reason, need.as_ref());
+                if blocked.all && queue_wait.is_none() {
+                    queue_wait = Some(DecisionRecord {
+                        kind: decision.kind,
+                        reason: decision.reason,
+                        message: decision.message.clone(),
+                        at: now,
+                    });
+                }
                 st.record_decision(id, decision.kind, decision.reason, &decision.message, now);
                 if is_head {
                     head = Some(id);
@@ -272,6 +281,7 @@ fn scan(inner: &Arc<Inner>, last: &mut Option<Snapshot>) -> Scan {
         e.bypassed_since.get_or_insert(now);
     }
     drop(gov_scan);
+    st.queue_wait = queue_wait;
     if !to_start.is_empty() || !dropped.is_empty() {
         inner.not_full.notify_all();
     }

@@ -435,7 +435,7 @@ impl TaskQueue {
         let st = self.inner.lock();
         st.entries
             .get(&id)
-            .map(|e| e.view(now, green))
+            .map(|e| e.view(now, green, st.queue_wait.as_ref()))
             .or_else(|| st.history.iter().find(|v| v.id == id).cloned())
     }
 
@@ -448,7 +448,7 @@ impl TaskQueue {
         let mut live: Vec<&Entry> = st.entries.values().collect();
         live.sort_by_key(|e| e.seq);
         QueueSnapshot {
-            live: live.into_iter().map(|e| e.view(now, green)).collect(),
+            live: live.into_iter().map(|e| e.view(now, green, st.queue_wait.as_ref())).collect(),
             finished: st.history.iter().cloned().collect(),
             generation,
         }

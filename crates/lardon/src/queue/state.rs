@@ -56,7 +56,28 @@ impl Entry {
         (-i64::from(self.priority), self.seq)
     }
 
-    pub(crate) fn view(&self, now: MonoTime, pressure_green: bool) -> TaskView {
+    /// The task as observers see it. A pending task the last scan skipped
+    /// because a queue- or host-wide reason (`queue_wait`) made every later
+    /// task wait shows that reason, not the older one it was last evaluated
+    /// with (re-recording it on every skipped task would cost a pass over
+    /// the backlog per scan).
+    pub(crate) fn view(
+        &self,
+        now: MonoTime,
+        pressure_green: bool,
+        queue_wait: Option<&DecisionRecord>,
+    ) -> TaskView {
+        let last_decision = match (&self.last_decision, queue_wait) {
+            (Some(d), Some(q))
+                if self.state == TaskState::Pending
+                    && !self.started
+                    && d.kind == DecisionKind::Wait
+                    && d.at < q.at =>
+            {
+                Some(q.clone())
+            }
+            _ => self.last_decision.clone(),
+        };
         TaskView {
             id: self.id,
             name: self.name.clone(),
@@ -64,7 +85,7 @@ impl Entry {
             priority: self.priority,
             contract: self.contract.clone(),
             progress: self.progress.view(now, pressure_green),
-            last_decision: self.last_decision.clone(),
+            last_decision,
             submitted_at: self.submitted_at,
             started_at: self.started_at,
             finished_at: self.finished_at,
@@ -78,6 +99,9 @@ impl Entry {
 pub(crate) struct QueueState {
     pub(crate) entries: HashMap<TaskId, Entry>,
     pub(crate) pending: BTreeMap<(i64, u64), TaskId>,
+    /// The queue- or host-wide wait that stopped the last scan early, if
+    /// one did (see [`Entry::view`]).
+    pub(crate) queue_wait: Option<DecisionRecord>,
     pub(crate) history: VecDeque<TaskView>,
     pub(crate) next_id: u64,
     pub(crate) next_seq: u64,
@@ -161,7 +185,7 @@ impl QueueState {
             if self.history.len() == HISTORY {
                 self.history.pop_front();
             }
-            self.history.push_back(e.view(now, true));
+            self.history.push_back(e.view(now, true, None));
             // Dependents.
             let dependents: Vec<TaskId> = self
                 .entries

@@ -661,3 +661,37 @@ fn closing_the_queue_ends_every_event_stream() {
         }
     }
 }
+
+#[test]
+fn a_task_skipped_by_a_queue_wide_wait_shows_that_reason() {
+    let r = rig();
+    let (release_a, a_cb) = gated();
+    let a = r.queue.submit(Task::new("a", mem(10 * GIB), a_cb)).unwrap();
+    r.started(a);
+    let b = r.queue.submit(Task::new("b", mem(8 * GIB), |_: &mut crate::TaskContext| Ok(()))).unwrap();
+    let c = r.queue.submit(Task::new("c", mem(8 * GIB), |_: &mut crate::TaskContext| Ok(()))).unwrap();
+    for id in [b, c] {
+        r.until(
+            "waits on memory",
+            |e| matches!(e, QueueEvent::Decision { id: x, reason: ReasonCode::Memory, .. } if *x == id),
+        );
+    }
+    // Now every task waits on CPU pressure: b, evaluated first, says so;
+    // c is skipped by the scan, yet its view must not keep `memory`.
+    r.probe.update(|s| s.pressure.cpu = Some(50.0));
+    r.clock.advance(Duration::from_millis(300));
+    r.queue.resources_changed();
+    r.until(
+        "b waits on cpu pressure",
+        |e| matches!(e, QueueEvent::Decision { id: x, reason: ReasonCode::CpuPressure, .. } if *x == b),
+    );
+    let view = r.queue.get(c).unwrap().last_decision.unwrap();
+    assert_eq!(view.reason, ReasonCode::CpuPressure, "{view:?}");
+    let snap = r.queue.snapshot();
+    let c_view = snap.live.iter().find(|v| v.id == c).unwrap();
+    assert_eq!(c_view.last_decision.as_ref().unwrap().reason, ReasonCode::CpuPressure);
+    r.probe.update(|s| s.pressure.cpu = Some(0.0));
+    r.clock.advance(Duration::from_millis(300));
+    release_a.send(()).unwrap();
+    r.queue.wait_idle();
+}
