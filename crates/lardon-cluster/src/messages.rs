@@ -125,7 +125,7 @@ pub enum Event {
     },
 }
 
-/// What [`Router::submit`] did with a request.
+/// What [`Router::submit`](crate::Router::submit) did with a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Submitted {
     /// Queued on its route (assignments, if any, are in the events).
