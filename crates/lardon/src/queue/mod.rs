@@ -21,8 +21,7 @@ mod tests;
 mod worker;
 
 use std::sync::mpsc::{Receiver, channel};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use thiserror::Error;
@@ -34,6 +33,9 @@ pub use task::{Task, TaskError, TaskId, TaskResult, TaskState};
 
 use crate::governor::Governor;
 use crate::progress::ProgressTracker;
+// Through the loom switch, so the loom models drive the real queue.
+use crate::sync::thread::{self, JoinHandle};
+use crate::sync::{Condvar, Mutex, MutexGuard};
 use signal::Signal;
 use state::{Entry, QueueState};
 use worker::Pool;
@@ -128,7 +130,7 @@ pub(crate) struct Inner {
 
 impl Inner {
     pub(crate) fn lock(&self) -> MutexGuard<'_, QueueState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.state)
     }
 
     pub(crate) fn wake_dispatcher(&self) {
@@ -192,7 +194,7 @@ impl TaskQueue {
             pool,
         });
         let for_thread = Arc::clone(&inner);
-        let dispatcher = std::thread::Builder::new()
+        let dispatcher = thread::Builder::new()
             .name("lardon-dispatch".into())
             .spawn(move || dispatch::run(&for_thread))
             .ok();
@@ -521,7 +523,7 @@ impl TaskQueue {
         self.inner.tasks.bump();
         self.inner.wake_dispatcher();
         self.wait_idle();
-        let handle = self.dispatcher.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let handle = crate::sync::lock(&self.dispatcher).take();
         if let Some(handle) = handle {
             let _ = handle.join();
         }
