@@ -126,6 +126,10 @@ pub(crate) struct Inner {
     pub(crate) tasks: Arc<Signal>,
     pub(crate) not_full: Condvar,
     pub(crate) pool: Arc<Pool>,
+    /// Callbacks launched whose `run_callback` has not returned (a test
+    /// hook: zero means every wake a task's end sends has been sent).
+    #[cfg(test)]
+    pub(crate) in_flight: std::sync::atomic::AtomicUsize,
 }
 
 impl Inner {
@@ -192,6 +196,8 @@ impl TaskQueue {
             tasks: Arc::new(Signal::default()),
             not_full: Condvar::new(),
             pool,
+            #[cfg(test)]
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
         });
         let for_thread = Arc::clone(&inner);
         let dispatcher = thread::Builder::new()
@@ -237,7 +243,15 @@ impl TaskQueue {
             if !block {
                 return Err(SubmitError::Full(Box::new(task)));
             }
+            #[cfg(test)]
+            {
+                st.blocked_submits += 1;
+            }
             st = self.inner.not_full.wait(st).unwrap_or_else(PoisonError::into_inner);
+            #[cfg(test)]
+            {
+                st.blocked_submits -= 1;
+            }
         }
         let id = match task.id {
             Some(id) => {
