@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
-# Engine benchmarks and the packing simulator, in release (DESIGN.md §12).
+# Engine benchmarks and the packing simulator, in release (docs/DESIGN.md §12).
 # Not run in CI: a cold release build of the bench dependencies is slow on
 # 2 cores. Figures and their targets are in BENCHMARKS.md.
 #
 #   scripts/bench.sh            everything
 #   scripts/bench.sh sim        only the simulator table
 #
-# Uses CARGO_TARGET_DIR (default /work/target-bench when /work exists).
+# Uses CARGO_TARGET_DIR (default target/bench: the release build of the
+# bench dependencies stays apart from the dev build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ -z "${CARGO_TARGET_DIR:-}" && -d /work ]]; then
-    export CARGO_TARGET_DIR=/work/target-bench
-fi
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/bench}"
 
 echo "## machine"
 echo "nproc: $(nproc)"

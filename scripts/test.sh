@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, every workspace test, and the
-# engine's loom models. `.ci/run` runs exactly this.
+# The whole test suite: formatting, lints, every workspace test, the API
+# docs, and the engine's loom models. `.ci/run` runs exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +14,10 @@ cargo clippy --workspace --all-targets --all-features -- -D warnings
 
 step "cargo test (workspace, all features)"
 cargo test --workspace --all-features
+
+# Broken intra-doc links and malformed rustdoc fail the build like a lint.
+step "cargo doc (workspace, no dependencies, warnings denied)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 
 # loom swaps the engine's locks, condvars, atomics and threads for
 # model-checked ones; the models drive the real Governor and the real queue

@@ -1,8 +1,8 @@
-//! Admission cost (DESIGN.md §12): `Governor::reserve` + release against a
+//! Admission cost (docs/DESIGN.md §12): `Governor::reserve` + release against a
 //! warm snapshot, next to `tokio::sync::Semaphore` acquire + release, in
 //! the same run.
 //!
-//! `CARGO_TARGET_DIR=/work/target-bench cargo bench -p lardon-bench --bench admission`
+//! `CARGO_TARGET_DIR=target/bench cargo bench -p lardon-bench --bench admission`
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;

@@ -1,8 +1,8 @@
-//! Queue throughput (DESIGN.md §12): N no-op tasks through a `TaskQueue`
+//! Queue throughput (docs/DESIGN.md §12): N no-op tasks through a `TaskQueue`
 //! (submit all, `wait_idle`) against a plain crossbeam-channel pool with
 //! the same number of worker threads doing the same no-op work.
 //!
-//! `CARGO_TARGET_DIR=/work/target-bench cargo bench -p lardon-bench --bench queue`
+//! `CARGO_TARGET_DIR=target/bench cargo bench -p lardon-bench --bench queue`
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! - [`sim`]: a discrete-event simulation (virtual clock, no sleeping) of
 //!   memory-bound workloads run by the real [`lardon::Governor`], by strict
 //!   FIFO and by fixed parallelism (`xargs -P N`), with the packing metrics
-//!   of DESIGN.md §12.
+//!   of docs/DESIGN.md §12.
 //! - [`stats`]: a small latency distribution (quantiles) for the
 //!   `wake_latency` binary.
 //!

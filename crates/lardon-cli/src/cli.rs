@@ -26,7 +26,8 @@ use crate::parse::*;
         lardon submit --mem 2GiB -- ./train.sh   # queue a command\n  \
         lardon status                            # what runs, what waits, why\n  \
         lardon top                               # the live dashboard\n  \
-        lardon run examples/demo.toml            # a workload file, no daemon"
+        lardon run work.toml                     # a workload file, no daemon\n\n\
+        A sample workload is examples/demo.toml (in a source checkout)."
 )]
 pub(crate) struct Cli {
     /// State directory (database, logs, socket) [default: $XDG_STATE_HOME/lardon]
@@ -60,6 +61,9 @@ pub(crate) enum Command {
     ///
     /// Batched: `lardon submit --mem 1GiB --mem-per-item 50MiB --items 1000 --batch 1..32 -- ./chunk.sh`
     /// runs the command once per granted batch with LARDON_ITEM_OFFSET and LARDON_BATCH_SIZE set.
+    ///
+    /// Many at once, one task per input line (`{}` the line, `{#}` its number):
+    /// `ls *.jpg | lardon submit --each --mem 1GiB -- convert {} out/{#}.png`.
     #[command(visible_alias = "add")]
     Submit(SubmitArgs),
     /// Show tasks: state, progress, elapsed time, ETA and why a task waits.
@@ -209,7 +213,7 @@ pub(crate) enum Command {
     /// interrupted run resumes and completed tasks do not rerun. Exits 0 only
     /// if every task succeeded, 1 otherwise.
     ///
-    /// Example: `lardon run examples/demo.toml`
+    /// Example: `lardon run work.toml` (a sample: `examples/demo.toml` in a source checkout)
     Run {
         /// The workload file
         file: PathBuf,
@@ -252,10 +256,20 @@ pub(crate) struct DaemonArgs {
     /// Memory enforcement through cgroups [default: the policy's]
     #[arg(long, value_enum)]
     pub(crate) enforce: Option<Enforce>,
-    /// Govern a simulated host of MEMORY,CPUS (e.g. 4GiB,2) instead of the
-    /// real one: budgets and pressure are fixed, commands still really run.
-    /// For tests and demos on busy machines.
-    #[arg(long, value_name = "MEMORY,CPUS", value_parser = parse_host, hide = true)]
+    /// Log level or filter: error, warn, info (default), debug (every
+    /// decision), trace, or directives like `lardon_daemon=debug,info`
+    /// [default: $RUST_LOG, else info]
+    #[arg(long, value_name = "LEVEL")]
+    pub(crate) log_level: Option<String>,
+    /// Write the log to FILE instead of standard error and
+    /// <state dir>/daemon.log; `-` for standard error only (systemd)
+    #[arg(long, value_name = "FILE")]
+    pub(crate) log_file: Option<PathBuf>,
+    /// Testing aid: govern a simulated host of MEMORY,CPUS (e.g. 4GiB,2)
+    /// instead of the real one. Budgets and pressure are fixed; commands
+    /// still really run. For the demo and tests that need a scripted host,
+    /// never for real work.
+    #[arg(long, value_name = "MEMORY,CPUS", value_parser = parse_host)]
     pub(crate) simulate_host: Option<(u64, u32)>,
 }
 
@@ -316,6 +330,12 @@ pub(crate) struct SubmitArgs {
     /// Submit in the paused state
     #[arg(long)]
     pub(crate) paused: bool,
+    /// One task per line of FILE (`-` or nothing: standard input), as GNU
+    /// parallel does: in the command and --name, `{}` is the line and `{#}`
+    /// its number; without `{}` the line is the last argument. Blank lines
+    /// are skipped. All tasks go in one request and one transaction
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub(crate) each: Option<PathBuf>,
     /// Print the task as JSON instead of its id
     #[arg(long)]
     pub(crate) json: bool,
@@ -347,7 +367,7 @@ pub(crate) struct ExerciseArgs {
 pub(crate) enum ScratchCommand {
     /// Register a directory as a scratch volume.
     ///
-    /// Example: `lardon scratch add /mnt/nvme --name nvme --capacity 200GiB`
+    /// Example: `lardon scratch add /mnt/nvme --name nvme --capacity 200GiB --hook 'umount /mnt/nvme'`
     Add {
         /// The directory
         path: PathBuf,
@@ -357,9 +377,12 @@ pub(crate) enum ScratchCommand {
         /// Cap on what may be leased [default: the filesystem's free space]
         #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true)]
         capacity: Option<u64>,
-        /// Command run on drain (e.g. unmount), after `--`
+        /// Command line run by `sh -c` on drain, once the last lease ended (e.g. 'umount /mnt/nvme')
+        #[arg(long = "hook", value_name = "CMD", conflicts_with = "hook_argv")]
+        hook: Option<String>,
+        /// The drain hook as a program and its arguments after `--`, run without a shell
         #[arg(last = true, value_name = "HOOK")]
-        hook: Vec<String>,
+        hook_argv: Vec<String>,
     },
     /// Refuse new leases, wait for current ones, sync: then it is safe to unplug.
     ///

@@ -41,8 +41,13 @@ pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
 
 /// True when a closed pipe is anywhere in the chain.
 pub(crate) fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain()
-        .any(|e| e.downcast_ref::<io::Error>().is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe))
+    err.chain().any(|e| {
+        e.downcast_ref::<io::Error>().is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
+            // serde_json's writer errors keep the io kind but not the
+            // io::Error itself in their source chain.
+            || e.downcast_ref::<serde_json::Error>()
+                .is_some_and(|j| j.io_error_kind() == Some(io::ErrorKind::BrokenPipe))
+    })
 }
 
 /// Maps a gRPC status to an error with the right exit code.

@@ -149,11 +149,12 @@ pub(crate) fn availability(a: Option<&pb::Availability>) -> Value {
     })
 }
 
-/// Prints a value as pretty JSON on stdout.
+/// Prints a value as pretty JSON on stdout. Rendered first, then written
+/// in one piece through [`crate::commands::out`]: `serde_json`'s writer
+/// hides the `io::Error` of a closed pipe from the error chain, and `main`
+/// must find it there to end quietly with 0 (`lardon status --json | head`).
 pub(crate) fn print(value: &Value) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, value)?;
-    writeln!(out)?;
-    Ok(())
+    let mut text = serde_json::to_string_pretty(value)?;
+    text.push('\n');
+    crate::commands::out(&text)
 }

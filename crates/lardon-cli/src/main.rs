@@ -1,5 +1,5 @@
 //! The `lardon` binary: parse the command line, dispatch to one verb, and
-//! turn the outcome into an exit code (DESIGN.md §10):
+//! turn the outcome into an exit code (docs/DESIGN.md §10):
 //! 0 success, 1 a task failed, 2 usage or input error, 3 daemon unreachable.
 //! A closed stdout (`lardon status | head`) ends quietly with 0.
 
@@ -16,10 +16,12 @@ pub(crate) use say;
 mod cli;
 mod client;
 mod commands;
+mod each;
 mod engine;
 mod error;
 mod exercise;
 mod json;
+mod logging;
 mod parse;
 mod render;
 mod workload;

@@ -1,4 +1,4 @@
-//! Crash recovery (DESIGN.md §10): kill -9 the daemon while tasks run, at
+//! Crash recovery (docs/DESIGN.md §10): kill -9 the daemon while tasks run, at
 //! 20 random points, restart it each time, and check that every task is
 //! accounted for: nothing lost; nothing that was COMPLETED runs again;
 //! interrupted tasks rerun, or FAIL as "interrupted" with --no-retry.

@@ -23,7 +23,7 @@ fn malformed_flags_units_and_estimates() {
         (&["submit", "--mem", "GB2", "--", "true"], "--mem: unknown unit `GB2`"),
         (&["submit", "--mem", "-1GiB", "--", "true"], "--mem"),
         (&["submit", "--mem", "", "--", "true"], "--mem"),
-        (&["submit", "--mem-per-item", "1.5B", "--", "true"], "--mem-per-item"),
+        (&["submit", "--mem-per-item", "1,5MiB", "--", "true"], "--mem-per-item"),
         (&["submit", "--gpu-mem", "4 parsecs", "--", "true"], "--gpu-mem"),
         (&["submit", "--scratch", "99999999999TiB", "--", "true"], "--scratch"),
         (&["submit", "--cpus", "0", "--", "true"], "--cpus"),
@@ -65,6 +65,20 @@ fn malformed_flags_units_and_estimates() {
     ];
     for (args, field) in cases {
         assert_usage(args, field);
+    }
+}
+
+/// Sizes as people write them are rounded to whole bytes, not refused
+/// (`1.6GiB` is 1 717 986 918.4 bytes). Break it to see it fail: refuse a
+/// fraction of a byte in `lardon::parse_bytes` again (exit 2, "more precise
+/// than the unit allows").
+#[test]
+fn sizes_people_write_are_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    for size in ["1.6GiB", "1.1GiB", "0.1GiB", "0.1MiB", "1.333KiB"] {
+        // `exercise` parses --mem like every size flag; 0 seconds, no daemon.
+        let o = lardon(dir.path(), &["exercise", "--mem", "0.1MiB", "--mem-per-item", size, "--secs", "0"]);
+        assert_eq!(o.status.code(), Some(0), "--mem-per-item {size}: {}", stderr(&o));
     }
 }
 

@@ -1,4 +1,4 @@
-//! `lardon top` in a real pseudo-terminal against a real daemon (issue 6):
+//! `lardon top` in a real pseudo-terminal against a real daemon (docs/DESIGN.md §11):
 //! the dashboard shows the running task, `p` pauses it in the daemon,
 //! `q` exits with status 0, and the terminal is restored (alternate screen
 //! left, cursor shown, the pty's line discipline back to what it was).

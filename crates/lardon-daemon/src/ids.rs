@@ -1,7 +1,7 @@
 //! Task ids at the API boundary.
 //!
 //! Locally a task id is the store's number, printed as plain decimal
-//! (`17`). Parsing is lenient so that the cluster mode (DESIGN.md §14) can
+//! (`17`). Parsing is lenient so that the cluster mode (docs/DESIGN.md §14) can
 //! later prefix ids with a host without breaking clients: `17`, `#17`,
 //! `host:17` and `host/17` all name local task 17 (the prefix is ignored
 //! for now).

@@ -1,6 +1,6 @@
 //! # lardon-daemon: the `lardon` daemon
 //!
-//! DESIGN.md §10: the daemon owns a durable queue of shell commands
+//! docs/DESIGN.md §10: the daemon owns a durable queue of shell commands
 //! governed by the engine, served over gRPC on a Unix socket.
 //!
 //! * [`spec`]: what a queued command is, with validation;
@@ -76,6 +76,10 @@ pub struct DaemonConfig {
     pub probe: ProbeChoice,
     /// SIGTERM → SIGKILL delay of a cancel (default 10 s).
     pub kill_grace: Duration,
+    /// Where the daemon looks for `/proc/self/{mountinfo,cgroup}` and the
+    /// cgroup trees when it picks its enforcement backend (default: `/`).
+    /// Tests point it at a fixture tree to get a known backend.
+    pub cgroup_root: lardon_host::HostRoot,
 }
 
 impl DaemonConfig {
@@ -89,6 +93,7 @@ impl DaemonConfig {
             enforce: None,
             probe: ProbeChoice::Host,
             kill_grace: Duration::from_secs(10),
+            cgroup_root: lardon_host::HostRoot::default(),
         }
     }
 

@@ -71,6 +71,18 @@ pub(crate) fn render(engine: &Engine) -> String {
     ] {
         let _ = writeln!(out, "lardon_pressure_state{{state=\"{name}\"}} {}", u8::from(av.pressure == level));
     }
+    let _ = writeln!(
+        out,
+        "# HELP lardon_loop_wakeups_total Wake-ups of the daemon's event-driven loops (unchanged while idle).\n# TYPE lardon_loop_wakeups_total counter"
+    );
+    let wakeups = &engine.shared.wakeups;
+    for (name, count) in [("event_pump", &wakeups.pump), ("log_follow", &wakeups.log_follow)] {
+        let _ = writeln!(
+            out,
+            "lardon_loop_wakeups_total{{loop=\"{name}\"}} {}",
+            count.load(std::sync::atomic::Ordering::Relaxed)
+        );
+    }
     let counts = engine.shared.store().count_by_state().unwrap_or_default();
     let _ = writeln!(out, "# HELP lardon_tasks Tasks by state.\n# TYPE lardon_tasks gauge");
     for state in TaskState::ALL {

@@ -49,6 +49,7 @@ impl Daemon {
             probe: config.probe.clone(),
             enforce: config.enforce,
             kill_grace: config.kill_grace,
+            cgroup_root: config.cgroup_root.clone(),
         };
         let engine = tokio::task::spawn_blocking(move || Engine::start(engine_cfg))
             .await
@@ -62,6 +63,7 @@ impl Daemon {
             ),
             None => None,
         };
+        crate::engine::log_start(&engine);
         Ok(Daemon { engine: Arc::new(engine), listener, socket, metrics, _lock: lock })
     }
 
@@ -90,6 +92,7 @@ impl Daemon {
             .add_service(LardonServer::new(service))
             .serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal)
             .await;
+        tracing::info!("stopping: running commands get SIGTERM and are requeued at the next start");
         let stopper = Arc::clone(&engine);
         let _ = tokio::task::spawn_blocking(move || stopper.shutdown()).await;
         let _ = std::fs::remove_file(&socket);

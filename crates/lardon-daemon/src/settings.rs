@@ -86,8 +86,11 @@ pub const KEYS: &[(&str, &str)] = &[
         "caution band: MemAvailable at or below holds pressure at YELLOW (`none` = custom policy)",
     ),
     ("cpu_reserve", "logical CPUs kept for the rest of the host"),
-    ("max_load_ratio", "1-minute load / logical CPUs at or above which admission waits"),
-    ("psi_cpu", "CPU PSI some avg10 at or above which admission waits"),
+    (
+        "max_load_ratio",
+        "foreign load (1-minute load minus Lardon's own tasks) / compute pool at or above which admission waits (`off` = no load gate)",
+    ),
+    ("psi_cpu", "CPU PSI some avg10 at or above which admission waits (a gate, never a pressure signal)"),
     ("psi_memory", "memory PSI some avg10 at or above which admission waits"),
     ("psi_io", "IO PSI some avg10 at or above which IO-slot work waits"),
     ("io_slots", "concurrent IO-heavy tasks"),
@@ -116,7 +119,7 @@ pub fn get(policy: &HostPolicy, settings: &DaemonSettings, key: &str) -> Option<
         "emergency_floor" => exact_bytes(policy.emergency_floor),
         "memory_caution" => opt(policy.memory_caution.map(exact_bytes)),
         "cpu_reserve" => policy.cpu_reserve.to_string(),
-        "max_load_ratio" => policy.max_load_ratio.to_string(),
+        "max_load_ratio" => policy.max_load_ratio.map_or_else(|| "off".to_owned(), |r| r.to_string()),
         "psi_cpu" => policy.psi_cpu.to_string(),
         "psi_memory" => policy.psi_memory.to_string(),
         "psi_io" => policy.psi_io.to_string(),
@@ -163,7 +166,17 @@ pub fn set(
         "emergency_floor" => policy.emergency_floor = bytes(key, value)?,
         "memory_caution" => policy.memory_caution = none_or(value, |v| bytes(key, v))?,
         "cpu_reserve" => policy.cpu_reserve = num(key, value)?,
-        "max_load_ratio" => policy.max_load_ratio = ratio(key, value)?,
+        "max_load_ratio" => {
+            policy.max_load_ratio = if value.trim().eq_ignore_ascii_case("off") {
+                None
+            } else {
+                let r = ratio(key, value)?;
+                if r == 0.0 {
+                    return Err(format!("{key}: must be above 0 (`off` turns the load gate off)"));
+                }
+                Some(r)
+            }
+        }
         "psi_cpu" => policy.psi_cpu = ratio(key, value)?,
         "psi_memory" => policy.psi_memory = ratio(key, value)?,
         "psi_io" => policy.psi_io = ratio(key, value)?,
@@ -211,6 +224,24 @@ mod tests {
         assert!(set(&mut policy, &mut settings, "psi_cpu", "NaN").unwrap_err().starts_with("psi_cpu:"));
         set(&mut policy, &mut settings, "max_running", "none").unwrap();
         assert_eq!(policy.max_running, None);
+    }
+
+    #[test]
+    fn max_load_ratio_takes_values_above_one_and_off() {
+        let mut policy = HostPolicy::default_for(&HostProfile::new(16 << 30, 8));
+        let mut settings = DaemonSettings::default();
+        set(&mut policy, &mut settings, "max_load_ratio", "2.5").unwrap();
+        assert_eq!(policy.max_load_ratio, Some(2.5));
+        set(&mut policy, &mut settings, "max_load_ratio", "OFF").unwrap();
+        assert_eq!(policy.max_load_ratio, None);
+        assert_eq!(get(&policy, &settings, "max_load_ratio").unwrap(), "off");
+        let zero = set(&mut policy, &mut settings, "max_load_ratio", "0").unwrap_err();
+        assert!(zero.starts_with("max_load_ratio:") && zero.contains("off"), "{zero}");
+        assert!(
+            set(&mut policy, &mut settings, "max_load_ratio", "inf")
+                .unwrap_err()
+                .starts_with("max_load_ratio:")
+        );
     }
 
     #[test]

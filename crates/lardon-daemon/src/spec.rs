@@ -3,13 +3,13 @@
 //!
 //! A spec is immutable once submitted. It serialises (JSON in the store)
 //! without any reference to a local file handle, so it can later travel to
-//! another host (DESIGN.md §14). Two levels of checking:
+//! another host (docs/DESIGN.md §14). Two levels of checking:
 //!
 //! * [`TaskSpec::validate`]: malformed requests the API refuses outright
 //!   (empty argv, NUL bytes, bad env keys, zero items, …);
 //! * [`EstimateSpec::to_estimate`] + [`lardon::Estimate::validate`]: an
 //!   invalid *estimate* is not an API error; admission REJECTs it with a
-//!   reason (DESIGN.md §2).
+//!   reason (docs/DESIGN.md §2).
 
 use std::fmt;
 use std::str::FromStr;
@@ -38,7 +38,7 @@ impl FromStr for TaskId {
     }
 }
 
-/// Life cycle of a task (DESIGN.md §8). The last three are terminal.
+/// Life cycle of a task (docs/DESIGN.md §8). The last three are terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskState {
@@ -101,7 +101,7 @@ impl FromStr for TaskState {
     }
 }
 
-/// The four answers of admission, as persisted (DESIGN.md §4).
+/// The four answers of admission, as persisted (docs/DESIGN.md §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DecisionKind {
@@ -255,7 +255,7 @@ pub struct EnvVar {
     pub value: String,
 }
 
-/// Everything `lardon submit` says about a command (DESIGN.md §10).
+/// Everything `lardon submit` says about a command (docs/DESIGN.md §10).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TaskSpec {

@@ -1,4 +1,4 @@
-//! Scratch volumes through the daemon with a real directory (DESIGN.md §7).
+//! Scratch volumes through the daemon with a real directory (docs/DESIGN.md §7).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod common;

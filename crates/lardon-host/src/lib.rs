@@ -1,4 +1,4 @@
-//! Linux probes and enforcement for the Lardon Governor (DESIGN.md §1, §3).
+//! Linux probes and enforcement for the Lardon Governor (docs/DESIGN.md §1, §3).
 //!
 //! * [`HostProbe`] implements [`lardon::Probe`] from `/proc`, PSI, our own
 //!   cgroup and the GPUs (NVML loaded at run time, DRM sysfs).

@@ -86,8 +86,14 @@ impl HostProbe {
         let layout = CgroupLayout::detect(&root).unwrap_or_default();
         let gpus = Gpus::detect(&root, mem.total);
         let count = |s: &std::collections::BTreeSet<u32>| u32::try_from(s.len()).unwrap_or(u32::MAX);
+        let cgroup = OwnCgroup::new(&layout);
+        // Confined to a cgroup smaller than the machine, we govern the
+        // cgroup: its limit is our total, and the default reserves scale
+        // with it (else a 2 GiB job on a 24 GiB host would keep a 3 GiB
+        // reserve out of a 2 GiB budget and run nothing).
+        let total_memory = cgroup.memory_limit().map_or(mem.total, |limit| limit.min(mem.total));
         let profile = HostProfile {
-            total_memory: mem.total,
+            total_memory,
             logical_cpus: count(&cpus.online),
             allowed_cpus: count(&cpus.allowed),
             gpus: gpus.devices(),
@@ -99,7 +105,7 @@ impl HostProbe {
             loadavg: root.proc_path("loadavg"),
             psi: ["cpu", "memory", "io"].map(|k| root.proc_path(&format!("pressure/{k}"))),
             vmstat: root.proc_path("vmstat"),
-            cgroup: OwnCgroup::new(&layout),
+            cgroup,
             layout,
             meminfo,
             gpus,
@@ -117,7 +123,7 @@ impl HostProbe {
         plan_cpu_pool(&self.cpus, HostPolicy::default_for(&self.profile).cpu_reserve)
     }
 
-    /// The default policy of DESIGN.md §3 for this host, with the
+    /// The default policy of docs/DESIGN.md §3 for this host, with the
     /// whole-core CPU reserve ([`crate::default_policy`]).
     pub fn default_policy(&self) -> HostPolicy {
         default_policy(&self.profile, &self.cpus)
@@ -220,6 +226,10 @@ mod tests {
         // The v2 root of a hybrid host has no memory.max: v1 is used.
         std::fs::create_dir_all(cg.join("unified")).unwrap();
         let p = probe(&root);
+        // Confined to 4 GiB of a 23.5 GiB host: we govern 4 GiB, and the
+        // default reserves are derived from that.
+        assert_eq!(p.profile().total_memory, 4 << 30);
+        assert_eq!(p.default_policy(), HostPolicy::default_for(&HostProfile::new(4 << 30, 2)));
         let s = p.snapshot().unwrap();
         let sample = s.cgroup.unwrap();
         assert_eq!(sample.memory_limit, Some(4 << 30));

@@ -179,7 +179,7 @@ fn smallest_cover(groups: &[Vec<u32>], need: usize, max: usize) -> Option<Vec<Ve
     Some(chosen.iter().map(|&i| groups[i].clone()).collect())
 }
 
-/// The default policy (DESIGN.md §3) for `profile`, with `cpu_reserve`
+/// The default policy (docs/DESIGN.md §3) for `profile`, with `cpu_reserve`
 /// set to the effective whole-core reserve from `layout`.
 pub fn default_policy(profile: &HostProfile, layout: &CpuLayout) -> HostPolicy {
     let mut policy = HostPolicy::default_for(profile);

@@ -1,12 +1,12 @@
 //! # lardon-proto: the gRPC API of the Lardon daemon
 //!
 //! [`pb`] holds the code generated from `proto/lardon/v1/daemon.proto`
-//! (service `lardon.v1.Lardon`, DESIGN.md §10). This crate also knows
+//! (service `lardon.v1.Lardon`, docs/DESIGN.md §10). This crate also knows
 //! where the daemon's socket lives ([`paths`]) and how to dial it
 //! ([`connect`]), so the daemon and every client agree on both.
 //!
 //! Task ids are opaque strings at this boundary (unique across hosts, for
-//! the cluster mode of DESIGN.md §14).
+//! the cluster mode of docs/DESIGN.md §14).
 #![warn(missing_docs)]
 
 pub mod paths;

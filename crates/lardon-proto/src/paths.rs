@@ -1,4 +1,4 @@
-//! Where the daemon keeps its state and its socket (DESIGN.md §10).
+//! Where the daemon keeps its state and its socket (docs/DESIGN.md §10).
 //!
 //! * state dir: `--state-dir` if given, else `$LARDON_STATE_DIR`, else
 //!   `$XDG_STATE_HOME/lardon/`, else `~/.local/state/lardon/`;

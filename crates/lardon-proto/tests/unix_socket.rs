@@ -82,6 +82,7 @@ fake_impl! {
     }
 
 }
+        submit_many(pb::SubmitManyRequest) -> pb::SubmitManyResponse;
         list(pb::ListRequest) -> pb::ListResponse;
         get(pb::GetRequest) -> pb::GetResponse;
         explain(pb::ExplainRequest) -> pb::ExplainResponse;

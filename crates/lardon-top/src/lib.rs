@@ -1,6 +1,6 @@
 //! # lardon-top: the observatory behind `lardon top`
 //!
-//! A live dashboard of the daemon (DESIGN.md §11): tasks with progress,
+//! A live dashboard of the daemon (docs/DESIGN.md §11): tasks with progress,
 //! ETA and throughput; resources as bars with numbers; the Governor's
 //! pressure, slow start and recent decisions; scratch volumes and the
 //! action each allows. Keys pause, resume and cancel tasks and drain

@@ -13,7 +13,7 @@ use lardon_proto::pb::{self, watch_event::Event};
 /// How many recent decisions are kept.
 pub const DECISIONS_KEPT: usize = 64;
 
-/// Resource figures are redrawn at most this often (DESIGN.md §11).
+/// Resource figures are redrawn at most this often (docs/DESIGN.md §11).
 pub const RESOURCE_COALESCE_MS: i64 = 1_000;
 
 /// The connection to the daemon.

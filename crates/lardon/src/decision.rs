@@ -5,7 +5,7 @@ use std::fmt;
 
 use crate::contract::Contract;
 
-/// The four answers of admission (DESIGN.md §4).
+/// The four answers of admission (docs/DESIGN.md §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DecisionKind {
     /// Start with everything the target asks for.
@@ -57,6 +57,8 @@ pub enum ReasonCode {
     InvalidEstimate,
     /// The snapshot is older than 1000 ms or from the future.
     StaleSnapshot,
+    /// The snapshot holds a negative or non-finite load or PSI figure.
+    InvalidSnapshot,
     /// The probe could not take a snapshot.
     ProbeFailed,
     /// Pressure is RED.
@@ -65,7 +67,8 @@ pub enum ReasonCode {
     NoGpu,
     /// The task could not fit even on the idle host.
     Impossible,
-    /// 1-minute load at or above the ratio.
+    /// Foreign load (the 1-minute load minus Lardon's own tasks) at or
+    /// above `max_load_ratio` × the compute pool.
     CpuLoad,
     /// CPU PSI at or above its threshold.
     CpuPressure,
@@ -105,6 +108,7 @@ impl ReasonCode {
             ReasonCode::PressureDecrease => "pressure_decrease",
             ReasonCode::InvalidEstimate => "invalid_estimate",
             ReasonCode::StaleSnapshot => "stale_snapshot",
+            ReasonCode::InvalidSnapshot => "invalid_snapshot",
             ReasonCode::ProbeFailed => "probe_failed",
             ReasonCode::PressureRed => "pressure_red",
             ReasonCode::NoGpu => "no_gpu",
@@ -133,6 +137,7 @@ impl ReasonCode {
         matches!(
             self,
             ReasonCode::StaleSnapshot
+                | ReasonCode::InvalidSnapshot
                 | ReasonCode::ProbeFailed
                 | ReasonCode::PressureRed
                 | ReasonCode::CpuLoad

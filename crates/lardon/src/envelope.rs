@@ -1,4 +1,4 @@
-//! Capability envelopes and the throughput ramp (DESIGN.md §6).
+//! Capability envelopes and the throughput ramp (docs/DESIGN.md §6).
 //!
 //! A task may offer up to four [`Alternative`]s (say, GPU first and a CPU
 //! fallback), tried in order. Reducible dimensions — CPUs, batch and

@@ -199,7 +199,7 @@ impl Estimate {
         self.gpu_slots > 0 || self.gpu_memory_fixed > 0 || self.gpu_memory_per_item > 0
     }
 
-    /// Checks every rule of an estimate (DESIGN.md §2), first fault first.
+    /// Checks every rule of an estimate (docs/DESIGN.md §2), first fault first.
     ///
     /// # Errors
     /// The [`EstimateError`] naming the faulty field.

@@ -20,6 +20,7 @@ mod estimate;
 mod fake;
 mod governor;
 mod history;
+mod learned;
 pub mod parallel;
 mod policy;
 mod pressure;
@@ -40,7 +41,8 @@ pub use envelope::{Alternative, Dimension, Envelope, EnvelopeError, MAX_ALTERNAT
 pub use estimate::{Class, Estimate, EstimateBuilder, EstimateError, MILLIS_PER_CPU};
 pub use fake::FakeProbe;
 pub use governor::{Availability, Governor, GpuAvailability, MAX_SNAPSHOT_AGE};
-pub use history::{BatchSample, MAX_CLASSES, SAMPLES_PER_CLASS};
+pub use history::{BatchSample, MAX_CLASSES, RunOutcome, RunRecord, RunShape, SAMPLES_PER_CLASS};
+pub use learned::{Figure, Learned, Source};
 pub use policy::{GpuDevice, HostPolicy, HostProfile, PolicyError};
 pub use pressure::PressureLevel;
 pub use queue::{
@@ -52,6 +54,6 @@ pub use scratch::{
     FakeVolume, ScratchError, ScratchGrant, VolumeController, VolumeIdentity, VolumeState, VolumeView,
 };
 pub use snapshot::{
-    CgroupSample, GpuSample, LoadAverage, Pressure, Probe, ProbeError, Snapshot, SwapCounters,
+    CgroupSample, GpuSample, LoadAverage, Pressure, Probe, ProbeError, Snapshot, SnapshotError, SwapCounters,
 };
 pub use units::{UnitError, format_bytes, format_cpus, parse_bytes, parse_cpus};

@@ -1,4 +1,4 @@
-//! Deterministic scoped parallel map for use inside a task (DESIGN.md §8).
+//! Deterministic scoped parallel map for use inside a task (docs/DESIGN.md §8).
 //!
 //! [`par_map`] and [`try_par_map`] fan the items of a slice out to at most
 //! `threads` participants, the **calling thread counting as one** (so at most

@@ -1,5 +1,5 @@
 //! The host's static description ([`HostProfile`]) and the rules the
-//! Governor applies to it ([`HostPolicy`]), with the defaults of DESIGN.md §3.
+//! Governor applies to it ([`HostPolicy`]), with the defaults of docs/DESIGN.md §3.
 
 use thiserror::Error;
 
@@ -19,7 +19,7 @@ pub struct GpuDevice {
 }
 
 impl GpuDevice {
-    /// Applies the unified-memory rule of DESIGN.md §3: VRAM ≤ 2 GiB and
+    /// Applies the unified-memory rule of docs/DESIGN.md §3: VRAM ≤ 2 GiB and
     /// ≤ RAM/8, or GTT ≥ RAM/4 and VRAM ≤ GTT/2, or VRAM unreadable.
     pub fn is_unified(vram_total: Option<u64>, gtt_total: Option<u64>, host_ram: u64) -> bool {
         let Some(vram) = vram_total else { return true };
@@ -34,7 +34,9 @@ impl GpuDevice {
 /// probe; the dynamic part lives in each [`crate::Snapshot`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostProfile {
-    /// Physical RAM in bytes.
+    /// Memory governed, bytes: physical RAM, or the memory limit of the
+    /// probing process's cgroup (the smallest over its ancestors) when that
+    /// is smaller — inside a 2 GiB Slurm job the host is 2 GiB.
     pub total_memory: u64,
     /// Logical CPUs online.
     pub logical_cpus: u32,
@@ -90,8 +92,8 @@ pub enum PolicyError {
         /// Logical CPUs.
         logical: u32,
     },
-    /// Load ratio must be in (0, 1].
-    #[error("max_load_ratio must be in (0, 1], got {0}")]
+    /// A load ratio must be a finite number above 0 (`None` turns the gate off).
+    #[error("max_load_ratio must be a finite number above 0 (or `off`), got {0}")]
     LoadRatio(f64),
     /// A PSI threshold outside [0, 100].
     #[error("{0} must be within 0..=100")]
@@ -129,8 +131,11 @@ pub struct HostPolicy {
     pub cpu_reserve: u32,
     /// Per-GPU memory kept back, in bytes, indexed like the profile's GPUs.
     pub gpu_memory_reserve: Vec<u64>,
-    /// 1-minute load ÷ logical CPUs at or above which admission waits.
-    pub max_load_ratio: f64,
+    /// Admission waits while the *foreign* load (the 1-minute load minus
+    /// Lardon's own share of it) is at or above this ratio × the compute
+    /// pool. Values above 1 are allowed (a host whose other work may
+    /// oversubscribe it); `None` turns the load gate off.
+    pub max_load_ratio: Option<f64>,
     /// CPU PSI `some avg10` at or above which admission waits.
     pub psi_cpu: f64,
     /// Memory PSI `some avg10` at or above which admission waits.
@@ -146,7 +151,7 @@ pub struct HostPolicy {
 }
 
 impl HostPolicy {
-    /// The defaults of DESIGN.md §3 for `profile`.
+    /// The defaults of docs/DESIGN.md §3 for `profile`.
     ///
     /// # Examples
     /// ```
@@ -171,7 +176,7 @@ impl HostPolicy {
             memory_caution,
             cpu_reserve,
             gpu_memory_reserve: profile.gpus.iter().map(|g| g.vram_total.map_or(0, |v| v / 8)).collect(),
-            max_load_ratio: 0.90,
+            max_load_ratio: Some(0.90),
             psi_cpu: 20.0,
             psi_memory: 1.0,
             psi_io: 80.0,
@@ -181,7 +186,7 @@ impl HostPolicy {
         }
     }
 
-    /// Checks the policy against `profile` (DESIGN.md §3: every reserve
+    /// Checks the policy against `profile` (docs/DESIGN.md §3: every reserve
     /// below its total).
     ///
     /// # Errors
@@ -204,8 +209,10 @@ impl HostPolicy {
         if self.cpu_reserve >= profile.logical_cpus {
             return Err(PolicyError::CpuReserve { reserve: self.cpu_reserve, logical: profile.logical_cpus });
         }
-        if !(self.max_load_ratio > 0.0 && self.max_load_ratio <= 1.0) {
-            return Err(PolicyError::LoadRatio(self.max_load_ratio));
+        if let Some(ratio) = self.max_load_ratio
+            && !(ratio.is_finite() && ratio > 0.0)
+        {
+            return Err(PolicyError::LoadRatio(ratio));
         }
         for (name, v) in [("psi_cpu", self.psi_cpu), ("psi_memory", self.psi_memory), ("psi_io", self.psi_io)]
         {
@@ -257,7 +264,7 @@ mod tests {
         let exactly3 = HostPolicy::default_for(&HostProfile::new(3 * GIB, 2));
         assert_eq!(exactly3.memory_reserve, 3 * GIB / 4);
         for p in [big, small, exactly3] {
-            assert_eq!(p.max_load_ratio, 0.90);
+            assert_eq!(p.max_load_ratio, Some(0.90));
             assert_eq!((p.psi_cpu, p.psi_memory, p.psi_io), (20.0, 1.0, 80.0));
             assert_eq!((p.io_slots, p.gpu_slots), (1, 1));
         }
@@ -303,9 +310,11 @@ mod tests {
         assert_eq!(check(&|p| p.emergency_floor = 4 * GIB), Err(PolicyError::EmergencyFloor));
         assert_eq!(check(&|p| p.memory_caution = Some(GIB)), Err(PolicyError::Caution));
         assert!(matches!(check(&|p| p.cpu_reserve = 8), Err(PolicyError::CpuReserve { .. })));
-        assert!(matches!(check(&|p| p.max_load_ratio = 0.0), Err(PolicyError::LoadRatio(_))));
-        assert!(matches!(check(&|p| p.max_load_ratio = 1.5), Err(PolicyError::LoadRatio(_))));
-        assert!(matches!(check(&|p| p.max_load_ratio = f64::NAN), Err(PolicyError::LoadRatio(_))));
+        assert!(matches!(check(&|p| p.max_load_ratio = Some(0.0)), Err(PolicyError::LoadRatio(_))));
+        assert!(matches!(check(&|p| p.max_load_ratio = Some(f64::NAN)), Err(PolicyError::LoadRatio(_))));
+        assert!(matches!(check(&|p| p.max_load_ratio = Some(f64::INFINITY)), Err(PolicyError::LoadRatio(_))));
+        assert_eq!(check(&|p| p.max_load_ratio = Some(1.5)), Ok(()), "above 1 is allowed");
+        assert_eq!(check(&|p| p.max_load_ratio = None), Ok(()), "off is allowed");
         assert_eq!(check(&|p| p.psi_memory = 101.0), Err(PolicyError::Psi("psi_memory")));
         assert_eq!(check(&|p| p.psi_io = -1.0), Err(PolicyError::Psi("psi_io")));
         assert_eq!(check(&|p| p.io_slots = 0), Err(PolicyError::IoSlots));

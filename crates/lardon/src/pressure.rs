@@ -1,17 +1,25 @@
-//! The pressure state machine and slow start (DESIGN.md §5): a pure type
-//! fed once per host sample.
+//! The pressure state machine and the batch target it sets (docs/DESIGN.md
+//! §5): a pure type fed once per host sample.
 //!
-//! A *signal* is CPU or memory PSI at or above its threshold, any swap-in
-//! or swap-out since the previous sample, or (custom policy) MemAvailable
-//! at or below the reserve. IO PSI only gates IO-slot work (§4 step 7).
+//! A *signal* is memory PSI at or above its threshold, any swap-in or
+//! swap-out since the previous sample, or (custom policy) MemAvailable at
+//! or below the reserve. CPU PSI is no signal: it is a gate of §4 step 7
+//! (busy CPUs say nothing about memory, and a RED host would also shrink
+//! every batch). IO PSI only gates IO-slot work.
+//!
+//! The batch target: entering YELLOW halves it (from the largest batch
+//! granted since the last GREEN), entering RED drops it to 1, and back in
+//! GREEN it doubles after every 3 healthy samples until it no longer
+//! limits. Admission never goes below an estimate's `batch_min`.
 //!
 //! # Invariants
 //! - counters saturate at their thresholds (2, 3, 3) and never wrap;
-//! - slow start is active whenever the level is not GREEN.
+//! - the batch target is set whenever the level is not GREEN.
 
 use std::fmt;
 
 use crate::snapshot::{Snapshot, SwapCounters};
+use crate::units::format_bytes;
 
 /// Host pressure level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -53,24 +61,28 @@ pub(crate) struct Floors {
     pub(crate) reserve_signal: Option<u64>,
 }
 
-/// PSI figures already compared with the policy's thresholds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Memory PSI when it reached its threshold: the figure and the threshold,
+/// for the reason.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(crate) struct PsiSignal {
-    pub(crate) reached: bool,
+    pub(crate) memory: Option<(f64, f64)>,
 }
 
 const RED_AFTER: u8 = 2;
 const RECOVER_AFTER: u8 = 3;
 const DOUBLE_AFTER: u8 = 3;
 
-/// Pressure level, its counters and the slow-start limit.
+/// Pressure level, its counters and the batch target.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct PressureMachine {
     level: PressureLevel,
     pressure_streak: u8,
     recovery: u8,
-    slow_start: Option<u64>,
-    slow_streak: u8,
+    /// The batch limit pressure sets; `None` when it does not limit.
+    target: Option<u64>,
+    double_streak: u8,
+    /// Largest batch granted since the level was last GREEN-entered.
+    granted_peak: u64,
     swap_baseline: Option<SwapCounters>,
     reason: String,
 }
@@ -80,9 +92,9 @@ impl PressureMachine {
         self.level
     }
 
-    /// The slow-start batch limit, `None` when inactive.
-    pub(crate) fn slow_start(&self) -> Option<u64> {
-        self.slow_start
+    /// The batch target pressure sets, `None` when it does not limit.
+    pub(crate) fn batch_target(&self) -> Option<u64> {
+        self.target
     }
 
     /// Why the level is what it is (empty when GREEN and never pressed).
@@ -90,107 +102,142 @@ impl PressureMachine {
         &self.reason
     }
 
+    /// Notes a granted batch: YELLOW halves the largest one since GREEN.
+    pub(crate) fn note_grant(&mut self, batch: u64) {
+        self.granted_peak = self.granted_peak.max(batch);
+    }
+
     /// Feeds one host sample. `largest_batch` is the largest `batch_max`
-    /// seen so far: slow start ends once its limit reaches it.
+    /// seen so far: the target stops limiting once it reaches it.
     pub(crate) fn observe(&mut self, snap: &Snapshot, psi: PsiSignal, floors: Floors, largest_batch: u64) {
-        let swap_changed = match (snap.swap, self.swap_baseline) {
-            (Some(now), Some(before)) => now.pages_in > before.pages_in || now.pages_out > before.pages_out,
-            _ => false,
+        let swap = match (snap.swap, self.swap_baseline) {
+            (Some(now), Some(before)) => {
+                (now.pages_in.saturating_sub(before.pages_in), now.pages_out.saturating_sub(before.pages_out))
+            }
+            _ => (0, 0),
         };
         if snap.swap.is_some() {
             self.swap_baseline = snap.swap;
         }
         let available = snap.effective_memory_available();
         let hard = floors.emergency > 0 && available <= floors.emergency;
-        let reserve_signal = floors.reserve_signal.is_some_and(|r| available <= r);
-        let caution = floors.caution_band.is_some_and(|c| available <= c);
-        let signal = psi.reached || swap_changed || reserve_signal;
+        let reserve_signal = floors.reserve_signal.filter(|&r| available <= r);
+        let caution = floors.caution_band.filter(|&c| available <= c);
+        let mut signals = Vec::new();
+        if let Some((value, threshold)) = psi.memory {
+            signals.push(format!("memory PSI {value:.1} ≥ {threshold}"));
+        }
+        if swap.0 > 0 {
+            signals.push(format!("swap-in +{} pages", swap.0));
+        }
+        if swap.1 > 0 {
+            signals.push(format!("swap-out +{} pages", swap.1));
+        }
+        if let Some(reserve) = reserve_signal {
+            signals.push(format!(
+                "MemAvailable {} ≤ memory_reserve {}",
+                format_bytes(available),
+                format_bytes(reserve)
+            ));
+        }
+        let before = self.level;
 
         if hard {
-            self.level = PressureLevel::Red;
             self.pressure_streak = 0;
             self.recovery = 0;
-            self.arm_slow_start();
-            self.reason =
-                format!("MemAvailable {available} B at or below the emergency floor {} B", floors.emergency);
-        } else if signal {
+            self.enter(PressureLevel::Red, largest_batch);
+            self.reason = format!(
+                "MemAvailable {} ≤ emergency floor {}",
+                format_bytes(available),
+                format_bytes(floors.emergency)
+            );
+        } else if !signals.is_empty() {
             self.recovery = 0;
             self.pressure_streak = (self.pressure_streak + 1).min(RED_AFTER);
-            self.arm_slow_start();
-            self.level = if self.level == PressureLevel::Red || self.pressure_streak >= RED_AFTER {
+            let level = if before == PressureLevel::Red || self.pressure_streak >= RED_AFTER {
                 PressureLevel::Red
             } else {
                 PressureLevel::Yellow
             };
-            self.reason = if psi.reached {
-                "PSI at or above its threshold".to_owned()
-            } else if swap_changed {
-                "swap activity since the previous sample".to_owned()
-            } else {
-                "MemAvailable at or below the memory reserve".to_owned()
-            };
-        } else if caution {
-            // The band holds the level at YELLOW at most and re-arms slow
-            // start, but lets RED recover to YELLOW.
+            self.enter(level, largest_batch);
+            self.reason = signals.join(", ");
+        } else if let Some(band) = caution {
+            // The band holds the level at YELLOW at most (no recovery while
+            // in it), but lets RED recover to YELLOW.
             self.pressure_streak = 0;
-            self.arm_slow_start();
-            match self.level {
+            match before {
                 PressureLevel::Green => {
-                    self.level = PressureLevel::Yellow;
                     self.recovery = 0;
+                    self.enter(PressureLevel::Yellow, largest_batch);
                 }
                 PressureLevel::Yellow => self.recovery = 0,
                 PressureLevel::Red => self.recover_from_red(),
             }
-            self.reason = format!("MemAvailable {available} B in the caution band");
+            self.reason =
+                format!("MemAvailable {} ≤ caution band {}", format_bytes(available), format_bytes(band));
         } else {
             self.pressure_streak = 0;
-            match self.level {
+            match before {
                 PressureLevel::Red => self.recover_from_red(),
                 PressureLevel::Yellow => {
-                    self.arm_slow_start_if_inactive();
                     self.recovery = (self.recovery + 1).min(RECOVER_AFTER);
                     if self.recovery >= RECOVER_AFTER {
-                        self.level = PressureLevel::Green;
-                        self.recovery = 0;
-                        self.slow_streak = 0;
+                        self.enter(PressureLevel::Green, largest_batch);
                         self.reason.clear();
                     }
                 }
-                PressureLevel::Green => self.grow_slow_start(largest_batch),
+                PressureLevel::Green => self.grow(largest_batch),
             }
         }
-        debug_assert!(self.level == PressureLevel::Green || self.slow_start.is_some());
+        debug_assert!(self.level == PressureLevel::Green || self.target.is_some());
         debug_assert!(self.pressure_streak <= RED_AFTER && self.recovery <= RECOVER_AFTER);
+    }
+
+    /// Moves to `level`, applying what *entering* it does to the target.
+    /// Staying at a level changes nothing.
+    fn enter(&mut self, level: PressureLevel, largest_batch: u64) {
+        if level == self.level {
+            return;
+        }
+        match level {
+            PressureLevel::Red => self.target = Some(1),
+            PressureLevel::Yellow if self.level == PressureLevel::Green => {
+                // Nothing granted yet in this GREEN stretch: halve what the
+                // target would have allowed.
+                let base = if self.granted_peak > 0 {
+                    self.granted_peak
+                } else {
+                    self.target.unwrap_or(largest_batch)
+                };
+                self.target = Some((base / 2).max(1));
+            }
+            // RED recovering to YELLOW keeps the target at 1.
+            PressureLevel::Yellow => {}
+            PressureLevel::Green => {
+                self.granted_peak = 0;
+                self.double_streak = 0;
+                self.recovery = 0;
+            }
+        }
+        self.double_streak = 0;
+        self.level = level;
     }
 
     fn recover_from_red(&mut self) {
         self.recovery = (self.recovery + 1).min(RECOVER_AFTER);
         if self.recovery >= RECOVER_AFTER {
-            self.level = PressureLevel::Yellow;
             self.recovery = 0;
+            self.level = PressureLevel::Yellow;
         }
     }
 
-    fn arm_slow_start(&mut self) {
-        self.slow_start = Some(1);
-        self.slow_streak = 0;
-    }
-
-    fn arm_slow_start_if_inactive(&mut self) {
-        if self.slow_start.is_none() {
-            self.arm_slow_start();
-        }
-    }
-
-    fn grow_slow_start(&mut self, largest_batch: u64) {
-        let Some(limit) = self.slow_start else { return };
-        self.slow_streak = (self.slow_streak + 1).min(DOUBLE_AFTER);
-        if self.slow_streak >= DOUBLE_AFTER {
-            self.slow_streak = 0;
+    fn grow(&mut self, largest_batch: u64) {
+        let Some(limit) = self.target else { return };
+        self.double_streak = (self.double_streak + 1).min(DOUBLE_AFTER);
+        if self.double_streak >= DOUBLE_AFTER {
+            self.double_streak = 0;
             let doubled = limit.saturating_mul(2);
-            self.slow_start =
-                if doubled >= largest_batch || doubled == u64::MAX { None } else { Some(doubled) };
+            self.target = if doubled >= largest_batch || doubled == u64::MAX { None } else { Some(doubled) };
         }
     }
 }
@@ -226,7 +273,7 @@ mod tests {
         fn sample(&mut self, psi: bool) -> PressureLevel {
             let mut s = Snapshot::healthy(MonoTime(0), self.mem);
             s.swap = Some(SwapCounters { pages_in: 0, pages_out: self.swap });
-            self.m.observe(&s, PsiSignal { reached: psi }, self.floors, 8);
+            self.m.observe(&s, PsiSignal { memory: psi.then_some((5.0, 1.0)) }, self.floors, 8);
             self.m.level()
         }
         fn healthy(&mut self) -> PressureLevel {
@@ -242,7 +289,7 @@ mod tests {
     fn cold_start_is_not_slow() {
         let f = Feed::new(custom());
         assert_eq!(f.m.level(), PressureLevel::Green);
-        assert_eq!(f.m.slow_start(), None);
+        assert_eq!(f.m.batch_target(), None);
     }
 
     #[test]
@@ -264,8 +311,9 @@ mod tests {
     fn one_signal_yellow_two_consecutive_red() {
         let mut f = Feed::new(custom());
         assert_eq!(f.swap_out(), PressureLevel::Yellow);
-        assert_eq!(f.m.slow_start(), Some(1));
+        assert_eq!(f.m.batch_target(), Some(4), "nothing granted yet: half the largest batch");
         assert_eq!(f.swap_out(), PressureLevel::Red);
+        assert_eq!(f.m.batch_target(), Some(1));
     }
 
     #[test]
@@ -277,7 +325,7 @@ mod tests {
     }
 
     #[test]
-    fn psi_is_a_signal() {
+    fn memory_psi_is_a_signal() {
         let mut f = Feed::new(custom());
         assert_eq!(f.sample(true), PressureLevel::Yellow);
         assert_eq!(f.sample(true), PressureLevel::Red);
@@ -294,13 +342,13 @@ mod tests {
         assert_eq!(f.healthy(), PressureLevel::Yellow);
         assert_eq!(f.healthy(), PressureLevel::Yellow);
         assert_eq!(f.healthy(), PressureLevel::Green);
-        assert_eq!(f.m.slow_start(), Some(1));
+        assert_eq!(f.m.batch_target(), Some(1));
         for expected in [Some(2), Some(4), None] {
             f.healthy();
             f.healthy();
-            assert_ne!(f.m.slow_start(), expected, "must not double before the third sample");
+            assert_ne!(f.m.batch_target(), expected, "must not double before the third sample");
             f.healthy();
-            assert_eq!(f.m.slow_start(), expected);
+            assert_eq!(f.m.batch_target(), expected);
         }
     }
 
@@ -340,7 +388,7 @@ mod tests {
         f.mem = 3 * GIB + GIB / 2;
         for _ in 0..10 {
             assert_eq!(f.healthy(), PressureLevel::Yellow, "band never escalates to RED");
-            assert_eq!(f.m.slow_start(), Some(1));
+            assert_eq!(f.m.batch_target(), Some(4), "entering the band halved the target once");
         }
         f.mem = 16 * GIB;
         f.swap_out();
@@ -365,6 +413,56 @@ mod tests {
             f.healthy();
         }
         assert_eq!(f.m.level(), PressureLevel::Green);
-        assert!(f.m.recovery <= RECOVER_AFTER && f.m.slow_streak <= DOUBLE_AFTER);
+        assert!(f.m.recovery <= RECOVER_AFTER && f.m.double_streak <= DOUBLE_AFTER);
+    }
+
+    #[test]
+    fn yellow_halves_the_largest_grant_since_green_and_green_regrows_it() {
+        let mut f = Feed::new(custom());
+        f.m.note_grant(6);
+        f.m.note_grant(2);
+        assert_eq!(f.swap_out(), PressureLevel::Yellow);
+        assert_eq!(f.m.batch_target(), Some(3));
+        assert_eq!(f.healthy(), PressureLevel::Yellow);
+        assert_eq!(f.swap_out(), PressureLevel::Yellow, "not consecutive");
+        assert_eq!(f.m.batch_target(), Some(3), "staying YELLOW does not halve again");
+        for _ in 0..3 {
+            f.healthy();
+        }
+        assert_eq!(f.m.level(), PressureLevel::Green);
+        assert_eq!(f.m.batch_target(), Some(3), "GREEN starts from the halved target");
+        f.healthy();
+        f.healthy();
+        f.healthy();
+        assert_eq!(f.m.batch_target(), Some(6));
+        f.healthy();
+        f.healthy();
+        f.healthy();
+        assert_eq!(f.m.batch_target(), None, "12 ≥ the largest batch: no longer limits");
+        // The peak restarts at GREEN: the next episode halves what was granted since.
+        f.m.note_grant(4);
+        f.swap_out();
+        assert_eq!(f.m.batch_target(), Some(2));
+    }
+
+    #[test]
+    fn every_reason_names_its_signal_and_value() {
+        let mut f = Feed::new(custom());
+        f.sample(true);
+        assert_eq!(f.m.reason(), "memory PSI 5.0 ≥ 1");
+        f.swap += 120;
+        f.healthy();
+        assert_eq!(f.m.reason(), "swap-out +120 pages");
+        let mut f = Feed::new(custom());
+        f.mem = 2 * GIB;
+        f.healthy();
+        assert_eq!(f.m.reason(), "MemAvailable 2.0 GiB ≤ memory_reserve 2.0 GiB");
+        f.mem = GIB / 2;
+        f.healthy();
+        assert_eq!(f.m.reason(), "MemAvailable 512.0 MiB ≤ emergency floor 1.0 GiB");
+        let mut f = Feed::new(default_floors());
+        f.mem = 3 * GIB + GIB / 2;
+        f.healthy();
+        assert_eq!(f.m.reason(), "MemAvailable 3.5 GiB ≤ caution band 4.0 GiB");
     }
 }

@@ -1,4 +1,4 @@
-//! Progress, throughput and ETA of one task (DESIGN.md §9): a pure model.
+//! Progress, throughput and ETA of one task (docs/DESIGN.md §9): a pure model.
 //!
 //! A [`ProgressTracker`] is fed the task's lifecycle ([`start`], [`pause`],
 //! [`resume`], [`finish`]) and its progress reports ([`update`] for items

@@ -102,7 +102,7 @@ impl Reservation {
 
     /// Reports the memory the holder actually uses now (from its cgroup or
     /// RSS). Memory it has already materialised is no longer subtracted
-    /// twice from `MemAvailable` (DESIGN.md §4 step 8).
+    /// twice from `MemAvailable` (docs/DESIGN.md §4 step 8).
     ///
     /// # Errors
     /// [`ReleaseError::NotActive`] when the reservation was released.

@@ -1,4 +1,4 @@
-//! Scratch volumes (DESIGN.md §7): directories on fast, possibly removable
+//! Scratch volumes (docs/DESIGN.md §7): directories on fast, possibly removable
 //! disks whose space the Governor leases to tasks. Scratch is never RAM.
 //!
 //! The Governor owns the registry and the leases; a [`VolumeController`]

@@ -111,10 +111,49 @@ impl Snapshot {
         cg.map_or(self.memory_available, |room| room.min(self.memory_available))
     }
 
+    /// Checks the figures no host can produce: a load average or a PSI
+    /// figure that is negative or not finite (docs/DESIGN.md §5). Admission
+    /// waits on such a snapshot, as on a stale one, without feeding it to
+    /// the pressure state.
+    ///
+    /// # Errors
+    /// [`SnapshotError::Invalid`] naming the first such field.
+    pub fn validate(&self) -> Result<(), SnapshotError> {
+        let figures = [
+            ("load.one", Some(self.load.one)),
+            ("load.five", Some(self.load.five)),
+            ("load.fifteen", Some(self.load.fifteen)),
+            ("pressure.cpu", self.pressure.cpu),
+            ("pressure.memory", self.pressure.memory),
+            ("pressure.io", self.pressure.io),
+        ];
+        for (field, value) in figures {
+            if let Some(value) = value
+                && !(value.is_finite() && value >= 0.0)
+            {
+                return Err(SnapshotError::Invalid { field, value });
+            }
+        }
+        Ok(())
+    }
+
     /// Free memory of GPU `index`, if known.
     pub fn gpu_free(&self, index: u32) -> Option<u64> {
         self.gpus.iter().find(|g| g.index == index).and_then(|g| g.free)
     }
+}
+
+/// Why a snapshot cannot be governed on.
+#[derive(Debug, Clone, Copy, PartialEq, Error)]
+pub enum SnapshotError {
+    /// A load or PSI figure is negative or not finite.
+    #[error("{field} is {value}, not a finite figure ≥ 0")]
+    Invalid {
+        /// The field, e.g. `load.one` or `pressure.memory`.
+        field: &'static str,
+        /// What it held.
+        value: f64,
+    },
 }
 
 /// Why a probe could not take a snapshot.

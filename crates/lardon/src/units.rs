@@ -24,7 +24,7 @@ pub enum UnitError {
     /// A negative value was given where only sizes make sense.
     #[error("`{0}` is negative")]
     Negative(String),
-    /// More than three decimals of a CPU, or a fraction of a byte.
+    /// More than three decimals of a CPU (sizes are rounded instead).
     #[error("`{0}` is more precise than the unit allows")]
     TooPrecise(String),
 }
@@ -56,7 +56,13 @@ struct Decimal {
     int: u64,
     frac: u64,
     frac_digits: u32,
+    /// Digits beyond the 18th were dropped (never a whole byte: the largest
+    /// unit is 2^40, so they weigh less than 10^-5 of a byte).
+    truncated: bool,
 }
+
+/// Fraction digits kept: 10^18 still fits a u64.
+const MAX_FRAC_DIGITS: usize = 18;
 
 fn parse_decimal(text: &str, original: &str) -> Result<Decimal, UnitError> {
     if text.starts_with('-') {
@@ -82,27 +88,29 @@ fn parse_decimal(text: &str, original: &str) -> Result<Decimal, UnitError> {
         int_part.parse::<u64>().map_err(|_| UnitError::Overflow(original.to_owned()))?
     };
     let frac_part = frac_part.trim_end_matches('0');
-    if frac_part.len() > 18 {
-        return Err(UnitError::TooPrecise(original.to_owned()));
-    }
+    let truncated = frac_part.len() > MAX_FRAC_DIGITS;
+    let frac_part = &frac_part[..frac_part.len().min(MAX_FRAC_DIGITS)];
     let frac = if frac_part.is_empty() { 0 } else { frac_part.parse::<u64>().map_err(|_| bad())? };
-    Ok(Decimal { int, frac, frac_digits: frac_part.len() as u32 })
+    Ok(Decimal { int, frac, frac_digits: frac_part.len() as u32, truncated })
 }
 
 /// Parses a byte size such as `2GiB`, `512 MiB`, `1.5GB`, `64k` or `4096`.
 ///
 /// Binary suffixes (`KiB`, `MiB`, `GiB`, `TiB`, or `Ki`…) are powers of
 /// 1024, decimal ones (`kB`, `MB`, `GB`, `TB`, or `k`…) powers of 1000; case
-/// is ignored. A fractional result must be a whole number of bytes.
+/// is ignored. A size that is not a whole number of bytes (`1.1GiB` is
+/// 1 181 116 006.4 bytes) is rounded to the nearest byte, halves up: people
+/// write sizes to a few digits, and a byte either way never matters.
 ///
 /// # Errors
 /// [`UnitError`] naming what was wrong: empty, not a number, unknown unit,
-/// negative, too large, or a fraction of a byte.
+/// negative or too large.
 ///
 /// # Examples
 /// ```
 /// assert_eq!(lardon::parse_bytes("2GiB").unwrap(), 2 << 30);
 /// assert_eq!(lardon::parse_bytes("1.5 KiB").unwrap(), 1536);
+/// assert_eq!(lardon::parse_bytes("1.1GiB").unwrap(), 1_181_116_006);
 /// assert!(lardon::parse_bytes("2 parsecs").is_err());
 /// ```
 pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
@@ -131,10 +139,9 @@ pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
     }
     let scale = 10u128.pow(dec.frac_digits);
     let frac_bytes = u128::from(dec.frac) * u128::from(multiplier);
-    if !frac_bytes.is_multiple_of(scale) {
-        return Err(UnitError::TooPrecise(text.to_owned()));
-    }
-    let frac_bytes = u64::try_from(frac_bytes / scale).map_err(|_| overflow())?;
+    // Nearest whole byte, halves up.
+    let rounded = (frac_bytes + scale / 2) / scale;
+    let frac_bytes = u64::try_from(rounded).map_err(|_| overflow())?;
     whole.checked_add(frac_bytes).ok_or_else(overflow)
 }
 
@@ -165,7 +172,7 @@ pub fn parse_cpus(text: &str) -> Result<u32, UnitError> {
         return millis.parse::<u32>().map_err(|_| UnitError::Overflow(text.to_owned()));
     }
     let dec = parse_decimal(trimmed, text)?;
-    if dec.frac_digits > 3 {
+    if dec.frac_digits > 3 || dec.truncated {
         return Err(UnitError::TooPrecise(text.to_owned()));
     }
     let frac_millis = dec.frac * 10u64.pow(3 - dec.frac_digits);
@@ -223,6 +230,46 @@ mod tests {
         assert_eq!(parse_bytes("1.50KiB"), Ok(1536));
     }
 
+    /// Sizes people write are rounded to the nearest byte, not refused.
+    /// Break it to see it fail: bring back the refusal of a fraction of a
+    /// byte (`1.1GiB` was "more precise than the unit allows").
+    #[test]
+    fn fractions_of_a_byte_round_to_the_nearest() {
+        assert_eq!(parse_bytes("1.6GiB"), Ok(1_717_986_918)); // 1 717 986 918.4
+        assert_eq!(parse_bytes("1.1GiB"), Ok(1_181_116_006)); // 1 181 116 006.4
+        assert_eq!(parse_bytes("0.1GiB"), Ok(107_374_182)); // 107 374 182.4
+        assert_eq!(parse_bytes("0.5B"), Ok(1));
+        assert_eq!(parse_bytes("0.4999B"), Ok(0));
+        assert_eq!(parse_bytes("2.5B"), Ok(3));
+        assert_eq!(parse_bytes("0.0000000000000000000001TiB"), Ok(0));
+        assert_eq!(parse_bytes("1.0000000000000000000001KiB"), Ok(1024));
+    }
+
+    proptest::proptest! {
+        /// Any decimal with up to three fraction digits, in any unit,
+        /// parses, and lands within half a byte of its exact value.
+        #[test]
+        fn decimals_with_three_digits_parse_and_round(
+            int in 0u64..1_000_000,
+            frac in 0u64..1000,
+            digits in 1u32..=3,
+            unit in proptest::sample::select(UNITS.to_vec()),
+        ) {
+            let frac = frac % 10u64.pow(digits);
+            let text = format!("{int}.{frac:0width$}{}", unit.0, width = digits as usize);
+            let got = parse_bytes(&text);
+            proptest::prop_assert!(got.is_ok(), "{text}: {got:?}");
+            let got = u128::from(got.unwrap_or_default());
+            // Exact value in units of 10^-digits bytes, compared in integers.
+            let scale = 10u128.pow(digits);
+            let exact = (u128::from(int) * scale + u128::from(frac)) * u128::from(unit.1);
+            let twice_error = (got * scale * 2).abs_diff(exact * 2);
+            proptest::prop_assert!(twice_error <= scale, "{text} → {got}, exact {exact}/{scale}");
+            // Halves go up: never below when exactly half way.
+            proptest::prop_assert!(got * scale * 2 + scale > exact * 2, "{text} rounded down from a half");
+        }
+    }
+
     #[test]
     fn malformed_sizes_are_refused_with_a_reason() {
         assert_eq!(parse_bytes(""), Err(UnitError::Empty));
@@ -233,7 +280,7 @@ mod tests {
         assert!(matches!(parse_bytes("+1GiB"), Err(UnitError::BadNumber(_))));
         assert!(matches!(parse_bytes("1.2.3"), Err(UnitError::BadNumber(_))));
         assert!(matches!(parse_bytes("1."), Err(UnitError::BadNumber(_))));
-        assert!(matches!(parse_bytes("0.3B"), Err(UnitError::TooPrecise(_))));
+        assert_eq!(parse_bytes("0.3B"), Ok(0));
         assert!(matches!(parse_bytes("99999999999TiB"), Err(UnitError::Overflow(_))));
         assert!(matches!(parse_bytes("18446744073709551616"), Err(UnitError::Overflow(_))));
         assert_eq!(parse_bytes("18446744073709551615"), Ok(u64::MAX));

@@ -1,10 +1,10 @@
 //! loom models of the Governor's reserve / release / wait_for_change /
-//! set_policy (issue 2). Under `--cfg loom` the Governor's lock, condition
+//! set_policy (docs/DESIGN.md §13). Under `--cfg loom` the Governor's lock, condition
 //! variable, `Arc` and generation atomic are loom's, so every interleaving
 //! of the real engine code is explored.
 //!
 //! Run with:
-//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=/work/target-loom cargo test -p lardon --release --test loom_governor`
+//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p lardon --release --test loom_governor`
 //!
 //! The fake probe and clock use std primitives; they are not modelled and
 //! never block, which is fine.

@@ -1,5 +1,5 @@
-//! Property tests of the Governor (issue 2, DESIGN.md §2–§6): random
-//! sequences of reserve / release / record_batch / set_policy / new host
+//! Property tests of the Governor (docs/DESIGN.md §2–§6): random
+//! sequences of reserve / release / record_run (completed and killed runs) / set_policy / new host
 //! samples never grant more than the budget, never release twice, keep the
 //! reported totals equal to the contracts the test still holds, and WAIT or
 //! REJECT never move the generation.
@@ -11,7 +11,7 @@ use std::time::Duration;
 use lardon::{
     Availability, CgroupSample, Class, Contract, DecisionKind, Estimate, FakeClock, FakeProbe, Governor,
     GpuSample, HostPolicy, HostProfile, MonoTime, Pressure, Probe, ReleaseError, Reservation, ReservationId,
-    Snapshot, SwapCounters,
+    RunOutcome, RunRecord, Snapshot, SwapCounters,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -116,7 +116,7 @@ impl PolicySpec {
         p.memory_caution = self.caution;
         p.cpu_reserve = self.cpu_reserve;
         p.gpu_memory_reserve = self.gpu_reserve.clone();
-        p.max_load_ratio = self.max_load_ratio;
+        p.max_load_ratio = Some(self.max_load_ratio);
         p.psi_cpu = self.psi_cpu;
         p.io_slots = self.io_slots;
         p.gpu_slots = self.gpu_slots;
@@ -136,9 +136,20 @@ enum Op {
     ReleaseZombie(Index),
     DropZombie(Index),
     ReportUsage(Index, u64),
-    RecordBatch(&'static str, u64, u64, Option<u64>),
+    /// Class, items (`None`: unbatched), wall ms, outcome.
+    Record(&'static str, Option<u64>, u64, RunOutcome),
     SetPolicy(PolicySpec),
     Sample(SampleSpec),
+}
+
+/// Completions with or without a peak, and kills (limit 0 included: it
+/// carries nothing).
+fn outcome() -> impl Strategy<Value = RunOutcome> {
+    prop_oneof![
+        Just(RunOutcome::Completed { peak: None }),
+        (0..8 * GIB).prop_map(|p| RunOutcome::Completed { peak: Some(p) }),
+        (0..8 * GIB).prop_map(|limit| RunOutcome::KilledAtLimit { limit }),
+    ]
 }
 
 const CLASSES: [&str; 4] = ["default", "render", "ml.train", "Bad Class!"];
@@ -291,8 +302,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<Index>().prop_map(Op::ReleaseZombie),
         1 => any::<Index>().prop_map(Op::DropZombie),
         1 => (any::<Index>(), 0..4 * GIB).prop_map(|(i, b)| Op::ReportUsage(i, b)),
-        2 => (class(), 0u64..50, 0u64..5000, prop_oneof![Just(None), (0..8 * GIB).prop_map(Some)])
-            .prop_map(|(c, n, ms, peak)| Op::RecordBatch(c, n, ms, peak)),
+        3 => (class(), prop_oneof![Just(None), (0u64..50).prop_map(Some)], 0u64..5000, outcome())
+            .prop_map(|(c, n, ms, outcome)| Op::Record(c, n, ms, outcome)),
         2 => policy().prop_map(Op::SetPolicy),
         4 => sample().prop_map(Op::Sample),
     ]
@@ -490,10 +501,17 @@ impl World {
                     self.unchanged(&before, "usage of a released handle");
                 }
             }
-            Op::RecordBatch(class, items, ms, peak) => {
+            Op::Record(class, items, ms, outcome) => {
                 let g = self.gov.generation();
-                self.gov.record_batch(&Class::new(class), items, Duration::from_millis(ms), peak);
-                assert_eq!(self.gov.generation(), g + 1, "record_batch moves the generation once");
+                let wall = Duration::from_millis(ms);
+                let record = match items {
+                    None => RunRecord::unbatched(wall, outcome),
+                    Some(n) => RunRecord::batch(n, wall, outcome),
+                };
+                let changed = self.gov.record_run(&Class::new(class), record);
+                assert_eq!(changed, record.is_informative(), "{record:?}");
+                let moved = u64::from(changed);
+                assert_eq!(self.gov.generation(), g + moved, "a record moves the generation once, if at all");
             }
             Op::SetPolicy(spec) => {
                 let policy = spec.build();
@@ -578,7 +596,12 @@ impl World {
                 assert!(matches!(r.kind(), DecisionKind::Admit | DecisionKind::ReduceBatch));
                 let c = r.contract().clone();
                 assert!(c.batch >= spec.batch_min && c.batch <= spec.batch_max, "batch {c:?} for {spec:?}");
-                assert_eq!(Some(c.memory), estimate.memory_for(c.batch));
+                // The grant is the learned sizing (the declared one when
+                // nothing was learned), never below the declaration.
+                let learned = self.gov.learned(&estimate);
+                let sized = learned.map_or(estimate.memory_for(c.batch), |l| Some(l.memory_for(c.batch)));
+                assert_eq!(Some(c.memory), sized, "grant for {spec:?}, learned {learned:?}");
+                assert!(Some(c.memory) >= estimate.memory_for(c.batch));
                 assert!(c.cpu_millis >= 1 && c.cpu_millis <= spec.cpu_millis, "cpus {c:?}");
                 if spec.exact {
                     assert_eq!(c.cpu_millis, spec.cpu_millis);

@@ -1,4 +1,4 @@
-//! Stress test of the Governor (issue 2): many threads hammering
+//! Stress test of the Governor (docs/DESIGN.md §13): many threads hammering
 //! reserve / release against one budget leave exact totals. Not timed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -81,7 +81,9 @@ fn worker(gov: &Governor, seed: u64) -> Tally {
         }
         if rng.below(50) == 0 {
             let class = Class::new(["a", "b", "c"][usize::try_from(rng.below(3)).unwrap()]);
-            gov.record_batch(&class, 1 + rng.below(8), Duration::from_millis(rng.below(100)), None);
+            // A known peak: a record without one would change nothing.
+            let peak = Some(1 + rng.below(1 << 20));
+            assert!(gov.record_batch(&class, 1 + rng.below(8), Duration::from_millis(rng.below(100)), peak));
             tally.batches += 1;
         }
     }

@@ -1,4 +1,4 @@
-//! Prints the packing table (DESIGN.md §12 "Packing") for every standard
+//! Prints the packing table (docs/DESIGN.md §12 "Packing") for every standard
 //! workload × strategy, deterministic for a seed.
 //!
 //! `cargo run -p lardon-bench --release --bin simulate [-- --seed N] [--smoke]`

@@ -1,5 +1,5 @@
 //! Release → next waiting task's callback start, as a distribution
-//! (DESIGN.md §12: p99 ≤ 100 µs).
+//! (docs/DESIGN.md §12: p99 ≤ 100 µs).
 //!
 //! Each task needs 40 GiB of a 61 GiB budget, so exactly one runs at a
 //! time and the next one WAITs for memory. A task sleeps 200 µs (so the
@@ -14,7 +14,7 @@
 //! when the previous starts); `backlog` submits every task up front, so
 //! each release is followed by a scan over every still-pending task.
 //!
-//! `CARGO_TARGET_DIR=/work/target-bench cargo run -p lardon-bench --release --bin wake_latency [ITERATIONS]`
+//! `CARGO_TARGET_DIR=target/bench cargo run -p lardon-bench --release --bin wake_latency [ITERATIONS]`
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -1,4 +1,4 @@
-//! A deterministic packing simulator (DESIGN.md §12 "Packing").
+//! A deterministic packing simulator (docs/DESIGN.md §12 "Packing").
 //!
 //! Virtual clock, no sleeping, seeded workloads ([`workload`]): the same
 //! seed gives the same table on every run. Strategies:

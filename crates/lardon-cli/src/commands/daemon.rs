@@ -4,10 +4,13 @@ use anyhow::{Context, Result};
 
 use crate::cli::{Cli, DaemonArgs, Enforce};
 use crate::engine::{self, DaemonConfig, EnforceMode, ProbeChoice};
+use crate::logging;
 
 pub(crate) fn run(cli: &Cli, args: &DaemonArgs) -> Result<u8> {
     let paths = lardon_proto::Paths::resolve(cli.state_dir.as_deref())
         .map_err(|e| crate::error::usage(e.to_string()))?;
+    let sink = logging::LogSink::choose(args.log_file.as_deref(), &paths.state_dir);
+    logging::init_daemon(args.log_level.as_deref(), &sink)?;
     let mut config = DaemonConfig::new(paths.state_dir);
     config.socket = Some(cli.socket.clone().unwrap_or(paths.socket));
     config.metrics_addr = args.metrics_addr;
@@ -40,6 +43,8 @@ pub(crate) fn run(cli: &Cli, args: &DaemonArgs) -> Result<u8> {
             }
         };
         engine::run(config, shutdown).await.context("daemon")
-    })?;
+    })
+    .inspect_err(|e| tracing::error!("the daemon stopped: {e:#}"))?;
+    tracing::info!("the daemon stopped");
     Ok(0)
 }

@@ -4,18 +4,33 @@ use anyhow::Result;
 use lardon_proto::pb;
 
 use crate::cli::{Cli, ScratchCommand};
-use crate::error::from_status;
+use crate::error::{from_status, usage};
+
+/// The drain hook's argv: `--hook CMD` is one command line for `sh -c`
+/// (what a person types, quotes and all); after `--` it is an argv run
+/// as is. clap already refuses both at once.
+fn hook_command(line: Option<&str>, argv: &[String]) -> Result<Vec<String>> {
+    match line {
+        Some(line) if line.trim().is_empty() => Err(usage("--hook: the command is empty")),
+        Some(line) => Ok(vec!["sh".into(), "-c".into(), line.to_owned()]),
+        None => Ok(argv.to_vec()),
+    }
+}
 
 pub(crate) async fn run(cli: &Cli, cmd: &ScratchCommand) -> Result<u8> {
+    // Input errors first: they do not need a daemon.
+    if let ScratchCommand::Add { hook, hook_argv, .. } = cmd {
+        hook_command(hook.as_deref(), hook_argv)?;
+    }
     let mut c = crate::client::connect(cli).await?;
     let volume = match cmd {
-        ScratchCommand::Add { path, name, capacity, hook } => {
+        ScratchCommand::Add { path, name, capacity, hook, hook_argv } => {
             let path = std::path::absolute(path)?;
             let req = pb::ScratchAddRequest {
                 path: path.to_string_lossy().into_owned(),
                 name: name.clone().unwrap_or_default(),
                 capacity: *capacity,
-                hook: hook.clone(),
+                hook: hook_command(hook.as_deref(), hook_argv)?,
             };
             c.scratch_add(req).await.map_err(|s| from_status("scratch add", s))?.into_inner()
         }

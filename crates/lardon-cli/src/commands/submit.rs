@@ -1,11 +1,14 @@
 //! `lardon submit` (alias `add`).
 
+use std::path::Path;
+
 use anyhow::Result;
 use lardon_proto::pb;
 
 use super::spec::{SpecParts, Style, task_spec};
 use crate::cli::{Cli, SubmitArgs};
-use crate::error::from_status;
+use crate::each;
+use crate::error::{from_status, usage};
 
 pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
     let cwd = match &args.cwd {
@@ -21,6 +24,9 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
         after: args.after.clone(),
         retry: !args.no_retry,
     };
+    if let Some(source) = &args.each {
+        return each(cli, args, &parts, source).await;
+    }
     let spec = task_spec(&args.needs, parts, Style::Flags)?;
     let mut client = crate::client::connect(cli).await?;
     let resp = client
@@ -33,6 +39,51 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
         crate::json::print(&crate::json::task(&task))?;
     } else {
         super::out(&format!("{}\n", resp.id))?;
+    }
+    Ok(0)
+}
+
+/// Tasks per `SubmitMany` call: the daemon's limit per call.
+const PER_CALL: usize = 10_000;
+
+/// `--each`: every spec is built (and checked) before the first is sent;
+/// each call of up to [`PER_CALL`] tasks is one transaction.
+async fn each(cli: &Cli, args: &SubmitArgs, parts: &SpecParts, source: &Path) -> Result<u8> {
+    let name = source.display().to_string();
+    let inputs = if name == "-" {
+        each::read_inputs(std::io::stdin().lock(), "-")?
+    } else {
+        let file = std::fs::File::open(source).map_err(|e| usage(format!("--each {name}: {e}")))?;
+        each::read_inputs(std::io::BufReader::new(file), &name)?
+    };
+    let mut specs = Vec::with_capacity(inputs.len());
+    for input in &inputs {
+        let mut p = parts.clone();
+        p.argv = each::command(&parts.argv, input);
+        p.name = each::fill(&parts.name, input);
+        specs.push(task_spec(&args.needs, p, Style::Flags)?);
+    }
+    let mut client = crate::client::connect(cli).await?;
+    let mut ids = Vec::with_capacity(specs.len());
+    let mut rest = specs;
+    while !rest.is_empty() {
+        let tail = rest.split_off(rest.len().min(PER_CALL));
+        let resp = client
+            .submit_many(pb::SubmitManyRequest { specs: rest, paused: args.paused })
+            .await
+            .map_err(|s| from_status("submit", s))?
+            .into_inner();
+        ids.extend(resp.ids);
+        rest = tail;
+    }
+    if args.json {
+        crate::json::print(&serde_json::json!({ "ids": ids }))?;
+    } else {
+        let mut text = ids.join("\n");
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        super::out(&text)?;
     }
     Ok(0)
 }

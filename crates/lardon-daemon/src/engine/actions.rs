@@ -59,25 +59,52 @@ impl Engine {
     /// Validates, stores and queues a command. Malformed specs and invalid
     /// estimates are refused naming the field (a CLI maps this to exit 2).
     pub(crate) fn submit(&self, spec: TaskSpec, paused: bool) -> Result<TaskId, ActionError> {
+        let ids = self.submit_many(vec![spec], paused, "")?;
+        ids.into_iter().next().ok_or_else(|| ActionError::Internal("no id for a stored task".into()))
+    }
+
+    /// Validates every spec, stores them all in one transaction (all or
+    /// none), then queues each. A refusal names the spec's position as
+    /// `{prefix}[i].field` (empty `prefix`: the field alone, for one spec).
+    pub(crate) fn submit_many(
+        &self,
+        specs: Vec<TaskSpec>,
+        paused: bool,
+        prefix: &str,
+    ) -> Result<Vec<TaskId>, ActionError> {
         if self.shared.stopping() {
             return Err(ActionError::Unavailable);
         }
-        spec.validate().map_err(|e| ActionError::Invalid(e.to_string()))?;
-        spec.estimate.to_estimate().validate().map_err(|e| ActionError::Invalid(format!("estimate.{e}")))?;
+        for (i, spec) in specs.iter().enumerate() {
+            let at = if prefix.is_empty() { String::new() } else { format!("{prefix}[{i}].") };
+            self.check(spec).map_err(|m| ActionError::Invalid(format!("{at}{m}")))?;
+        }
+        let news: Vec<NewTask> = specs.into_iter().map(|spec| NewTask { spec, paused }).collect();
+        let ids = self.shared.store().insert_tasks(&news)?;
+        for (id, new) in ids.iter().zip(&news) {
+            self.shared.emit(DaemonEvent::TaskChanged(*id));
+            self.enqueue(*id, &new.spec, paused).map_err(|e| {
+                // Stored but not queued (the queue is closing): it is queued
+                // again at the next start, so nothing is lost.
+                tracing::warn!("task {id} stored but not queued: {e}");
+                ActionError::Unavailable
+            })?;
+        }
+        Ok(ids)
+    }
+
+    /// A spec's own validity, its estimate's, and that its dependencies exist.
+    fn check(&self, spec: &TaskSpec) -> Result<(), String> {
+        spec.validate().map_err(|e| e.to_string())?;
+        spec.estimate.to_estimate().validate().map_err(|e| format!("estimate.{e}"))?;
         for (dep, _) in spec.dependencies() {
-            if self.shared.store().get_task(dep)?.is_none() {
-                return Err(ActionError::Invalid(format!("after: no task {dep}")));
+            match self.shared.store().get_task(dep) {
+                Ok(Some(_)) => {}
+                Ok(None) => return Err(format!("after: no task {dep}")),
+                Err(e) => return Err(format!("after: cannot read task {dep}: {e}")),
             }
         }
-        let id = self.shared.store().insert_task(&NewTask { spec: spec.clone(), paused })?;
-        self.shared.emit(DaemonEvent::TaskChanged(id));
-        self.enqueue(id, &spec, paused).map_err(|e| {
-            // Stored but not queued (the queue is closing): it is queued
-            // again at the next start, so nothing is lost.
-            tracing::warn!("task {id} stored but not queued: {e}");
-            ActionError::Unavailable
-        })?;
-        Ok(id)
+        Ok(())
     }
 
     fn live(&self, id: TaskId) -> Result<TaskState, ActionError> {
@@ -217,13 +244,14 @@ impl Engine {
         for (k, v) in &merged {
             settings::set(&mut policy, &mut daemon, k, v).map_err(ActionError::Invalid)?;
         }
-        self.shared.governor.set_policy(policy).map_err(|e| match e {
+        self.shared.governor.set_policy(policy.clone()).map_err(|e| match e {
             // Valid on its own, but the running tasks hold more than it allows.
             lardon::PolicyError::DoesNotCover(_) => ActionError::Conflict(e.to_string()),
             other => ActionError::Invalid(other.to_string()),
         })?;
         self.shared.store().set_policy_overrides(set, reset)?;
         self.shared.replace_settings(daemon);
+        self.shared.compute.apply(&policy);
         self.queue.resources_changed();
         Ok(())
     }

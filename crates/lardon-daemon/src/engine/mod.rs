@@ -5,23 +5,28 @@
 
 mod actions;
 mod events;
+mod pool;
 mod probe;
 mod pump;
 mod slot;
+mod startlog;
+
+pub(crate) use startlog::log_start;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use lardon::{Class, FakeProbe, Governor, HostPolicy, Probe, Task, TaskQueue};
-use lardon_host::{BackendKind, CpuMask, HostProbe, HostRoot, detect_enforcer};
+use lardon_host::{BackendKind, CpuLayout, HostProbe, HostRoot, detect_enforcer};
 use tokio::sync::broadcast;
 
 pub(crate) use actions::ActionError;
 pub(crate) use events::{DaemonEvent, Stats};
+pub(crate) use pool::ComputePool;
 pub use probe::ProbeChoice;
 pub(crate) use slot::Slot;
 
@@ -42,6 +47,7 @@ pub(crate) struct EngineConfig {
     pub(crate) probe: ProbeChoice,
     pub(crate) enforce: Option<EnforceMode>,
     pub(crate) kill_grace: Duration,
+    pub(crate) cgroup_root: HostRoot,
 }
 
 /// Facts fixed at start.
@@ -57,11 +63,9 @@ pub(crate) struct Info {
     pub(crate) instance: String,
     pub(crate) backend: BackendKind,
     pub(crate) backend_why: String,
-    /// CPUs task processes are pinned to (none with a fake probe).
-    pub(crate) compute: Option<CpuMask>,
 }
 
-/// Pending tasks the in-memory queue holds (far beyond DESIGN.md §12's
+/// Pending tasks the in-memory queue holds (far beyond docs/DESIGN.md §12's
 /// 100 000; each costs well under a kilobyte).
 const QUEUE_CAPACITY: usize = 10_000_000;
 
@@ -77,8 +81,8 @@ pub(crate) struct Shared {
     slots: Mutex<HashMap<TaskId, Arc<Slot>>>,
     exits: Mutex<HashMap<TaskId, i32>>,
     stopping: AtomicBool,
-    /// Set once the queue closed: the pump drains and exits.
-    closed: AtomicBool,
+    /// How often the daemon's event-driven loops woke (for the metrics).
+    pub(crate) wakeups: Wakeups,
     pub(crate) events: broadcast::Sender<DaemonEvent>,
     pub(crate) stats: Mutex<Stats>,
     pub(crate) kill_grace: Duration,
@@ -90,6 +94,8 @@ pub(crate) struct Shared {
     pub(crate) default_policy: HostPolicy,
     /// `DaemonConfig::enforce`: wins over the policy key.
     enforce_override: Option<EnforceMode>,
+    /// CPUs task processes are pinned to; follows the policy.
+    pub(crate) compute: ComputePool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -110,10 +116,6 @@ impl Shared {
             settings.enforce = mode;
         }
         *lock(&self.settings) = settings;
-    }
-
-    pub(crate) fn closed(&self) -> bool {
-        self.closed.load(Ordering::SeqCst)
     }
 
     pub(crate) fn stopping(&self) -> bool {
@@ -153,6 +155,17 @@ impl Shared {
         // No receiver is fine: nobody is watching.
         let _ = self.events.send(event);
     }
+}
+
+/// Wake-ups of the daemon's loops that must only wake on an event: an idle
+/// daemon leaves them unchanged (exported as
+/// `lardon_loop_wakeups_total`; the tests read them there).
+#[derive(Debug, Default)]
+pub(crate) struct Wakeups {
+    /// Queue events the pump handled.
+    pub(crate) pump: AtomicU64,
+    /// Re-reads of a followed log (`lardon log --follow`).
+    pub(crate) log_follow: AtomicU64,
 }
 
 /// The running engine.
@@ -207,16 +220,16 @@ impl Engine {
             );
         }
 
-        let (governor_probe, default_policy, compute): (
+        let (governor_probe, default_policy, cpu_layout): (
             Box<dyn FnOnce(HostPolicy) -> _>,
             HostPolicy,
-            Option<CpuMask>,
+            Option<CpuLayout>,
         ) = match &cfg.probe {
             ProbeChoice::Host => {
                 let probe = HostProbe::new()?;
                 let policy = probe.default_policy();
-                let compute = probe.cpu_plan().compute;
-                (Box::new(move |p| Governor::new(p, probe)), policy, Some(compute))
+                let layout = probe.cpu_layout().clone();
+                (Box::new(move |p| Governor::new(p, probe)), policy, Some(layout))
             }
             ProbeChoice::Fake(profile) => {
                 let probe = probe::StampedFake(FakeProbe::new(profile.clone()));
@@ -251,7 +264,7 @@ impl Engine {
             );
         }
 
-        let detection = detect_enforcer(&HostRoot::default());
+        let detection = detect_enforcer(&cfg.cgroup_root);
         let info = Info {
             host: host_name(),
             state_dir: cfg.state_dir.clone(),
@@ -261,8 +274,10 @@ impl Engine {
             instance: format!("d{}-{}", std::process::id(), next_instance()),
             backend: detection.kind(),
             backend_why: detection.reason.clone(),
-            compute,
         };
+        // From the policy the Governor runs on (the defaults when it refused
+        // the persisted overrides).
+        let compute = ComputePool::new(cpu_layout, &governor.policy());
         let (events, _) = broadcast::channel(EVENT_CAPACITY);
         let shared = Arc::new(Shared {
             store: Mutex::new(store),
@@ -273,13 +288,14 @@ impl Engine {
             slots: Mutex::default(),
             exits: Mutex::default(),
             stopping: AtomicBool::new(false),
-            closed: AtomicBool::new(false),
+            wakeups: Wakeups::default(),
             events,
             stats: Mutex::default(),
             kill_grace: cfg.kill_grace,
             viewer: Self::viewer(&cfg.probe)?,
             default_policy,
             enforce_override: cfg.enforce,
+            compute,
         });
         let volumes = shared.store().scratch_volumes()?;
         for row in volumes {
@@ -389,9 +405,8 @@ impl Engine {
         for slot in self.shared.all_slots() {
             slot.terminate(self.shared.kill_grace.min(Duration::from_secs(2)));
         }
+        // Closing ends the queue's event stream: the pump drains it and exits.
         self.queue.close();
-        // Every event is emitted by now: the pump drains them and exits.
-        self.shared.closed.store(true, Ordering::SeqCst);
         if let Some(pump) = lock(&self.pump).take() {
             let _ = pump.join();
         }

@@ -1,11 +1,16 @@
 //! The pump: one thread subscribed to the queue's events persists every
 //! state change, decision and start (one store transaction each) and fans
 //! the change out to the watchers.
+//!
+//! It blocks on the queue's event stream with no timeout: it wakes once
+//! per event and ends when the stream does, which the queue's `close`
+//! guarantees (docs/DESIGN.md §8: no fixed polling), so an idle daemon's
+//! pump never wakes.
 
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Receiver;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use lardon::QueueEvent;
 
@@ -15,13 +20,9 @@ use crate::store::{DecisionRecord, Outcome};
 
 pub(crate) fn spawn(shared: Arc<Shared>, events: Receiver<QueueEvent>) -> std::io::Result<JoinHandle<()>> {
     let run = move || {
-        loop {
-            match events.recv_timeout(Duration::from_millis(100)) {
-                Ok(event) => handle(&shared, event),
-                Err(RecvTimeoutError::Timeout) if shared.closed() => return,
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return,
-            }
+        for event in events {
+            shared.wakeups.pump.fetch_add(1, Ordering::Relaxed);
+            handle(&shared, event);
         }
     };
     std::thread::Builder::new().name("lardon-pump".into()).spawn(run)
@@ -55,6 +56,11 @@ fn handle(shared: &Shared, event: QueueEvent) {
         QueueEvent::Decision { id, kind, reason, message } => {
             let id = TaskId(id.0);
             let kind = kind_of(kind);
+            if kind == DecisionKind::Reject {
+                tracing::warn!("task {id}: rejected ({}): {message}", reason.as_str());
+            } else {
+                tracing::debug!("task {id}: {} ({}): {message}", kind.as_str(), reason.as_str());
+            }
             let result = shared.store().record_decision(id, kind, reason.as_str(), &message, None);
             let record = DecisionRecord {
                 kind,

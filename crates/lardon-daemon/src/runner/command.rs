@@ -59,6 +59,8 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
         let (memory_max, memory_high) =
             if settings.enforce == EnforceMode::Soft { (None, limit) } else { (limit, None) };
         run_no += 1;
+        // Held until this run ends (given back on every path out).
+        let cpus = shared.compute.lease(if contract.cpu_millis == 0 { 0 } else { contract.whole_cpus() });
         let scratch = contract.scratch.as_ref().map(|g| g.path.to_string_lossy().into_owned());
         let req = RunRequest {
             name: format!("{}-t{}-r{run_no}", shared.info.instance, id.0),
@@ -75,7 +77,7 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
             log: shared.log_path(id),
             memory_max,
             memory_high,
-            cpus: shared.info.compute.clone(),
+            cpus: cpus.cpus(),
         };
         let run: Arc<dyn Run> = {
             let mut st = slot.lock();

@@ -1,4 +1,4 @@
-//! The environment of a task process (DESIGN.md §10).
+//! The environment of a task process (docs/DESIGN.md §10).
 
 use lardon::{Contract, format_cpus};
 

@@ -1,7 +1,7 @@
 //! Running commands: the [`Executor`] interface (start, signal, wait,
 //! usage, peak) and its local implementation, so that the cluster mode can
 //! add a remote executor without touching the queue or the store
-//! (DESIGN.md §14).
+//! (docs/DESIGN.md §14).
 
 mod command;
 mod env;

@@ -1,5 +1,5 @@
 //! Run handles persisted in the store, and killing the processes of runs a
-//! crash left behind (DESIGN.md §10 crash recovery).
+//! crash left behind (docs/DESIGN.md §10 crash recovery).
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;

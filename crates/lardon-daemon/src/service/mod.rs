@@ -4,6 +4,7 @@
 //! error becomes a status naming the field.
 
 mod convert;
+mod logwatch;
 pub(crate) mod scratch;
 mod streams;
 mod views;
@@ -26,6 +27,10 @@ use convert::{decision_to_pb, estimate_to_pb, id_arg, spec_from_pb, state_to_pb,
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 /// The service over one engine.
+/// The most tasks one `SubmitMany` call may carry (a client splits larger
+/// inputs into several calls; each is one transaction).
+pub(crate) const MAX_SUBMIT_MANY: usize = 10_000;
+
 #[derive(Debug, Clone)]
 pub(crate) struct Service {
     engine: Arc<Engine>,
@@ -50,7 +55,13 @@ impl Service {
     }
 }
 
+/// The gRPC status for an action error. A refusal (bad input, a conflict
+/// with the task's state) is logged at `warn`: a person reading the log
+/// sees every request the daemon turned down and why.
 pub(crate) fn status(e: ActionError) -> Status {
+    if let ActionError::Invalid(m) | ActionError::Conflict(m) = &e {
+        tracing::warn!("request refused: {m}");
+    }
     match e {
         ActionError::NotFound(id) => Status::not_found(format!("no task {id}")),
         ActionError::Invalid(m) => Status::invalid_argument(m),
@@ -84,6 +95,7 @@ fn per_id(
                     state: state_to_pb(state) as i32,
                 },
                 Err(error) => {
+                    tracing::warn!("request refused for task {text}: {error}");
                     let state = crate::ids::parse_id(text)
                         .and_then(|id| engine.shared.store().get_task(id).ok().flatten())
                         .map_or(pb::TaskState::Unspecified, |r| state_to_pb(r.state));
@@ -133,12 +145,43 @@ impl lardon_proto::Lardon for Service {
 
     async fn submit(&self, req: Request<pb::SubmitRequest>) -> Result<Response<pb::SubmitResponse>, Status> {
         let req = req.into_inner();
-        let spec = spec_from_pb(req.spec)?;
+        let spec =
+            spec_from_pb(req.spec).inspect_err(|s| tracing::warn!("submit refused: {}", s.message()))?;
         let paused = req.paused;
         self.blocking(move |engine| {
             let id = engine.submit(spec, paused).map_err(status)?;
             let task = engine.shared.store().get_task(id).map_err(store_status)?.map(|r| engine.task_pb(&r));
             Ok(Response::new(pb::SubmitResponse { id: crate::ids::format_id(id), task }))
+        })
+        .await
+    }
+
+    async fn submit_many(
+        &self,
+        req: Request<pb::SubmitManyRequest>,
+    ) -> Result<Response<pb::SubmitManyResponse>, Status> {
+        let req = req.into_inner();
+        if req.specs.len() > MAX_SUBMIT_MANY {
+            let m = format!("specs: {} tasks in one call; at most {MAX_SUBMIT_MANY}", req.specs.len());
+            tracing::warn!("submit refused: {m}");
+            return Err(Status::invalid_argument(m));
+        }
+        let specs = req
+            .specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                spec_from_pb(Some(spec))
+                    .map_err(|s| Status::invalid_argument(format!("specs[{i}].{}", s.message())))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .inspect_err(|s| tracing::warn!("submit refused: {}", s.message()))?;
+        let paused = req.paused;
+        self.blocking(move |engine| {
+            let ids = engine.submit_many(specs, paused, "specs").map_err(status)?;
+            Ok(Response::new(pb::SubmitManyResponse {
+                ids: ids.into_iter().map(crate::ids::format_id).collect(),
+            }))
         })
         .await
     }

@@ -1,4 +1,4 @@
-//! Scratch volumes over RPC (DESIGN.md §7): registration is durable in the
+//! Scratch volumes over RPC (docs/DESIGN.md §7): registration is durable in the
 //! store, state lives in the Governor, and a `DirVolume` does the disk work.
 
 use std::path::Path;

@@ -14,14 +14,16 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Response, Status};
 
 use super::convert::{decision_to_pb, id_arg};
+use super::logwatch::LogWatch;
 use super::{BoxStream, store_status};
 use crate::engine::{DaemonEvent, Engine};
 use crate::spec::{TaskId, TaskState};
 
 const CHANNEL: usize = 64;
 const LOG_CHUNK: usize = 64 * 1024;
-/// How often a followed log is re-read (like `tail -f`).
-const LOG_POLL: Duration = Duration::from_millis(100);
+/// How often a followed log is re-read when inotify is unavailable (the
+/// per-user instance limit reached): the one fallback to `tail -f`'s poll.
+const LOG_POLL_FALLBACK: Duration = Duration::from_millis(100);
 /// Availability updates on a Watch are coalesced to at most one a second.
 const AVAILABILITY_EVERY: Duration = Duration::from_secs(1);
 
@@ -129,11 +131,29 @@ pub(crate) async fn log(
     let (tx, rx) = mpsc::channel(CHANNEL);
     let follow = req.follow;
     let tail = req.tail_bytes;
+    // Subscribed and watching before the first read: neither the task's
+    // end nor a write after that read can slip by unnoticed.
+    let mut events = engine.shared.events.subscribe();
+    let mut changes = if follow {
+        LogWatch::new(&path)
+            .map_err(|e| {
+                tracing::warn!(
+                    "log {}: no change notifications ({e}); re-reading every 100 ms",
+                    path.display()
+                )
+            })
+            .ok()
+    } else {
+        None
+    };
     tokio::spawn(async move {
         let mut file: Option<tokio::fs::File> = None;
         let mut offset = 0u64;
         let mut buf = vec![0u8; LOG_CHUNK];
         loop {
+            if follow {
+                engine.shared.wakeups.log_follow.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             if file.is_none()
                 && let Ok(mut f) = tokio::fs::File::open(&path).await
             {
@@ -177,14 +197,42 @@ pub(crate) async fn log(
             if !follow || ended {
                 return;
             }
-            tokio::select! {
-                () = tokio::time::sleep(LOG_POLL) => {}
-                _ = stop.changed() => return,
-                () = tx.closed() => return,
+            // Sleep until the file changes or this task ends (or is
+            // removed); other tasks' events are let by without a re-read.
+            loop {
+                tokio::select! {
+                    changed = log_changed(&mut changes) => {
+                        if let Err(e) = changed {
+                            tracing::warn!("log {}: change notifications failed ({e}); re-reading every 100 ms", path.display());
+                            changes = None;
+                        }
+                        break;
+                    }
+                    ev = events.recv() => match ev {
+                        Ok(DaemonEvent::TaskFinished(t) | DaemonEvent::TaskRemoved(t)) if t == id => break,
+                        Ok(_) => {}
+                        Err(broadcast::error::RecvError::Lagged(_)) => break,
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    },
+                    _ = stop.changed() => return,
+                    () = tx.closed() => return,
+                }
             }
         }
     });
     Ok(stream(rx))
+}
+
+/// Resolves when the followed file changed; without notifications, after
+/// the fallback period.
+async fn log_changed(changes: &mut Option<LogWatch>) -> std::io::Result<()> {
+    match changes {
+        Some(watch) => watch.changed().await,
+        None => {
+            tokio::time::sleep(LOG_POLL_FALLBACK).await;
+            Ok(())
+        }
+    }
 }
 
 fn event(seq: &mut u64, e: pb::watch_event::Event) -> pb::WatchEvent {

@@ -60,11 +60,12 @@ impl Engine {
             cpus: Some(pb::CpuAvailability {
                 logical: profile.logical_cpus,
                 reserve: policy.cpu_reserve,
-                pool: info.compute.as_ref().map(|m| m.0.iter().copied().collect()).unwrap_or_default(),
+                pool: self.shared.compute.current().map(|m| m.0.into_iter().collect()).unwrap_or_default(),
                 reserved_millis: to_u32(av.cpu_reserved_millis),
                 available_millis: to_u32(av.cpu_available_millis),
                 load1: snap.as_ref().map_or(0.0, |s| s.load.one),
-                max_load_ratio: policy.max_load_ratio,
+                // 0 when the load gate is off (a ratio is always above 0).
+                max_load_ratio: policy.max_load_ratio.unwrap_or(0.0),
             }),
             gpus: av
                 .gpus
@@ -124,7 +125,7 @@ pub(crate) fn needs(spec: &TaskSpec, engine: &Engine) -> pb::EstimateNeeds {
     }
 }
 
-/// DESIGN.md §6: the worst measured per-item cost lowers the batch.
+/// docs/DESIGN.md §6: the worst measured per-item cost lowers the batch.
 fn adaptive_max(est: &Estimate, history: &[lardon::BatchSample]) -> Option<u64> {
     let per_item = est.memory_per_item();
     if per_item == 0 {

@@ -1,4 +1,4 @@
-//! What the Governor learns and must keep across restarts (DESIGN.md §6):
+//! What the Governor learns and must keep across restarts (docs/DESIGN.md §6):
 //! per-class batch history (last 8 per class) and capability feedback.
 
 use std::time::Duration;

@@ -8,7 +8,7 @@
 //!   from a newer build is refused with [`StoreError::TooNew`].
 //! * Task numbers come from a counter that only moves forward, so ids are
 //!   never reused, even after `remove`/`clean`.
-//! * [`Store::recover_after_crash`] applies DESIGN.md §10's crash recovery.
+//! * [`Store::recover_after_crash`] applies docs/DESIGN.md §10's crash recovery.
 //!
 //! The store is synchronous; the daemon owns it on one thread (or behind a
 //! mutex with `spawn_blocking`).

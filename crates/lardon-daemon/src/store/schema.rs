@@ -75,7 +75,7 @@ CREATE TABLE events (
 ) STRICT;
 CREATE INDEX events_by_task ON events (task_id, seq);
 
--- The Governor's per-class history (last 8 samples per class, DESIGN.md §6).
+-- The Governor's per-class history (last 8 samples per class, docs/DESIGN.md §6).
 CREATE TABLE class_history (
     seq         INTEGER PRIMARY KEY,
     class       TEXT NOT NULL,

@@ -31,7 +31,7 @@ fn connection_is_wal_full_sync_with_foreign_keys() {
 
 /// 100 000 tasks in one bulk transaction, then one more: the hot queries
 /// must walk indexes (never a full scan or a sort), which is what keeps
-/// submit latency flat (DESIGN.md §12). Checked by plan, not by timing.
+/// submit latency flat (docs/DESIGN.md §12). Checked by plan, not by timing.
 #[test]
 fn hot_queries_use_indexes_at_100k_tasks() {
     let dir = tempfile::tempdir().unwrap();

@@ -323,7 +323,7 @@ impl Store {
         tx.commit().ctx("commit decision")
     }
 
-    /// Crash recovery (DESIGN.md §10), in one transaction, at daemon start
+    /// Crash recovery (docs/DESIGN.md §10), in one transaction, at daemon start
     /// before anything runs:
     /// * RUNNING → PENDING, attempts + 1, reason "interrupted";
     /// * PAUSED while running → PAUSED (no longer holding anything),

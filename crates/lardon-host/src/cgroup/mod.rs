@@ -2,7 +2,12 @@
 //! one backend trait ([`Enforcer`]) with three implementations — [`V2Enforcer`],
 //! [`V1Enforcer`] and [`NoneEnforcer`] — chosen by [`detect_enforcer`].
 
+mod delegate;
 mod files;
+#[cfg(test)]
+mod fixture;
+#[cfg(test)]
+mod fixture_tests;
 mod fsops;
 mod layout;
 mod none;
@@ -15,9 +20,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use delegate::{CONTROLLERS, DAEMON_LEAF, Delegation, DelegationError, delegate_v2};
 pub use files::{
     V1_UNLIMITED, parse_cfs_quota, parse_counter, parse_cpu_max, parse_keyed, parse_v1_limit, parse_v2_limit,
 };
+pub use fsops::{CgroupFs, RealFs};
 pub use layout::CgroupLayout;
 pub use none::NoneEnforcer;
 pub use own::OwnCgroup;
@@ -57,7 +64,7 @@ impl fmt::Display for BackendKind {
         f.write_str(match self {
             BackendKind::V2 => "cgroup v2",
             BackendKind::V1 => "cgroup v1",
-            BackendKind::None => "none (RSS watchdog)",
+            BackendKind::None => "none",
         })
     }
 }
@@ -66,6 +73,10 @@ impl fmt::Display for BackendKind {
 pub trait Enforcer: Send + Sync + fmt::Debug {
     /// The backend.
     fn kind(&self) -> BackendKind;
+
+    /// The directories task cgroups are created in (empty for the none
+    /// backend), so a restarted daemon can sweep a crashed one's leftovers.
+    fn task_parents(&self) -> Vec<PathBuf>;
 
     /// Creates the task cgroup `lardon-<name>` with `limits` applied.
     /// `name` must be 1–64 characters of `[A-Za-z0-9._-]`, not starting
@@ -134,8 +145,10 @@ pub trait TaskCgroup: Send + Sync + fmt::Debug {
         let _ = exit;
     }
 
-    /// Sends SIGKILL to every process of the task and waits (briefly) until
-    /// none is left.
+    /// Sends SIGKILL to every process of the task and waits until none is
+    /// left (v2: `cgroup.kill`, then `populated 0` in `cgroup.events`; v1:
+    /// the pids of `cgroup.procs`, through pidfds). Returns at once when the
+    /// task has no process left, which is the common case at its end.
     ///
     /// # Errors
     /// [`HostError`] when processes remain or the kill fails.
@@ -154,7 +167,8 @@ pub trait TaskCgroup: Send + Sync + fmt::Debug {
 pub struct Detection {
     /// The backend.
     pub enforcer: Arc<dyn Enforcer>,
-    /// Human explanation, for `lardon resources`.
+    /// Human explanation, for `lardon resources`: which hierarchy and
+    /// where, or for the none backend why no cgroup can enforce a limit.
     pub reason: String,
 }
 
@@ -163,16 +177,35 @@ impl Detection {
     pub fn kind(&self) -> BackendKind {
         self.enforcer.kind()
     }
+
+    /// Whether a task's memory limit is a kernel limit (a cgroup), as
+    /// opposed to the none backend's RSS watchdog.
+    pub fn limits_apply(&self) -> bool {
+        self.kind() != BackendKind::None
+    }
+}
+
+/// [`detect_enforcer_with`] on the host, for the calling process.
+pub fn detect_enforcer(root: &HostRoot) -> Detection {
+    detect_enforcer_with(root, Arc::new(RealFs), std::process::id())
 }
 
 /// Picks the enforcement backend from `<proc>/self/mountinfo` and
-/// `<proc>/self/cgroup`: v2 when our v2 cgroup offers the memory controller
-/// and is writable, else v1 when our v1 memory cgroup is writable, else
-/// none. Never fails: an unreadable layout means the none backend.
-pub fn detect_enforcer(root: &HostRoot) -> Detection {
+/// `<proc>/self/cgroup`, and sets it up:
+///
+/// * **v2** when our v2 cgroup offers the memory controller and
+///   [`delegate_v2`] succeeds — process `pid` is moved into the leaf
+///   `<own>/lardon-daemon` and task cgroups are created beside it;
+/// * else **v1** when our v1 memory cgroup is writable (hybrid hosts);
+/// * else **none**, the RSS watchdog, with the reason no cgroup applies
+///   (`EBUSY` on `subtree_control`, not delegated, no controller …).
+///
+/// Never claims a cgroup backend whose memory limit cannot be written.
+/// Never fails: an unreadable layout means the none backend.
+pub fn detect_enforcer_with(root: &HostRoot, fs: Arc<dyn CgroupFs>, pid: u32) -> Detection {
     let none = |why: String| Detection {
         enforcer: Arc::new(NoneEnforcer::new(root.clone(), Duration::from_millis(50))),
-        reason: format!("{why}; using the none backend (ru_maxrss peaks, RSS watchdog kills on overrun)"),
+        reason: format!("{why}; tasks are watched by RSS (killed on overrun), no kernel limit applies"),
     };
     let layout = match CgroupLayout::detect(root) {
         Ok(l) => l,
@@ -180,32 +213,24 @@ pub fn detect_enforcer(root: &HostRoot) -> Detection {
     };
     let mut why = Vec::new();
     match &layout.v2 {
-        Some(dir) => {
-            let controllers = std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
-            let has_memory = controllers.split_whitespace().any(|c| c == "memory");
-            if has_memory && fsops::writable(dir) {
-                let reason =
-                    format!("cgroup v2 at {} with controllers [{}]", dir.display(), controllers.trim());
-                return Detection { enforcer: Arc::new(V2Enforcer::new(dir.clone())), reason };
+        Some(own) => match delegate_v2(own, pid, &*fs) {
+            Ok(d) => {
+                let reason = d.describe();
+                return Detection { enforcer: Arc::new(V2Enforcer::with_fs(d.base, fs)), reason };
             }
-            why.push(format!(
-                "cgroup v2 at {} has controllers [{}]{}",
-                dir.display(),
-                controllers.trim(),
-                if has_memory { " but is not writable" } else { ", no memory controller" }
-            ));
-        }
+            Err(e) => why.push(e.to_string()),
+        },
         None => why.push("no cgroup v2 mount".to_owned()),
     }
     match &layout.v1_memory {
-        Some(dir) if fsops::writable(dir) => {
-            let cpu = layout.v1_cpu.as_ref().filter(|d| fsops::writable(d)).cloned();
+        Some(dir) if fs.writable(dir) => {
+            let cpu = layout.v1_cpu.as_ref().filter(|d| fs.writable(d)).cloned();
             let reason = format!(
-                "{}; cgroup v1 memory at {}{}",
-                why.join("; "),
+                "cgroup v1 memory at {}{}; {}",
                 dir.display(),
                 cpu.as_ref()
-                    .map_or(", no writable v1 cpu".to_owned(), |c| format!(", v1 cpu at {}", c.display()))
+                    .map_or(", no writable v1 cpu".to_owned(), |c| format!(", v1 cpu at {}", c.display())),
+                why.join("; "),
             );
             Detection { enforcer: Arc::new(V1Enforcer::new(dir.clone(), cpu)), reason }
         }
@@ -213,6 +238,7 @@ pub fn detect_enforcer(root: &HostRoot) -> Detection {
             why.push(format!("cgroup v1 memory at {} is not writable", dir.display()));
             none(why.join("; "))
         }
+        None if layout.v2.is_some() => none(why.join("; ")),
         None => {
             why.push("no cgroup v1 memory hierarchy".to_owned());
             none(why.join("; "))

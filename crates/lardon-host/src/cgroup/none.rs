@@ -37,6 +37,10 @@ impl Enforcer for NoneEnforcer {
         BackendKind::None
     }
 
+    fn task_parents(&self) -> Vec<PathBuf> {
+        Vec::new()
+    }
+
     fn create(&self, name: &str, limits: &TaskLimits) -> Result<Box<dyn TaskCgroup>, HostError> {
         task_dir_name(name)?;
         if limits.cpu_millis.is_some() {
@@ -255,13 +259,16 @@ impl TaskCgroup for NoneTask {
             if running.is_empty() {
                 return Ok(());
             }
-            for p in &running {
-                let _ = kill(Pid::from_raw(p.pid), Signal::SIGKILL);
-            }
             if Instant::now() > deadline {
                 return Err(HostError::Unsupported(format!("task {} still has processes", self.name)));
             }
-            thread::sleep(Duration::from_millis(5));
+            for p in &running {
+                let _ = kill(Pid::from_raw(p.pid), Signal::SIGKILL);
+            }
+            // Each pidfd turns readable at exit: no fixed sleep.
+            for p in &running {
+                super::fsops::wait_gone(p.pid, deadline);
+            }
         }
     }
 

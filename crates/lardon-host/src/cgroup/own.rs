@@ -30,8 +30,12 @@ fn first_existing(candidates: Vec<Option<Source>>) -> Option<Source> {
     })
 }
 
-/// Our memory cgroup and its ancestors (nearest first) that carry a limit
-/// file: `(limit, usage)` per level.
+/// Our memory cgroup and every ancestor (nearest first) that carries a
+/// limit file: `(limit, usage)` per level. A level without the file (the
+/// v2 root, a level where the controller is not enabled) is skipped, not
+/// the end of the walk: inside a Slurm job the limit sits on the job's
+/// cgroup several levels up. The walk ends where the cgroup filesystem
+/// does (a directory with neither the limit file nor `cgroup.procs`).
 fn memory_levels(
     own: Option<&PathBuf>,
     limit_file: &str,
@@ -42,11 +46,12 @@ fn memory_levels(
     let mut dir = own.map(PathBuf::as_path);
     while let Some(d) = dir {
         let limit = d.join(limit_file);
-        if !limit.is_file() {
+        if limit.is_file() {
+            let limit = if v2 { Source::V2Limit(limit) } else { Source::V1Limit(limit) };
+            levels.push((limit, Source::Counter(d.join(usage_file))));
+        } else if !d.join("cgroup.procs").is_file() {
             break;
         }
-        let limit = if v2 { Source::V2Limit(limit) } else { Source::V1Limit(limit) };
-        levels.push((limit, Source::Counter(d.join(usage_file))));
         dir = d.parent();
     }
     levels
@@ -54,7 +59,8 @@ fn memory_levels(
 
 /// The files holding our cgroup's figures, resolved once (v2 preferred,
 /// v1 where the v2 file is absent, as on hybrid hosts). Memory limits of
-/// ancestors apply too: the sample reports the level with the least room.
+/// every ancestor apply too: the sample reports the level with the least
+/// room (limit − usage), so the budget is the minimum over all of them.
 #[derive(Debug, Clone, Default)]
 pub struct OwnCgroup {
     levels: Vec<(Source, Source)>,
@@ -94,6 +100,26 @@ impl OwnCgroup {
                 layout.v1_cpuset.as_ref().map(|d| Source::CpuList(d.join("cpuset.effective_cpus"))),
             ]),
         }
+    }
+
+    /// The smallest memory limit over our cgroup and its ancestors, bytes;
+    /// `None` when no level has one. A daemon confined to a 2 GiB cgroup on
+    /// a 64 GiB host governs 2 GiB: this is the memory its policy's
+    /// defaults scale with.
+    pub fn memory_limit(&self) -> Option<u64> {
+        self.levels
+            .iter()
+            .filter_map(|(l, _)| {
+                let text = match l {
+                    Source::V2Limit(p) | Source::V1Limit(p) => std::fs::read_to_string(p).ok()?,
+                    _ => return None,
+                };
+                match l {
+                    Source::V2Limit(_) => parse_v2_limit(&text).ok()?,
+                    _ => parse_v1_limit(&text).ok()?,
+                }
+            })
+            .min()
     }
 
     /// Reads the figures; each unreadable or malformed one is `None`.

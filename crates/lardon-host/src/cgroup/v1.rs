@@ -32,6 +32,10 @@ impl Enforcer for V1Enforcer {
         BackendKind::V1
     }
 
+    fn task_parents(&self) -> Vec<PathBuf> {
+        std::iter::once(self.memory_base.clone()).chain(self.cpu_base.clone()).collect()
+    }
+
     fn create(&self, name: &str, limits: &TaskLimits) -> Result<Box<dyn TaskCgroup>, HostError> {
         let dir = task_dir_name(name)?;
         let memory = self.memory_base.join(&dir);

@@ -1,7 +1,7 @@
 //! Rendering: a pure function of the [`State`] and the [`Theme`] into a
 //! ratatui frame. Nothing here mutates the state.
 //!
-//! Three layouts (DESIGN.md §11): [`Layout::Full`] from 100×30,
+//! Three layouts (docs/DESIGN.md §11): [`Layout::Full`] from 100×30,
 //! [`Layout::Compact`] from 60×15, and below that only a clear "terminal
 //! too small" message.
 

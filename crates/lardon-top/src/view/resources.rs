@@ -162,8 +162,15 @@ pub(super) fn full(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &The
         )));
     }
     if let Some(c) = &a.cpus {
-        let limit = c.max_load_ratio * f64::from(c.logical);
-        lines.push(Line::raw(format!("load {:.2} (limit {limit:.1}) · pool {} CPUs", c.load1, c.pool.len())));
+        // The gate compares foreign load with the ratio × the compute pool
+        // (docs/DESIGN.md §4 step 7); a ratio of 0 means the gate is off.
+        let pool = if c.pool.is_empty() { c.logical.saturating_sub(c.reserve) } else { c.pool.len() as u32 };
+        let limit = if c.max_load_ratio > 0.0 {
+            format!("limit {:.1}", c.max_load_ratio * f64::from(pool))
+        } else {
+            "no load gate".to_owned()
+        };
+        lines.push(Line::raw(format!("load {:.2} ({limit}) · pool {} CPUs", c.load1, c.pool.len())));
     }
     if let Some(e) = &a.enforcement {
         let backend = match e.backend() {

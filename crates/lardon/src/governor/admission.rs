@@ -1,6 +1,6 @@
 //! # Implementation details
 //!
-//! The admission order of DESIGN.md §4, one step at a time, over the
+//! The admission order of docs/DESIGN.md §4, one step at a time, over the
 //! ledger (called with the Governor's lock held; calls nothing outside the
 //! engine).
 
@@ -10,6 +10,7 @@ use crate::clock::MonoTime;
 use crate::contract::Contract;
 use crate::decision::{Decision, DecisionKind, ReasonCode};
 use crate::estimate::Estimate;
+use crate::learned::{self, Declared, Learned};
 use crate::pressure::PressureLevel;
 use crate::snapshot::Snapshot;
 use crate::units::{format_bytes, format_cpus};
@@ -19,7 +20,7 @@ use super::ledger::Ledger;
 /// Snapshots older than this (inclusive bound: exactly this old is fresh).
 pub const MAX_SNAPSHOT_AGE: Duration = Duration::from_millis(1000);
 
-/// `capacity(avail, fixed, per)` of DESIGN.md §4 step 6.
+/// `capacity(avail, fixed, per)` of docs/DESIGN.md §4 step 6.
 pub(crate) fn capacity(available: u64, fixed: u64, per_item: u64) -> u64 {
     match available.checked_sub(fixed) {
         None => 0,
@@ -55,7 +56,8 @@ pub(crate) struct Evaluation {
     pub(crate) budgets_changed: bool,
 }
 
-/// Steps 2–3: freshness, then the pressure state machine on a new sample.
+/// Steps 2–3: freshness and validity, then the pressure state machine on a
+/// new sample.
 /// Returns a WAIT decision when admission must stop here.
 pub(crate) fn observe(ledger: &mut Ledger, snap: &Snapshot, now: MonoTime) -> (Option<Decision>, bool) {
     match now.checked_since(snap.captured_at) {
@@ -82,6 +84,11 @@ pub(crate) fn observe(ledger: &mut Ledger, snap: &Snapshot, now: MonoTime) -> (O
             );
         }
         Some(_) => {}
+    }
+    // A figure no host produces says the probe is broken: like a stale
+    // sample, it must neither admit nor move the pressure state.
+    if let Err(e) = snap.validate() {
+        return (Some(Decision::wait(ReasonCode::InvalidSnapshot, format!("invalid snapshot: {e}"))), false);
     }
     let changed = if ledger.is_new_sample(snap) { ledger.observe_sample(snap) } else { false };
     if ledger.pressure.level() == PressureLevel::Red {
@@ -129,24 +136,16 @@ fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize, hold:
     if est.wants_gpu() && profile.gpus.is_empty() {
         return Decision::reject(ReasonCode::NoGpu, "the task wants a GPU and this host has none");
     }
-    // 5. Unified memory: GPU bytes are host bytes.
+    // 5. Unified memory: GPU bytes are host bytes. Then what the class
+    // learned sizes the memory (docs/DESIGN.md §6, `learned.rs`).
     let unified = profile.gpus_unified();
-    let (mem_fixed, mem_per_item) = if unified {
-        match (
-            est.memory_fixed.checked_add(est.gpu_memory_fixed),
-            est.memory_per_item.checked_add(est.gpu_memory_per_item),
-        ) {
-            (Some(f), Some(p)) => (f, p),
-            _ => {
-                return Decision::reject(
-                    ReasonCode::InvalidEstimate,
-                    "invalid estimate: memory plus GPU memory overflows on this unified-memory host",
-                );
-            }
-        }
-    } else {
-        (est.memory_fixed, est.memory_per_item)
+    let Some(sizing) = sizing(ledger, est) else {
+        return Decision::reject(
+            ReasonCode::InvalidEstimate,
+            "invalid estimate: memory plus GPU memory overflows on this unified-memory host",
+        );
     };
+    let (mem_fixed, mem_per_item) = (sizing.fixed, sizing.per_item);
     let gpu_bytes_wanted = !unified && (est.gpu_memory_fixed > 0 || est.gpu_memory_per_item > 0);
     let dedicated: Vec<_> = profile.gpus.iter().filter(|g| !g.unified).collect();
 
@@ -156,9 +155,10 @@ fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize, hold:
         return Decision::reject(
             ReasonCode::Impossible,
             format!(
-                "impossible on this host: {} for {} item(s) but at most {} can ever be reserved ({} RAM − {} reserve)",
-                format_bytes(est.memory_for(est.batch_min).unwrap_or(u64::MAX)),
+                "impossible on this host: {} for {} item(s){} but at most {} can ever be reserved ({} RAM − {} reserve)",
+                format_bytes(sizing.memory_for(est.batch_min)),
                 est.batch_min,
+                learned_note(&sizing),
                 format_bytes(ledger.static_memory_budget()),
                 format_bytes(profile.total_memory),
                 format_bytes(policy.memory_reserve),
@@ -198,33 +198,40 @@ fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize, hold:
         );
     }
 
-    // 7. Load and PSI gates.
+    // 7. Load and PSI gates. Only foreign load counts: Lardon's own
+    // running tasks are never the reason the next one waits.
     let [load, cpu_psi, mem_psi, io_psi] = ledger.gates(snap);
     if load {
+        let f = ledger.load_figures(snap);
         return Decision::wait(
             ReasonCode::CpuLoad,
             format!(
-                "1-minute load {:.2} is at or above {:.2} × {} CPUs",
-                snap.load.one, policy.max_load_ratio, profile.logical_cpus
+                "foreign load {:.2} (1-minute load {:.2} − {:.2} CPUs of Lardon's own tasks) ≥ {:.2} (max_load_ratio {} × {}-CPU pool)",
+                f.foreign,
+                f.load,
+                f.own,
+                f.threshold.unwrap_or(0.0),
+                policy.max_load_ratio.unwrap_or(0.0),
+                policy.compute_cpus(profile),
             ),
         );
     }
     if cpu_psi {
         return Decision::wait(
             ReasonCode::CpuPressure,
-            format!("CPU pressure {:.1} ≥ {:.1}", snap.pressure.cpu.unwrap_or(0.0), policy.psi_cpu),
+            format!("CPU PSI {:.1} ≥ {}", snap.pressure.cpu.unwrap_or(0.0), policy.psi_cpu),
         );
     }
     if mem_psi {
         return Decision::wait(
             ReasonCode::MemoryPressure,
-            format!("memory pressure {:.1} ≥ {:.1}", snap.pressure.memory.unwrap_or(0.0), policy.psi_memory),
+            format!("memory PSI {:.1} ≥ {}", snap.pressure.memory.unwrap_or(0.0), policy.psi_memory),
         );
     }
     if io_psi && est.io_slots > 0 {
         return Decision::wait(
             ReasonCode::IoPressure,
-            format!("IO pressure {:.1} ≥ {:.1}", snap.pressure.io.unwrap_or(0.0), policy.psi_io),
+            format!("IO PSI {:.1} ≥ {}", snap.pressure.io.unwrap_or(0.0), policy.psi_io),
         );
     }
 
@@ -267,25 +274,19 @@ fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize, hold:
         }
     }
 
-    // 9. Target: history, slow start, YELLOW.
-    let mut target =
-        ledger.history.adaptive_max(&est.class, est.batch_min, est.batch_max, mem_per_item, mem_fixed);
-    if let Some(limit) = ledger.pressure.slow_start() {
-        target = target.min(limit);
-    }
-    if ledger.pressure.level() == PressureLevel::Yellow && target > est.batch_min {
-        target /= 2;
-    }
-    let target = target.max(est.batch_min);
+    // 9. Target: history, then the target pressure sets (YELLOW halved
+    // it, RED dropped it to 1, GREEN regrows it), never below batch_min.
+    let target = pressure_target(ledger, est, sizing.batch_target);
     let batch = batch.min(target);
     if batch < est.batch_min {
         let message = if short == ReasonCode::GpuMemory {
             format!("not enough free GPU memory for {} item(s)", est.batch_min)
         } else {
             format!(
-                "needs {} for {} item(s), {} available now ({} reserved by running tasks)",
-                format_bytes(est.memory_for(est.batch_min).unwrap_or(u64::MAX)),
+                "needs {} for {} item(s){}, {} available now ({} reserved by running tasks)",
+                format_bytes(sizing.memory_for(est.batch_min)),
                 est.batch_min,
+                learned_note(&sizing),
                 format_bytes(mem_available),
                 format_bytes(ledger.totals.memory),
             )
@@ -361,8 +362,12 @@ fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize, hold:
     let gpu_devices: Vec<u32> = devices.iter().map(|d| d.0).collect();
     let reduced_resources =
         cpu_millis < est.cpus || io_slots < est.io_slots || gpu_devices.len() < est.gpu_slots as usize;
-    let memory = est.memory_for(batch).unwrap_or(u64::MAX);
-    let charged_memory = mem_per_item.saturating_mul(batch).saturating_add(mem_fixed);
+    // The grant is what was learned: fixed + batch × per-item at the
+    // learned sizes. On a unified-memory host the GPU bytes are charged to
+    // host RAM but are not part of the host-memory grant.
+    let charged_memory = sizing.memory_for(batch);
+    let gpu_folded = if unified { est.gpu_memory_for(batch).unwrap_or(u64::MAX) } else { 0 };
+    let memory = charged_memory.saturating_sub(gpu_folded).max(est.memory_for(batch).unwrap_or(u64::MAX));
     let gpu_memory = if gpu_devices.is_empty() { 0 } else { est.gpu_memory_for(batch).unwrap_or(u64::MAX) };
     let (kind, reason, message) = if batch < target {
         (
@@ -407,6 +412,50 @@ fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize, hold:
             charged_memory,
             ramp_ticket: None,
         }),
+    }
+}
+
+/// Step 9 after history: `target` lowered by slow start and halved under
+/// YELLOW, never below `batch_min`.
+pub(crate) fn pressure_target(ledger: &Ledger, est: &Estimate, target: u64) -> u64 {
+    let mut target = target;
+    if let Some(limit) = ledger.pressure.batch_target() {
+        target = target.min(limit);
+    }
+    target.max(est.batch_min)
+}
+
+/// The estimate's declared memory in admission's terms (step 5: GPU bytes
+/// folded into host bytes on a unified-memory host); `None` on overflow.
+pub(crate) fn declared(ledger: &Ledger, est: &Estimate) -> Option<Declared> {
+    let (fixed, per_item) = if ledger.profile.gpus_unified() {
+        (
+            est.memory_fixed.checked_add(est.gpu_memory_fixed)?,
+            est.memory_per_item.checked_add(est.gpu_memory_per_item)?,
+        )
+    } else {
+        (est.memory_fixed, est.memory_per_item)
+    };
+    Some(Declared { fixed, per_item, batch_min: est.batch_min, batch_max: est.batch_max })
+}
+
+/// The memory sizing and history target admission uses for `est`: the
+/// declared figures raised by what its class learned (docs/DESIGN.md §6).
+/// `None` when the declared figures overflow (step 5).
+pub(crate) fn sizing(ledger: &Ledger, est: &Estimate) -> Option<Learned> {
+    let declared = declared(ledger, est)?;
+    Some(learned::size(ledger.history.class(&est.class), declared, ledger.static_memory_budget()))
+}
+
+/// " (learned: …)" when history raised the sizing, for WAIT/REJECT
+/// messages; empty otherwise.
+fn learned_note(sizing: &Learned) -> String {
+    let figures = [sizing.learned_fixed, sizing.learned_per_item];
+    let raised: Vec<String> = figures.iter().flatten().map(|f| f.source.to_string()).collect();
+    if raised.is_empty() {
+        String::new()
+    } else {
+        format!(" (learned from the {})", raised.join(" and the "))
     }
 }
 

@@ -58,7 +58,8 @@ pub struct Availability {
     pub pressure: PressureLevel,
     /// Why (empty when healthy).
     pub pressure_reason: String,
-    /// Slow-start batch limit, `None` when inactive.
+    /// The batch target pressure sets (halved on entering YELLOW, 1 on
+    /// entering RED, doubling back in GREEN), `None` when it does not limit.
     pub slow_start: Option<u64>,
     /// Active reservations.
     pub reservations: usize,
@@ -98,7 +99,7 @@ impl Availability {
                 .collect(),
             pressure: l.pressure.level(),
             pressure_reason: l.pressure.reason().to_owned(),
-            slow_start: l.pressure.slow_start(),
+            slow_start: l.pressure.batch_target(),
             reservations: l.active.len(),
             last_sample_at: snap.map(|s| s.captured_at),
         }

@@ -42,7 +42,12 @@ pub(crate) fn evaluate(
                 // Stale snapshots and RED pressure stop every alternative
                 // alike, and a lone alternative's reason is the reason.
                 let single = envelope.alternatives.len() == 1;
-                if single || matches!(decision.reason, ReasonCode::StaleSnapshot | ReasonCode::PressureRed) {
+                if single
+                    || matches!(
+                        decision.reason,
+                        ReasonCode::StaleSnapshot | ReasonCode::InvalidSnapshot | ReasonCode::PressureRed
+                    )
+                {
                     return Evaluation { decision, budgets_changed };
                 }
                 continue;

@@ -19,6 +19,8 @@ use crate::policy::{HostPolicy, HostProfile, PolicyError};
 use crate::pressure::{Floors, PressureLevel, PressureMachine, PsiSignal};
 use crate::snapshot::Snapshot;
 
+use super::load::{LoadFigures, OwnLoad};
+
 /// What one active reservation holds.
 #[derive(Debug, Clone)]
 pub(crate) struct Held {
@@ -59,6 +61,8 @@ pub(crate) struct Ledger {
     pub(crate) last_sample: Option<Snapshot>,
     pub(crate) budget_fingerprint: Option<Fingerprint>,
     pub(crate) largest_batch: u64,
+    /// Lardon's own CPUs averaged like the 1-minute load (the load gate).
+    pub(crate) own_load: OwnLoad,
     pub(crate) history: History,
     pub(crate) ramps: HashMap<(Class, usize), Ramp>,
     pub(crate) ramp_clock: u64,
@@ -73,7 +77,7 @@ pub(crate) struct Ledger {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Fingerprint {
     level: PressureLevel,
-    slow_start: Option<u64>,
+    batch_target: Option<u64>,
     memory: u64,
     gates: [bool; 4],
     gpus: Vec<Option<u64>>,
@@ -94,6 +98,7 @@ impl Ledger {
             last_sample: None,
             budget_fingerprint: None,
             largest_batch: 1,
+            own_load: OwnLoad::default(),
             history: History::default(),
             ramps: HashMap::new(),
             ramp_clock: 0,
@@ -130,7 +135,7 @@ impl Ledger {
         pool.saturating_sub(self.totals.cpu_millis)
     }
 
-    /// Memory free for a new reservation against `snap` (DESIGN.md §4 step 8).
+    /// Memory free for a new reservation against `snap` (docs/DESIGN.md §4 step 8).
     pub(crate) fn memory_available(&self, snap: &Snapshot) -> u64 {
         let by_static = self.static_memory_budget().saturating_sub(self.totals.memory);
         let by_host = snap
@@ -170,13 +175,34 @@ impl Ledger {
         }
     }
 
+    /// CPUs granted to active reservations, as a load figure.
+    fn granted_cpus(&self) -> f64 {
+        self.totals.cpu_millis as f64 / 1000.0
+    }
+
+    /// The load gate's figures for `snap` (docs/DESIGN.md §4 step 7): foreign
+    /// load against `max_load_ratio × compute pool`.
+    pub(crate) fn load_figures(&self, snap: &Snapshot) -> LoadFigures {
+        let own = self.own_load.share(self.granted_cpus());
+        let load = snap.load.one;
+        LoadFigures {
+            load,
+            own,
+            foreign: (load - own).max(0.0),
+            threshold: self
+                .policy
+                .max_load_ratio
+                .map(|r| r * f64::from(self.policy.compute_cpus(&self.profile))),
+        }
+    }
+
     /// PSI and load gates of `snap` under the policy: (load, cpu, memory, io).
     pub(crate) fn gates(&self, snap: &Snapshot) -> [bool; 4] {
         let p = &self.policy;
         let reached =
             |value: Option<f64>, threshold: f64| threshold > 0.0 && value.is_some_and(|v| v >= threshold);
         [
-            snap.load.one >= p.max_load_ratio * f64::from(self.profile.logical_cpus),
+            self.load_figures(snap).reached(),
             reached(snap.pressure.cpu, p.psi_cpu),
             reached(snap.pressure.memory, p.psi_memory),
             reached(snap.pressure.io, p.psi_io),
@@ -186,15 +212,20 @@ impl Ledger {
     /// Feeds a new host sample to the pressure machine; returns whether
     /// budgets changed (the caller bumps the generation).
     pub(crate) fn observe_sample(&mut self, snap: &Snapshot) -> bool {
+        self.own_load.advance(snap.captured_at, self.granted_cpus());
         let gates = self.gates(snap);
-        // IO pressure gates IO-slot work only; it is no host-wide signal, or one
-        // slow disk would throttle every CPU- and memory-bound task.
-        let psi = PsiSignal { reached: gates[1] || gates[2] };
+        // Only memory PSI is a pressure signal. CPU PSI gates admission
+        // (busy CPUs say nothing about memory, and RED would also shrink
+        // every batch); IO PSI gates IO-slot work only, or one slow disk
+        // would throttle every CPU- and memory-bound task.
+        let psi = PsiSignal {
+            memory: gates[2].then(|| (snap.pressure.memory.unwrap_or(0.0), self.policy.psi_memory)),
+        };
         self.pressure.observe(snap, psi, self.floors(), self.largest_batch);
         self.last_sample = Some(snap.clone());
         let fp = Fingerprint {
             level: self.pressure.level(),
-            slow_start: self.pressure.slow_start(),
+            batch_target: self.pressure.batch_target(),
             memory: snap.effective_memory_available(),
             gates,
             gpus: snap.gpus.iter().map(|g| g.free).collect(),
@@ -221,6 +252,7 @@ impl Ledger {
         if let Some(grant) = contract.scratch.as_mut() {
             grant.path = self.take_lease(grant, id).unwrap_or_default();
         }
+        self.pressure.note_grant(contract.batch);
         let held = Held {
             charged_memory: contract.charged_memory,
             gpu_memory: contract.gpu_memory,

@@ -7,7 +7,12 @@
 mod admission;
 mod availability;
 mod envelopes;
+#[cfg(all(test, not(loom)))]
+mod gate_tests;
+#[cfg(all(test, not(loom)))]
+mod learning_tests;
 mod ledger;
+mod load;
 #[cfg(all(test, not(loom)))]
 mod scratch_tests;
 #[cfg(all(test, not(loom)))]
@@ -25,7 +30,8 @@ use crate::contract::Contract;
 use crate::decision::{Decision, ReasonCode};
 use crate::envelope::{Envelope, RampLimits};
 use crate::estimate::{Class, Estimate};
-use crate::history::BatchSample;
+use crate::history::{BatchSample, RunOutcome, RunRecord};
+use crate::learned::Learned;
 use crate::policy::{HostPolicy, HostProfile, PolicyError};
 use crate::pressure::PressureLevel;
 use crate::reservation::{ReleaseError, Reservation, ReservationId};
@@ -427,14 +433,80 @@ impl Governor {
         self.shared.lock().profile.gpus_unified()
     }
 
-    /// Records a measured batch of `class` (DESIGN.md §6); the last 8 per
-    /// class drive the adaptive batch target. `peak_memory = None` is kept
-    /// but never used for memory adaptation.
-    pub fn record_batch(&self, class: &Class, items: u64, duration: Duration, peak_memory: Option<u64>) {
+    /// Records one run of `class` (docs/DESIGN.md §6): its shape (unbatched,
+    /// or a batch of N items) and how it ended (completed with a measured
+    /// peak, or killed at its memory limit). Returns whether it changed
+    /// what the class has learned; only then does the generation move.
+    ///
+    /// What each record does:
+    /// - unbatched, completed with peak `p`: a sample of the class's fixed
+    ///   size (the worst of the last 8 is the learned fixed size, used as
+    ///   `max(declared, learned)`); clears an unbatched kill's lower bound.
+    /// - batch of `n > 0` items, completed with peak `p`: a sample of the
+    ///   per-item cost `ceil((p − declared fixed) / n)` (the worst of the
+    ///   last 8 is the learned per-item cost); clears a batch kill's bound.
+    /// - killed at limit `L`: the need is above `L`; the next estimate of
+    ///   that shape is at least `2 × L` (unbatched) or `2 × ceil((L −
+    ///   fixed) / n)` per item (batch), capped at what the host could ever
+    ///   grant. The limit is never stored as a peak.
+    /// - a batch of 0 items, an unknown peak, or a kill at limit 0: ignored
+    ///   (no sample evicted, generation unchanged); returns false.
+    ///
+    /// The next admission of the class sizes its grant from these
+    /// ([`Governor::learned`] shows how): after a kill, the daemon's retry
+    /// is simply the next admission, which grants more (unbatched) or a
+    /// smaller batch at a larger per-item size (batched), or REJECTs as
+    /// impossible when even `batch_min` at the learned size can never fit.
+    pub fn record_run(&self, class: &Class, record: RunRecord) -> bool {
         let mut guard = self.shared.lock();
-        guard.history.record(class, BatchSample { items, duration, peak_memory });
-        guard.generation += 1;
+        let changed = guard.history.record(class, &record);
+        if changed {
+            guard.generation += 1;
+        }
         self.shared.publish(guard);
+        changed
+    }
+
+    /// Records a completed batch of `items` items of `class` with its
+    /// measured peak: shorthand for [`Governor::record_run`] with
+    /// [`RunRecord::batch`] and [`RunOutcome::Completed`]. A batch of 0
+    /// items or an unknown peak changes nothing (returns false).
+    pub fn record_batch(
+        &self,
+        class: &Class,
+        items: u64,
+        duration: Duration,
+        peak_memory: Option<u64>,
+    ) -> bool {
+        self.record_run(class, RunRecord::batch(items, duration, RunOutcome::Completed { peak: peak_memory }))
+    }
+
+    /// What `estimate`'s class has learned, sized for that estimate: the
+    /// learned fixed and per-item figures and where they come from (a
+    /// measured peak of run N, or a lower bound after a kill at X), the
+    /// fixed and per-item sizes admission uses, and the history batch
+    /// target. `None` when the class has no informative record (admission
+    /// then uses the declared figures and `batch_max`).
+    ///
+    /// This is the engine's own computation (the one admission calls), so
+    /// a status or explain view built on it cannot drift from what is
+    /// granted. An estimate whose memory overflows on a unified-memory host
+    /// also gives `None` (admission REJECTs it).
+    pub fn learned(&self, estimate: &Estimate) -> Option<Learned> {
+        let guard = self.shared.lock();
+        guard.history.class(&estimate.class)?;
+        admission::sizing(&guard, estimate)
+    }
+
+    /// The batch target admission would apply to `estimate` now (step 9 of
+    /// docs/DESIGN.md §4): the history target ([`Learned::batch_target`]),
+    /// lowered by slow start and halved under YELLOW pressure, never below
+    /// `batch_min`. The batch actually granted may be smaller still when
+    /// memory or GPU memory is short.
+    pub fn batch_target(&self, estimate: &Estimate) -> u64 {
+        let guard = self.shared.lock();
+        let history = admission::sizing(&guard, estimate).map_or(estimate.batch_max, |s| s.batch_target);
+        admission::pressure_target(&guard, estimate, history)
     }
 
     /// Feeds the throughput of one sequence run under `contract` to its
@@ -461,7 +533,8 @@ impl Governor {
         self.shared.lock().ramps.get(&(class.clone(), alternative)).map(|r| r.limits())
     }
 
-    /// The batch samples kept for `class`, oldest first.
+    /// The measured batches kept for `class`, oldest first (unbatched runs
+    /// and kills are not listed here; see [`Governor::learned`]).
     pub fn history(&self, class: &Class) -> Vec<BatchSample> {
         self.shared.lock().history.samples(class)
     }

@@ -1,4 +1,4 @@
-//! Scratch volumes (DESIGN.md §7) with a fake volume controller.
+//! Scratch volumes (docs/DESIGN.md §7) with a fake volume controller.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! # Implementation details
 //!
-//! The scratch registry (DESIGN.md §7): volumes and their leases live in
+//! The scratch registry (docs/DESIGN.md §7): volumes and their leases live in
 //! the ledger, under the Governor's lock; every controller call (statvfs,
 //! mkdir, sync, hook) happens with the lock released, on the calling
 //! thread, and its outcome is applied under the lock afterwards. Each state

@@ -181,9 +181,19 @@ impl TaskContext {
         }
     }
 
-    /// Records a measured batch of this task's class (adaptive batch).
-    pub fn record_batch(&self, items: u64, duration: Duration, peak_memory: Option<u64>) {
-        self.inner.governor.record_batch(&self.contract.class, items, duration, peak_memory);
+    /// Records a completed batch of this task's class with its measured
+    /// peak ([`crate::Governor::record_batch`]); returns whether it changed
+    /// what the class has learned.
+    pub fn record_batch(&self, items: u64, duration: Duration, peak_memory: Option<u64>) -> bool {
+        self.inner.governor.record_batch(&self.contract.class, items, duration, peak_memory)
+    }
+
+    /// Records one run of this task's class, unbatched or a batch,
+    /// completed or killed at its memory limit
+    /// ([`crate::Governor::record_run`]); returns whether it changed what
+    /// the class has learned.
+    pub fn record_run(&self, record: crate::RunRecord) -> bool {
+        self.inner.governor.record_run(&self.contract.class, record)
     }
 
     /// Feeds this sequence's throughput to its capability ramp.

@@ -84,6 +84,7 @@ impl Blocked {
         match (reason, need) {
             (
                 ReasonCode::StaleSnapshot
+                | ReasonCode::InvalidSnapshot
                 | ReasonCode::ProbeFailed
                 | ReasonCode::PressureRed
                 | ReasonCode::CpuLoad

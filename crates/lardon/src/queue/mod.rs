@@ -1,4 +1,4 @@
-//! The [`TaskQueue`]: runs admitted work, many tasks at once (DESIGN.md §8).
+//! The [`TaskQueue`]: runs admitted work, many tasks at once (docs/DESIGN.md §8).
 //!
 //! One dispatcher thread scans pending tasks by priority then FIFO and
 //! starts every task the [`Governor`] admits on a pool of worker threads.
@@ -515,8 +515,9 @@ impl TaskQueue {
     /// Closes the queue: refuses new work, cancels everything pending,
     /// asks running tasks to cancel at their next checkpoint, waits for
     /// their callbacks to return (releasing every reservation) and stops
-    /// the dispatcher. Every task's callback is dropped exactly once.
-    /// Idempotent.
+    /// the dispatcher. Every task's callback is dropped exactly once, and
+    /// every [`TaskQueue::subscribe`] stream disconnects after its last
+    /// event, so a subscriber can block on it with no timeout. Idempotent.
     pub fn close(&self) {
         let now = self.inner.governor.now();
         let mut st = self.inner.lock();
@@ -542,6 +543,9 @@ impl TaskQueue {
             let _ = handle.join();
         }
         self.inner.pool.shutdown();
+        // Nothing emits from here on: ending the streams lets a subscriber
+        // block on `recv` and still notice the close (no periodic wake).
+        self.inner.lock().subscribers.clear();
     }
 
     fn pressure_green(&self) -> bool {

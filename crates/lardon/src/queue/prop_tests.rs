@@ -1,5 +1,5 @@
-//! Property tests of the queue over random operation sequences (DESIGN.md
-//! §13): never over budget, never running without a reservation, every
+//! Property tests of the queue over random operation sequences
+//! (docs/DESIGN.md §13): never over budget, never running without a reservation, every
 //! reservation released exactly once, every task ends in exactly one
 //! terminal state.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,4 +1,4 @@
-//! Rules of DESIGN.md §8, driven by events (never sleeps for ordering).
+//! Rules of docs/DESIGN.md §8, driven by events (never sleeps for ordering).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -532,7 +532,7 @@ fn a_long_bypassed_head_gets_a_hold() {
     r.queue.wait_idle();
 }
 
-/// DESIGN.md §8: the host is re-sampled only while some task waits on host
+/// docs/DESIGN.md §8: the host is re-sampled only while some task waits on host
 /// state. An idle dispatcher sleeps without a timeout and the probe is not
 /// called; while a task waits on CPU pressure it sleeps with the sample
 /// interval and the probe is called again and again; once the task ran,
@@ -716,4 +716,26 @@ fn a_small_gpu_task_passes_a_big_one_waiting_on_gpu_memory() {
     assert_eq!(queue.get(big).unwrap().state, TaskState::Pending);
     gpu_gate.send(()).unwrap();
     queue.wait_idle();
+}
+
+#[test]
+fn closing_the_queue_ends_every_event_stream() {
+    // A subscriber (the daemon's event pump) blocks on `recv` with no
+    // timeout and learns of the close from the stream ending. Keep the
+    // subscribers after `close` and this test sees `Timeout`, not the end.
+    let rig = rig();
+    let (gate, cb) = gated();
+    let id = rig.queue.submit(Task::new("runs at close", mem(GIB), cb)).unwrap();
+    rig.started(id);
+    drop(gate);
+    rig.queue.close();
+    loop {
+        match rig.events.recv_timeout(LIMIT) {
+            Ok(_) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("the stream outlived the queue's close")
+            }
+        }
+    }
 }

@@ -1,0 +1,482 @@
+//! The broker's routing core as pure state transitions: every input (a
+//! submission, an agent's hello, update, report or loss, a cancel) returns
+//! the [`Event`]s it causes, and nothing here does I/O, sleeps or reads a
+//! clock — the transport and the store wrap it (tests drive it directly).
+//!
+//! * **Routes.** One per canonical capability key; no head-of-line blocking
+//!   across capabilities.
+//! * **Fair share.** Within a route, deficit round robin across submitters
+//!   with a unit cost per task (so an equal share of assignments): each
+//!   round gives every waiting submitter one turn; a submitter whose head
+//!   task fits no agent is passed over without blocking the others.
+//! * **Placement.** Power of two choices among the agents that declared the
+//!   capability, hold fewer tasks than their token bound, and whose
+//!   availability mirror admits the task's need: of two drawn at random,
+//!   the one with more free tokens (then more memory). The mirror is
+//!   charged at once, so no agent is handed more than it said it could take
+//!   before its next update (no prefetch held by saturated agents).
+//! * **Failure.** A submission with no agent for its capability is answered
+//!   [`Delivery::NoExecutor`] at once (the submitter runs it locally). An
+//!   agent's WAIT puts the task back at the head of its submitter's queue.
+//!   A lost agent's tasks are queued again with one more attempt; past
+//!   [`Router::MAX_ATTEMPTS`] they are handed back to run locally. When
+//!   the last agent of a capability goes, its waiting tasks are handed
+//!   back too — never a hang.
+//! * **Exactly once.** A task id is in one place at a time (queued, or in
+//!   flight at one agent); a report from an agent that does not hold the
+//!   task is ignored; a finished id is remembered (bounded), so a
+//!   resubmission after a broker restart is answered, not run again.
+//!
+//! # Invariants
+//! Checked by [`Router::check`] (debug builds after every transition, and
+//! by the property tests): every known task is queued in exactly one route
+//! or in flight at exactly one agent; no agent is assigned a task while it
+//! holds its token bound.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use crate::capability::Capability;
+use crate::ids::{AgentId, SubmitterId, TaskId};
+use crate::messages::{Availability, Delivery, Event, Hello, Need, Report, Request, Submitted};
+
+#[derive(Debug, Clone)]
+enum Place {
+    Queued,
+    InFlight(AgentId),
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    request: Request,
+    place: Place,
+    attempts: u32,
+}
+
+#[derive(Debug, Clone)]
+struct Agent {
+    capabilities: BTreeSet<String>,
+    mirror: Availability,
+    tokens: u32,
+    holding: BTreeSet<TaskId>,
+}
+
+impl Agent {
+    fn free_tokens(&self) -> u32 {
+        self.tokens.saturating_sub(u32::try_from(self.holding.len()).unwrap_or(u32::MAX))
+    }
+
+    fn can_take(&self, key: &str, need: Need) -> bool {
+        self.capabilities.contains(key) && self.free_tokens() > 0 && self.mirror.admits(need)
+    }
+}
+
+/// One capability's waiting tasks, per submitter, and the round-robin turn.
+#[derive(Debug, Default, Clone)]
+struct Route {
+    queues: BTreeMap<SubmitterId, VecDeque<TaskId>>,
+    turn: VecDeque<SubmitterId>,
+}
+
+impl Route {
+    fn push(&mut self, submitter: &SubmitterId, task: TaskId, front: bool) {
+        let q = self.queues.entry(submitter.clone()).or_default();
+        if q.is_empty() && !self.turn.contains(submitter) {
+            self.turn.push_back(submitter.clone());
+        }
+        if front { q.push_front(task) } else { q.push_back(task) }
+    }
+
+    fn remove(&mut self, submitter: &SubmitterId, task: &TaskId) {
+        if let Some(q) = self.queues.get_mut(submitter) {
+            q.retain(|t| t != task);
+            if q.is_empty() {
+                self.queues.remove(submitter);
+                self.turn.retain(|s| s != submitter);
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queues.is_empty()
+    }
+}
+
+/// A small deterministic generator (SplitMix64) for the two random
+/// choices: the same seed gives the same placements, so tests replay.
+#[derive(Debug, Clone)]
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        usize::try_from(self.next() % u64::try_from(n.max(1)).unwrap_or(u64::MAX)).unwrap_or(0)
+    }
+}
+
+/// The routing core of `lardon broker` (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Router {
+    routes: BTreeMap<String, Route>,
+    agents: BTreeMap<AgentId, Agent>,
+    tasks: HashMap<TaskId, Entry>,
+    finished: VecDeque<TaskId>,
+    finished_set: BTreeSet<TaskId>,
+    rng: SplitMix,
+}
+
+impl Router {
+    /// Runs of one task lost with their agent before it is handed back to
+    /// run locally.
+    pub const MAX_ATTEMPTS: u32 = 3;
+    /// Finished ids remembered for answering resubmissions.
+    pub const FINISHED_MEMORY: usize = 100_000;
+
+    /// An empty router whose random choices follow `seed`.
+    pub fn new(seed: u64) -> Self {
+        Router {
+            routes: BTreeMap::new(),
+            agents: BTreeMap::new(),
+            tasks: HashMap::new(),
+            finished: VecDeque::new(),
+            finished_set: BTreeSet::new(),
+            rng: SplitMix(seed),
+        }
+    }
+
+    /// Offers a task. See [`Submitted`] for the answers; the events hold
+    /// its assignment (or the at-once [`Delivery::NoExecutor`]).
+    pub fn submit(&mut self, request: Request) -> (Submitted, Vec<Event>) {
+        if self.tasks.contains_key(&request.id) {
+            return (Submitted::AlreadyKnown, Vec::new());
+        }
+        if self.finished_set.contains(&request.id) {
+            return (Submitted::AlreadyFinished, Vec::new());
+        }
+        let key = request.capability.key();
+        if !self.agents.values().any(|a| a.capabilities.contains(&key)) {
+            let event = Event::Deliver {
+                submitter: request.submitter,
+                task: request.id,
+                delivery: Delivery::NoExecutor,
+            };
+            return (Submitted::NoExecutor, vec![event]);
+        }
+        self.routes.entry(key.clone()).or_default().push(&request.submitter, request.id.clone(), false);
+        self.tasks.insert(request.id.clone(), Entry { request, place: Place::Queued, attempts: 0 });
+        let events = self.dispatch_route(&key);
+        self.debug_check();
+        (Submitted::Queued, events)
+    }
+
+    /// An agent connects (or reconnects after a broker restart). Tasks it
+    /// says it runs that are queued here (resubmitted meanwhile) become its
+    /// own again instead of running twice.
+    pub fn hello(&mut self, hello: Hello) -> Vec<Event> {
+        // A reconnect: what it no longer says it runs is queued again (the
+        // route is not orphaned: the agent is back).
+        let mut events = self.lose_agent(&hello.agent, "the agent reconnected", &hello.running, false);
+        let mut agent = Agent {
+            capabilities: hello.capabilities.iter().map(Capability::key).collect(),
+            mirror: hello.availability,
+            tokens: hello.tokens,
+            holding: BTreeSet::new(),
+        };
+        for id in hello.running {
+            if let Some(entry) = self.tasks.get_mut(&id)
+                && matches!(entry.place, Place::Queued)
+            {
+                let key = entry.request.capability.key();
+                if let Some(route) = self.routes.get_mut(&key) {
+                    route.remove(&entry.request.submitter, &id);
+                }
+                entry.place = Place::InFlight(hello.agent.clone());
+                agent.holding.insert(id);
+            }
+        }
+        self.agents.insert(hello.agent, agent);
+        events.extend(self.dispatch_all());
+        self.debug_check();
+        events
+    }
+
+    /// An agent's Governor changed: its mirror is replaced.
+    pub fn update(&mut self, agent: &AgentId, availability: Availability) -> Vec<Event> {
+        let Some(a) = self.agents.get_mut(agent) else { return Vec::new() };
+        a.mirror = availability;
+        let events = self.dispatch_all();
+        self.debug_check();
+        events
+    }
+
+    /// An agent reports on a task. Ignored unless that agent holds it.
+    pub fn report(&mut self, agent: &AgentId, task: &TaskId, report: Report) -> Vec<Event> {
+        let holds = self.agents.get(agent).is_some_and(|a| a.holding.contains(task));
+        if !holds {
+            return Vec::new();
+        }
+        if let Some(a) = self.agents.get_mut(agent) {
+            a.holding.remove(task);
+        }
+        let mut events = Vec::new();
+        match report {
+            Report::Wait => {
+                if let Some(entry) = self.tasks.get_mut(task) {
+                    entry.place = Place::Queued;
+                    let key = entry.request.capability.key();
+                    let submitter = entry.request.submitter.clone();
+                    self.routes.entry(key).or_default().push(&submitter, task.clone(), true);
+                }
+            }
+            Report::Finished(outcome) => {
+                if let Some(event) = self.finish(task, Delivery::Done(outcome)) {
+                    events.push(event);
+                }
+            }
+        }
+        events.extend(self.dispatch_all());
+        self.debug_check();
+        events
+    }
+
+    /// An agent is gone (stream closed, heartbeats missed, allocation
+    /// ended): its tasks are queued again, or handed back past
+    /// [`Router::MAX_ATTEMPTS`].
+    pub fn agent_lost(&mut self, agent: &AgentId) -> Vec<Event> {
+        let mut events = self.lose_agent(agent, "agent lost", &[], true);
+        events.extend(self.dispatch_all());
+        self.debug_check();
+        events
+    }
+
+    /// Cancels a task: a queued one is answered at once; one in flight is
+    /// cancelled at its agent (its report ends it).
+    pub fn cancel(&mut self, task: &TaskId) -> Vec<Event> {
+        let Some(entry) = self.tasks.get(task) else { return Vec::new() };
+        let events = match &entry.place {
+            Place::InFlight(agent) => vec![Event::Cancel { agent: agent.clone(), task: task.clone() }],
+            Place::Queued => {
+                let key = entry.request.capability.key();
+                let submitter = entry.request.submitter.clone();
+                if let Some(route) = self.routes.get_mut(&key) {
+                    route.remove(&submitter, task);
+                }
+                self.finish(task, Delivery::Cancelled).into_iter().collect()
+            }
+        };
+        self.debug_check();
+        events
+    }
+
+    /// Tasks queued (all routes).
+    pub fn queued(&self) -> usize {
+        self.tasks.values().filter(|e| matches!(e.place, Place::Queued)).count()
+    }
+
+    /// Tasks in flight at `agent`.
+    pub fn in_flight(&self, agent: &AgentId) -> usize {
+        self.agents.get(agent).map_or(0, |a| a.holding.len())
+    }
+
+    /// Checks the invariants of the module docs.
+    ///
+    /// # Errors
+    /// The first one broken, described.
+    pub fn check(&self) -> Result<(), String> {
+        for (id, entry) in &self.tasks {
+            let key = entry.request.capability.key();
+            let queued = self
+                .routes
+                .values()
+                .flat_map(|r| r.queues.values())
+                .map(|q| q.iter().filter(|t| *t == id).count())
+                .sum::<usize>();
+            let held = self.agents.values().filter(|a| a.holding.contains(id)).count();
+            match &entry.place {
+                Place::Queued if queued == 1 && held == 0 => {
+                    let in_route = self
+                        .routes
+                        .get(&key)
+                        .and_then(|r| r.queues.get(&entry.request.submitter))
+                        .is_some_and(|q| q.contains(id));
+                    if !in_route {
+                        return Err(format!("task {id} is queued on the wrong route"));
+                    }
+                }
+                Place::InFlight(agent) if queued == 0 && held == 1 => {
+                    if !self.agents.get(agent).is_some_and(|a| a.holding.contains(id)) {
+                        return Err(format!("task {id} is held by another agent than {agent}"));
+                    }
+                }
+                place => return Err(format!("task {id} ({place:?}) is queued {queued}× and held {held}×")),
+            }
+            if self.finished_set.contains(id) {
+                return Err(format!("task {id} is both live and finished"));
+            }
+        }
+        for route in self.routes.values() {
+            for q in route.queues.values() {
+                if let Some(t) = q.iter().find(|t| !self.tasks.contains_key(*t)) {
+                    return Err(format!("route holds unknown task {t}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn debug_check(&self) {
+        #[cfg(debug_assertions)]
+        if self.tasks.len() <= 256
+            && let Err(e) = self.check()
+        {
+            debug_assert!(false, "router invariant broken: {e}");
+        }
+    }
+
+    fn finish(&mut self, task: &TaskId, delivery: Delivery) -> Option<Event> {
+        let entry = self.tasks.remove(task)?;
+        self.finished.push_back(task.clone());
+        self.finished_set.insert(task.clone());
+        while self.finished.len() > Self::FINISHED_MEMORY {
+            if let Some(old) = self.finished.pop_front() {
+                self.finished_set.remove(&old);
+            }
+        }
+        Some(Event::Deliver { submitter: entry.request.submitter, task: task.clone(), delivery })
+    }
+
+    /// Removes `agent`; the tasks it held, except those in `still_running`
+    /// (left queued-less for the agent's new hello to claim), are queued
+    /// again with one more attempt. With `sweep`, routes no agent serves
+    /// any more are emptied back to their submitters.
+    fn lose_agent(
+        &mut self,
+        agent: &AgentId,
+        why: &str,
+        still_running: &[TaskId],
+        sweep: bool,
+    ) -> Vec<Event> {
+        let Some(gone) = self.agents.remove(agent) else { return Vec::new() };
+        let mut events = Vec::new();
+        for id in gone.holding {
+            let Some(entry) = self.tasks.get_mut(&id) else { continue };
+            if still_running.contains(&id) {
+                // Queued for an instant: the hello claims it straight back.
+                entry.place = Place::Queued;
+                let key = entry.request.capability.key();
+                let submitter = entry.request.submitter.clone();
+                self.routes.entry(key).or_default().push(&submitter, id, true);
+                continue;
+            }
+            entry.attempts = entry.attempts.saturating_add(1);
+            if entry.attempts >= Self::MAX_ATTEMPTS {
+                let reason = format!("{why}: {} attempts on lost agents", entry.attempts);
+                events.extend(self.finish(&id, Delivery::RunLocally(reason)));
+            } else {
+                entry.place = Place::Queued;
+                let key = entry.request.capability.key();
+                let submitter = entry.request.submitter.clone();
+                self.routes.entry(key).or_default().push(&submitter, id, true);
+            }
+        }
+        if !sweep {
+            return events;
+        }
+        // Routes no agent serves any more: hand their tasks back.
+        let orphaned: Vec<String> = self
+            .routes
+            .keys()
+            .filter(|k| !self.agents.values().any(|a| a.capabilities.contains(*k)))
+            .cloned()
+            .collect();
+        for key in orphaned {
+            if let Some(route) = self.routes.remove(&key) {
+                for id in route.queues.into_values().flatten() {
+                    let reason = format!("no agent for {key} any more");
+                    events.extend(self.finish(&id, Delivery::RunLocally(reason)));
+                }
+            }
+        }
+        events
+    }
+
+    fn dispatch_all(&mut self) -> Vec<Event> {
+        let keys: Vec<String> = self.routes.keys().cloned().collect();
+        keys.iter().flat_map(|k| self.dispatch_route(k)).collect()
+    }
+
+    /// Deficit round robin with a unit cost: every waiting submitter gets a
+    /// turn per round; rounds go on while any turn placed a task.
+    fn dispatch_route(&mut self, key: &str) -> Vec<Event> {
+        let mut events = Vec::new();
+        while let Some(route) = self.routes.get(key) {
+            let turns: Vec<SubmitterId> = route.turn.iter().cloned().collect();
+            let mut placed_any = false;
+            for submitter in turns {
+                let head = self
+                    .routes
+                    .get(key)
+                    .and_then(|r| r.queues.get(&submitter))
+                    .and_then(|q| q.front().cloned());
+                let Some(task) = head else { continue };
+                let Some(need) = self.tasks.get(&task).map(|e| e.request.need) else { continue };
+                let Some(agent) = self.choose(key, need) else { continue };
+                if let Some(route) = self.routes.get_mut(key) {
+                    if let Some(q) = route.queues.get_mut(&submitter) {
+                        q.pop_front();
+                        if q.is_empty() {
+                            route.queues.remove(&submitter);
+                        }
+                    }
+                    // This submitter's turn is used: to the back.
+                    route.turn.retain(|s| s != &submitter);
+                    if route.queues.contains_key(&submitter) {
+                        route.turn.push_back(submitter.clone());
+                    }
+                }
+                if let Some(a) = self.agents.get_mut(&agent) {
+                    a.holding.insert(task.clone());
+                    a.mirror.charge(need);
+                }
+                if let Some(entry) = self.tasks.get_mut(&task) {
+                    entry.place = Place::InFlight(agent.clone());
+                }
+                events.push(Event::Assign { agent, task });
+                placed_any = true;
+            }
+            if !placed_any {
+                break;
+            }
+        }
+        if self.routes.get(key).is_some_and(Route::is_empty) {
+            self.routes.remove(key);
+        }
+        events
+    }
+
+    /// Power of two choices among the agents that can take `need` now.
+    fn choose(&mut self, key: &str, need: Need) -> Option<AgentId> {
+        let able: Vec<&AgentId> =
+            self.agents.iter().filter(|(_, a)| a.can_take(key, need)).map(|(id, _)| id).collect();
+        let pick = match able.len() {
+            0 => return None,
+            1 => able[0],
+            n => {
+                let i = self.rng.below(n);
+                let mut j = self.rng.below(n - 1);
+                if j >= i {
+                    j += 1;
+                }
+                let score = |id: &AgentId| self.agents.get(id).map(|a| (a.free_tokens(), a.mirror.memory));
+                if score(able[j]) > score(able[i]) { able[j] } else { able[i] }
+            }
+        };
+        Some(pick.clone())
+    }
+}

@@ -1,0 +1,324 @@
+//! The routing rules, one test each, and a property test over random
+//! sequences of submissions, agent faults, WAITs, reports and cancels:
+//! no task lost, none delivered twice, no agent over its token bound.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use lardon_cluster::{
+    AgentId, Availability, Capability, Delivery, Event, Hello, Need, Outcome, Report, Request, Router,
+    Submitted, SubmitterId, TaskId,
+};
+use proptest::prelude::*;
+
+const GIB: u64 = 1 << 30;
+
+fn cap(s: &str) -> Capability {
+    Capability::parse(s).unwrap()
+}
+
+fn agent(id: &str, caps: &[&str], tokens: u32) -> Hello {
+    Hello {
+        agent: AgentId::new(id).unwrap(),
+        capabilities: caps.iter().map(|c| cap(c)).collect(),
+        availability: Availability { memory: 64 * GIB, cpu_millis: 64_000 },
+        tokens,
+        running: Vec::new(),
+    }
+}
+
+fn req(id: &str, submitter: &str, capability: &str) -> Request {
+    Request {
+        id: TaskId::new(id).unwrap(),
+        submitter: SubmitterId::new(submitter).unwrap(),
+        capability: cap(capability),
+        need: Need { memory: GIB, cpu_millis: 1000 },
+    }
+}
+
+fn assigned(events: &[Event]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Assign { agent, task } => Some((agent.to_string(), task.to_string())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn delivered(events: &[Event]) -> Vec<(String, Delivery)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Deliver { task, delivery, .. } => Some((task.to_string(), delivery.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn tasks_go_only_to_agents_that_declared_their_capability() {
+    let mut r = Router::new(1);
+    r.hello(agent("a-gcc", &["gcc@12:x86_64"], 4));
+    r.hello(agent("a-py", &["python@3.11"], 4));
+    let (s, ev) = r.submit(req("t1", "s1", "python@3.11"));
+    assert_eq!(s, Submitted::Queued);
+    assert_eq!(assigned(&ev), vec![("a-py".into(), "t1".into())]);
+    let (_, ev) = r.submit(req("t2", "s1", "gcc@12:x86_64"));
+    assert_eq!(assigned(&ev), vec![("a-gcc".into(), "t2".into())]);
+}
+
+#[test]
+fn no_executor_is_answered_at_once() {
+    let mut r = Router::new(1);
+    r.hello(agent("a", &["gcc@12"], 4));
+    let (s, ev) = r.submit(req("t1", "s1", "clang@17"));
+    assert_eq!(s, Submitted::NoExecutor);
+    assert_eq!(delivered(&ev), vec![("t1".into(), Delivery::NoExecutor)]);
+    assert_eq!(r.queued(), 0);
+}
+
+#[test]
+fn two_submitters_share_equally_whoever_came_first() {
+    let mut r = Router::new(7);
+    // s1 queues 100 before s2 queues any; no agent yet has room.
+    r.hello(agent("a", &["gcc@12"], 0));
+    for i in 0..100 {
+        r.submit(req(&format!("s1-{i}"), "s1", "gcc@12"));
+    }
+    for i in 0..100 {
+        r.submit(req(&format!("s2-{i}"), "s2", "gcc@12"));
+    }
+    // Capacity for 60 arrives; of those, each submitter gets within 10 % of 30.
+    let ev = r.hello(agent("a", &["gcc@12"], 60));
+    let got = assigned(&ev);
+    assert_eq!(got.len(), 60);
+    let s1 = got.iter().filter(|(_, t)| t.starts_with("s1-")).count();
+    assert!((27..=33).contains(&s1), "s1 got {s1} of 60");
+}
+
+#[test]
+fn power_of_two_choices_prefers_the_less_loaded_agent_and_never_exceeds_tokens() {
+    let mut r = Router::new(3);
+    r.hello(agent("big", &["gcc@12"], 8));
+    r.hello(agent("small", &["gcc@12"], 2));
+    let mut per: BTreeMap<String, usize> = BTreeMap::new();
+    for i in 0..10 {
+        let (_, ev) = r.submit(req(&format!("t{i}"), "s", "gcc@12"));
+        for (a, _) in assigned(&ev) {
+            *per.entry(a).or_default() += 1;
+        }
+    }
+    assert_eq!(per.get("big"), Some(&8), "{per:?}");
+    assert_eq!(per.get("small"), Some(&2), "{per:?}");
+    let (_, ev) = r.submit(req("t10", "s", "gcc@12"));
+    assert!(assigned(&ev).is_empty(), "no agent holds more than its tokens");
+    assert_eq!(r.queued(), 1);
+}
+
+#[test]
+fn the_mirror_is_charged_so_no_agent_gets_more_than_it_said_it_could_take() {
+    let mut r = Router::new(1);
+    let mut h = agent("a", &["gcc@12"], 10);
+    h.availability = Availability { memory: 2 * GIB + GIB / 2, cpu_millis: 8000 };
+    r.hello(h);
+    let ev: Vec<Event> = (0..4).flat_map(|i| r.submit(req(&format!("t{i}"), "s", "gcc@12")).1).collect();
+    assert_eq!(assigned(&ev).len(), 2, "2.5 GiB takes two 1 GiB tasks before the next update");
+    let ev = r.update(&AgentId::new("a").unwrap(), Availability { memory: 4 * GIB, cpu_millis: 8000 });
+    assert_eq!(assigned(&ev).len(), 2);
+}
+
+#[test]
+fn a_wait_at_the_agent_sends_the_task_back_to_the_head_of_its_route() {
+    let mut r = Router::new(1);
+    r.hello(agent("a", &["gcc@12"], 1));
+    r.submit(req("first", "s", "gcc@12"));
+    r.submit(req("second", "s", "gcc@12"));
+    let a = AgentId::new("a").unwrap();
+    // Its Governor waits: the task returns, first in line, and the agent's
+    // mirror says it has no room now.
+    let ev = r.update(&a, Availability::default());
+    assert!(ev.is_empty());
+    let ev = r.report(&a, &TaskId::new("first").unwrap(), Report::Wait);
+    assert!(assigned(&ev).is_empty(), "no room in the mirror: {ev:?}");
+    let ev = r.update(&a, Availability { memory: 8 * GIB, cpu_millis: 4000 });
+    assert_eq!(assigned(&ev), vec![("a".into(), "first".into())]);
+}
+
+#[test]
+fn a_lost_agents_tasks_run_elsewhere_and_repeated_loss_hands_them_back() {
+    let mut r = Router::new(1);
+    r.hello(agent("a", &["gcc@12"], 1));
+    r.hello(agent("b", &["gcc@12"], 0));
+    r.submit(req("t", "s", "gcc@12"));
+    assert_eq!(r.in_flight(&AgentId::new("a").unwrap()), 1);
+    // b gets room; a dies: t moves to b.
+    r.hello(agent("b", &["gcc@12"], 1));
+    let ev = r.agent_lost(&AgentId::new("a").unwrap());
+    assert_eq!(assigned(&ev), vec![("b".into(), "t".into())]);
+    r.hello(agent("c", &["gcc@12"], 1));
+    let ev = r.agent_lost(&AgentId::new("b").unwrap());
+    assert_eq!(assigned(&ev), vec![("c".into(), "t".into())]);
+    // Third loss: handed back to run locally (never a hang).
+    let ev = r.agent_lost(&AgentId::new("c").unwrap());
+    assert!(matches!(delivered(&ev).as_slice(), [(t, Delivery::RunLocally(_))] if t == "t"), "{ev:?}");
+}
+
+#[test]
+fn when_the_last_agent_goes_waiting_tasks_are_handed_back() {
+    let mut r = Router::new(1);
+    r.hello(agent("a", &["gcc@12"], 0));
+    r.submit(req("t", "s", "gcc@12"));
+    let ev = r.agent_lost(&AgentId::new("a").unwrap());
+    assert!(matches!(delivered(&ev).as_slice(), [(t, Delivery::RunLocally(_))] if t == "t"), "{ev:?}");
+}
+
+#[test]
+fn results_are_delivered_once_and_resubmissions_are_not_run_twice() {
+    let mut r = Router::new(1);
+    r.hello(agent("a", &["gcc@12"], 1));
+    r.submit(req("t", "s", "gcc@12"));
+    assert_eq!(r.submit(req("t", "s", "gcc@12")).0, Submitted::AlreadyKnown);
+    let a = AgentId::new("a").unwrap();
+    let t = TaskId::new("t").unwrap();
+    let ev = r.report(&a, &t, Report::Finished(Outcome::Succeeded));
+    assert_eq!(delivered(&ev), vec![("t".into(), Delivery::Done(Outcome::Succeeded))]);
+    assert!(r.report(&a, &t, Report::Finished(Outcome::Succeeded)).is_empty(), "a late duplicate is ignored");
+    assert!(r.report(&AgentId::new("b").unwrap(), &t, Report::Wait).is_empty(), "a stranger's report too");
+    assert_eq!(r.submit(req("t", "s", "gcc@12")).0, Submitted::AlreadyFinished);
+}
+
+#[test]
+fn after_a_broker_restart_an_agents_running_task_stays_its_own() {
+    // The new broker knows nothing; the submitter resubmits t before the
+    // agent's hello arrives; the hello claims t, so it does not run twice.
+    let mut r = Router::new(1);
+    r.hello(agent("idle", &["gcc@12"], 0));
+    r.submit(req("t", "s", "gcc@12"));
+    let mut h = agent("a", &["gcc@12"], 2);
+    h.running = vec![TaskId::new("t").unwrap()];
+    let ev = r.hello(h);
+    assert!(assigned(&ev).is_empty(), "t is already running at a: {ev:?}");
+    assert_eq!(r.in_flight(&AgentId::new("a").unwrap()), 1);
+    assert_eq!(r.queued(), 0);
+}
+
+#[test]
+fn cancel_answers_a_queued_task_and_reaches_a_running_one() {
+    let mut r = Router::new(1);
+    r.hello(agent("a", &["gcc@12"], 1));
+    r.submit(req("run", "s", "gcc@12"));
+    r.submit(req("wait", "s", "gcc@12"));
+    let ev = r.cancel(&TaskId::new("wait").unwrap());
+    assert_eq!(delivered(&ev), vec![("wait".into(), Delivery::Cancelled)]);
+    let ev = r.cancel(&TaskId::new("run").unwrap());
+    assert_eq!(
+        ev,
+        vec![Event::Cancel { agent: AgentId::new("a").unwrap(), task: TaskId::new("run").unwrap() }]
+    );
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Submit { task: u8, submitter: u8, capability: u8 },
+    Hello { agent: u8, tokens: u8, caps: u8 },
+    Lost { agent: u8 },
+    Finish { agent: u8, pick: u8 },
+    Wait { agent: u8, pick: u8 },
+    Update { agent: u8, memory_gib: u8 },
+    Cancel { task: u8 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..40u8, 0..3u8, 0..2u8).prop_map(|(task, submitter, capability)| Op::Submit { task, submitter, capability }),
+        1 => (0..4u8, 0..4u8, 1..4u8).prop_map(|(agent, tokens, caps)| Op::Hello { agent, tokens, caps }),
+        1 => (0..4u8).prop_map(|agent| Op::Lost { agent }),
+        3 => (0..4u8, any::<u8>()).prop_map(|(agent, pick)| Op::Finish { agent, pick }),
+        1 => (0..4u8, any::<u8>()).prop_map(|(agent, pick)| Op::Wait { agent, pick }),
+        1 => (0..4u8, 0..8u8).prop_map(|(agent, memory_gib)| Op::Update { agent, memory_gib }),
+        1 => (0..40u8).prop_map(|task| Op::Cancel { task }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+    #[test]
+    fn random_faults_lose_nothing_and_deliver_once(ops in proptest::collection::vec(op(), 1..120), seed in any::<u64>()) {
+        let caps = ["gcc@12", "python@3.11"];
+        let mut r = Router::new(seed);
+        // What each agent holds per the events, and each task's fate.
+        let mut holding: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut tokens: BTreeMap<String, u32> = BTreeMap::new();
+        let mut submitted: BTreeSet<String> = BTreeSet::new();
+        let mut delivered_once: BTreeMap<String, usize> = BTreeMap::new();
+        let mut apply = |ev: Vec<Event>, holding: &mut BTreeMap<String, BTreeSet<String>>| {
+            for e in ev {
+                match e {
+                    Event::Assign { agent, task } => {
+                        for h in holding.values_mut() {
+                            prop_assert!(!h.contains(task.as_str()), "{task} assigned while held elsewhere");
+                        }
+                        holding.entry(agent.to_string()).or_default().insert(task.to_string());
+                    }
+                    // NoExecutor answers a submission the router never kept.
+                    Event::Deliver { delivery: Delivery::NoExecutor, .. } => {}
+                    Event::Deliver { task, .. } => *delivered_once.entry(task.to_string()).or_default() += 1,
+                    Event::Cancel { .. } => {}
+                }
+            }
+            Ok(())
+        };
+        for op in ops {
+            let ev = match op {
+                Op::Submit { task, submitter, capability } => {
+                    let id = format!("t{task}");
+                    let (s, ev) = r.submit(req(&id, &format!("s{submitter}"), caps[usize::from(capability)]));
+                    if s == Submitted::Queued {
+                        prop_assert!(submitted.insert(id.clone()), "{id} accepted twice");
+                    }
+                    ev
+                }
+                Op::Hello { agent, tokens: t, caps: c } => {
+                    let name = format!("a{agent}");
+                    holding.remove(&name);
+                    tokens.insert(name.clone(), u32::from(t));
+                    let declared: Vec<&str> =
+                        caps.iter().enumerate().filter(|(i, _)| c & (1 << i) != 0).map(|(_, s)| *s).collect();
+                    r.hello(self::agent(&name, &declared, u32::from(t)))
+                }
+                Op::Lost { agent } => {
+                    let name = format!("a{agent}");
+                    holding.remove(&name);
+                    r.agent_lost(&AgentId::new(&name).unwrap())
+                }
+                Op::Finish { agent, pick } | Op::Wait { agent, pick } => {
+                    let name = format!("a{agent}");
+                    let held: Vec<String> = holding.get(&name).map(|h| h.iter().cloned().collect()).unwrap_or_default();
+                    if held.is_empty() { continue; }
+                    let task = held[usize::from(pick) % held.len()].clone();
+                    if let Some(h) = holding.get_mut(&name) { h.remove(&task); }
+                    let report = if matches!(op, Op::Wait { .. }) { Report::Wait } else { Report::Finished(Outcome::Succeeded) };
+                    r.report(&AgentId::new(&name).unwrap(), &TaskId::new(&task).unwrap(), report)
+                }
+                Op::Update { agent, memory_gib } => r.update(
+                    &AgentId::new(&format!("a{agent}")).unwrap(),
+                    Availability { memory: u64::from(memory_gib) * GIB, cpu_millis: 64_000 },
+                ),
+                Op::Cancel { task } => r.cancel(&TaskId::new(&format!("t{task}")).unwrap()),
+            };
+            apply(ev, &mut holding)?;
+            prop_assert_eq!(r.check(), Ok(()));
+            for (name, h) in &holding {
+                prop_assert!(h.len() as u32 <= tokens.get(name).copied().unwrap_or(0), "{name} over its tokens");
+                prop_assert_eq!(r.in_flight(&AgentId::new(name).unwrap()), h.len());
+            }
+        }
+        for (task, n) in &delivered_once {
+            prop_assert_eq!(*n, 1usize, "{} delivered {} times", task, n);
+        }
+        // Nothing lost: every accepted task is delivered, queued or held.
+        let held: usize = holding.values().map(BTreeSet::len).sum();
+        prop_assert_eq!(submitted.len(), delivered_once.len() + r.queued() + held);
+    }
+}
