@@ -614,7 +614,7 @@ impl Governor {
     /// Threads blocked in [`Governor::wait_for_change`] now. A test hook:
     /// the count is taken under the lock waiters register under, so a test
     /// can see a waiter asleep before it makes the change that wakes it.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn blocked_waiters(&self) -> usize {
         self.shared.lock().waiters
     }

@@ -80,7 +80,7 @@ impl Signal {
     /// when it sleeps now with no wake pending (it went to sleep on the
     /// current epoch; read under the epoch lock, so no bump is in
     /// between), `None` while it is awake or about to wake.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn asleep(&self) -> Option<bool> {
         use std::sync::atomic::Ordering::SeqCst;
         let epoch = sync::lock(&self.epoch);
