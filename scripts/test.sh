@@ -19,9 +19,13 @@ cargo test --workspace --all-features
 step "cargo doc (workspace, no dependencies, warnings denied)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 
-# loom swaps the engine's lock, condvar and atomics for model-checked ones;
-# RUSTFLAGS changes every dependency's build, hence its own target dir.
-step "loom models of the Governor and the dispatcher hand-off"
-export RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom
+# loom swaps the engine's locks, condvars, atomics and threads for
+# model-checked ones; the models drive the real Governor and the real queue
+# (dispatcher, worker pool, close). Debug assertions stay on so the engine's
+# `debug_assert!` invariants (the ledger check among them) are checked in
+# every explored interleaving. RUSTFLAGS changes every dependency's build,
+# hence its own target dir.
+step "loom models of the Governor and the queue (debug assertions on)"
+export RUSTFLAGS="--cfg loom -C debug-assertions" CARGO_TARGET_DIR=target/loom
 cargo test -p lardon --release --all-features --test 'loom_*'
 cargo test -p lardon --release --all-features --lib loom_tests

@@ -11,7 +11,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{Daemon, lardon, stderr, stdout, submit};
 
-/// A small xorshift so the kill points vary per run; the seed is printed.
+/// A small xorshift so the kill points vary per run; the seed is printed
+/// at the start and again on failure, and `LARDON_TEST_SEED=N` replays the
+/// same kill points (up to the scheduler's timing).
 struct Rng(u64);
 impl Rng {
     fn below(&mut self, n: u64) -> u64 {
@@ -37,11 +39,35 @@ fn all_tasks(dir: &std::path::Path) -> Vec<serde_json::Value> {
     serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap().as_array().unwrap().clone()
 }
 
+/// `LARDON_TEST_SEED` when set, else one from the clock.
+fn seed() -> u64 {
+    match std::env::var("LARDON_TEST_SEED") {
+        Ok(text) => text
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("LARDON_TEST_SEED={text:?}: expected a whole number (u64)")),
+        Err(_) => SystemTime::now().duration_since(UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64),
+    }
+}
+
+/// Prints how to replay the run when the test fails (a panic unwinds
+/// through it).
+struct ReplayOnFailure(u64);
+impl Drop for ReplayOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("crash test failed; replay its kill points with LARDON_TEST_SEED={}", self.0);
+        }
+    }
+}
+
 #[test]
 fn kill_9_at_twenty_random_points_loses_nothing_and_reruns_nothing_completed() {
-    let seed = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
-    eprintln!("seed {seed}");
-    let mut rng = Rng(seed);
+    let seed = seed();
+    eprintln!("seed {seed} (replay with LARDON_TEST_SEED={seed})");
+    let _replay = ReplayOnFailure(seed);
+    // xorshift needs a non-zero state; the same seed gives the same state.
+    let mut rng = Rng(seed | 1);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let lines = dir.join("lines");

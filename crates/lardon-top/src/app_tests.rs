@@ -25,10 +25,19 @@ fn running(id: &str) -> pb::Task {
     pb::Task { id: id.into(), state: TaskState::Running as i32, ..Default::default() }
 }
 
+/// What the app derives from input: the RPC goes to the task the keys
+/// selected; a daemon event it applied changes which keys it accepts (and
+/// the footer it draws); a key the state does not allow sends nothing and
+/// is explained on screen. The fake daemon only answers a pause with a
+/// "now paused" event; it never says what to send or draw.
+///
+/// To see it fail: drop the `state.move_selection(1)` in `update` (the
+/// pause goes to task 3), or stop applying watch events in `run` (no
+/// task is known and nothing is sent).
 #[test]
-fn a_key_becomes_a_request_and_daemon_events_reach_the_screen() {
+fn keys_become_requests_for_the_selected_task_and_applied_events_change_what_is_allowed() {
     let (tx, rx) = mpsc::channel();
-    let snapshot = pb::WatchSnapshot { tasks: vec![running("3")], ..Default::default() };
+    let snapshot = pb::WatchSnapshot { tasks: vec![running("3"), running("7")], ..Default::default() };
     tx.send(Incoming::Watch(Box::new(pb::WatchEvent {
         seq: 1,
         at_unix_ms: 1,
@@ -38,25 +47,28 @@ fn a_key_becomes_a_request_and_daemon_events_reach_the_screen() {
     let mut state = State::new();
     let mut sent = Vec::new();
     let mut terminal = Terminal::new(TestBackend::new(100, 30)).expect("backend");
-    // One idle poll lets the snapshot in; then `p`, then the RPC result.
-    let script = Script(VecDeque::from([None, key('p'), None]));
+    // An idle poll lets the snapshot in; `j` selects the second task, `p`
+    // pauses it; an idle poll lets the daemon's answer in; `r` resumes it
+    // (allowed only once the pause was applied); `p` on a paused task is
+    // refused.
+    let script = Script(VecDeque::from([None, key('j'), key('p'), None, key('r'), key('p')]));
     let mut clock = 0;
     let mut now = || {
         clock += 75;
         clock
     };
-    let tx2 = tx.clone();
+    let daemon = tx.clone();
     let mut send = |r: Request| {
         if let Request::Pause(id) = &r {
             let mut t = running(id);
             t.state = TaskState::Paused as i32;
-            tx2.send(Incoming::Watch(Box::new(pb::WatchEvent {
-                seq: 2,
-                at_unix_ms: 2,
-                event: Some(WatchBody::TaskChanged(t)),
-            })))
-            .ok();
-            tx2.send(Incoming::Rpc(Ok(format!("pause #{id}: done")))).ok();
+            daemon
+                .send(Incoming::Watch(Box::new(pb::WatchEvent {
+                    seq: 2,
+                    at_unix_ms: 2,
+                    event: Some(WatchBody::TaskChanged(t)),
+                })))
+                .ok();
         }
         sent.push(r);
     };
@@ -72,11 +84,16 @@ fn a_key_becomes_a_request_and_daemon_events_reach_the_screen() {
         },
     );
     assert!(result.is_ok());
-    assert_eq!(sent, [Request::Pause("3".into())]);
-    assert_eq!(state.tasks()[0].task.state(), TaskState::Paused);
+    assert_eq!(sent, [Request::Pause("7".into()), Request::Resume("7".into())]);
     let screen = terminal.backend().to_string();
-    assert!(screen.contains("PAUSED"), "{screen}");
-    assert!(screen.contains("pause #3: done"), "{screen}");
+    assert!(
+        screen.contains("not possible for the selected task now"),
+        "the refused key is explained:\n{screen}"
+    );
+    assert!(
+        screen.contains("r resume") && !screen.contains("p pause"),
+        "the footer offers resume:\n{screen}"
+    );
 }
 
 #[test]

@@ -326,26 +326,123 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 11);
     }
 
+    /// A gate the caller's own item opens when it ends (or unwinds), and
+    /// the helpers' items wait on: a helper can only finish *after* the
+    /// caller's share of the work is done, i.e. after the moment an
+    /// implementation that did not join would return.
+    #[derive(Default)]
+    struct CallerDone {
+        done: Mutex<bool>,
+        cv: std::sync::Condvar,
+    }
+
+    impl CallerDone {
+        fn open(&self) {
+            *self.done.lock().unwrap() = true;
+            self.cv.notify_all();
+        }
+        fn wait(&self) {
+            let mut done = self.done.lock().unwrap();
+            while !*done {
+                done = self.cv.wait(done).unwrap();
+            }
+        }
+    }
+
+    /// Opens the gate when dropped, also while unwinding.
+    struct OpenOnDrop<'a>(&'a CallerDone);
+    impl Drop for OpenOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.open();
+        }
+    }
+
+    /// Counts a helper's item as finished when dropped (its last act).
+    struct Finished<'a>(&'a AtomicUsize);
+    impl Drop for Finished<'_> {
+        fn drop(&mut self) {
+            // A little more work after the gate, so an unjoined helper is
+            // still busy when the call returns.
+            for _ in 0..1000 {
+                thread::yield_now();
+            }
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// One item per participant (a barrier keeps each thread to one): the
+    /// caller's item ends first, optionally by panicking; each helper's
+    /// item waits for that, then finishes. Returns the helpers' finished
+    /// count read right when `par_map` returned (or unwound), and the
+    /// payload if it panicked.
+    fn run_with_late_helpers(threads: usize, caller_panics: bool) -> (usize, Option<String>) {
+        let caller = thread::current().id();
+        let barrier = Barrier::new(threads);
+        let gate = CallerDone::default();
+        let finished = AtomicUsize::new(0);
+        let items: Vec<usize> = (0..threads).collect();
+        let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
+            par_map(&items, threads, |_, _| {
+                barrier.wait();
+                if thread::current().id() == caller {
+                    let _open = OpenOnDrop(&gate);
+                    assert!(!caller_panics, "boom on the caller");
+                } else {
+                    let _finished = Finished(&finished);
+                    gate.wait();
+                }
+            })
+        }));
+        let seen = finished.load(Ordering::SeqCst);
+        let payload = outcome.err().map(|p| {
+            p.downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default()
+        });
+        (seen, payload)
+    }
+
+    /// Every helper is joined before `par_map` returns: each helper's
+    /// finish is counted the moment the call returns, though no helper can
+    /// finish before the caller's own share is done.
+    ///
+    /// To see it fail, let the helpers outlive the call: in
+    /// `try_par_map`, replace `thread::scope` by detached
+    /// `std::thread::spawn`s of a boxed job (`Box<dyn FnOnce() + Send>`
+    /// whose lifetime is erased with `#[allow(unsafe_code)]` and
+    /// `mem::transmute`) that send their results on a channel, and take
+    /// only what `rx.try_iter()` has when the caller's share is done: the
+    /// count is then read while the helpers still run (0 of 1 with 2
+    /// threads).
+    #[test]
+    fn helpers_are_joined_before_the_call_returns() {
+        for threads in [2, 4, 8] {
+            let (seen, payload) = run_with_late_helpers(threads, false);
+            assert_eq!(payload, None);
+            assert_eq!(seen, threads - 1, "threads = {threads}: helpers finished when the call returned");
+        }
+    }
+
+    /// A panic on the caller's item propagates with its payload, and only
+    /// after every helper was joined (same proof as above).
     #[test]
     fn a_panic_propagates_with_its_payload_after_joining() {
-        for threads in [1, 2, 4, 8] {
-            let finished = AtomicUsize::new(0);
-            let items: Vec<u32> = (0..64).collect();
-            let caught = panic::catch_unwind(AssertUnwindSafe(|| {
-                par_map(&items, threads, |i, _| {
-                    if i == 5 {
-                        panic!("boom at 5");
-                    }
-                    finished.fetch_add(1, Ordering::SeqCst);
-                })
-            }));
-            let payload = caught.unwrap_err();
-            assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom at 5"), "threads = {threads}");
-            // Every helper was joined: the counter no longer moves.
-            let seen = finished.load(Ordering::SeqCst);
-            thread::sleep(Duration::from_millis(5));
-            assert_eq!(finished.load(Ordering::SeqCst), seen);
+        for threads in [2, 4, 8] {
+            let (seen, payload) = run_with_late_helpers(threads, true);
+            assert_eq!(payload.as_deref(), Some("boom on the caller"), "threads = {threads}");
+            assert_eq!(seen, threads - 1, "threads = {threads}: helpers finished before the panic resumed");
         }
+        // A panicking helper's payload is resumed on the caller too.
+        let items: Vec<u32> = (0..64).collect();
+        let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+            par_map(&items, 4, |i, _| {
+                if i == 5 {
+                    panic!("boom at 5");
+                }
+            })
+        }));
+        assert_eq!(caught.unwrap_err().downcast_ref::<&str>(), Some(&"boom at 5"));
     }
 
     #[test]

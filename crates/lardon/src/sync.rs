@@ -1,5 +1,6 @@
-//! std/loom switch: under `--cfg loom` the Governor's lock, condition
-//! variable and atomics are loom's, so the models explore every
+//! std/loom switch: under `--cfg loom` the engine's locks, condition
+//! variables, atomics and threads (the Governor's, the queue's, its
+//! dispatcher and worker pool) are loom's, so the models explore every
 //! interleaving of the real code.
 //!
 //! Poisoning is ignored on purpose: the ledger is updated in one step
@@ -11,10 +12,15 @@ pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
 #[cfg(loom)]
 pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+#[cfg(loom)]
+pub(crate) use loom::thread;
+
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+#[cfg(not(loom))]
+pub(crate) use std::thread;
 
 /// Locks `mutex`, ignoring poison.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

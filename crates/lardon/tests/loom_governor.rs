@@ -3,8 +3,10 @@
 //! variable, `Arc` and generation atomic are loom's, so every interleaving
 //! of the real engine code is explored.
 //!
-//! Run with:
-//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p lardon --release --test loom_governor`
+//! Run with (debug assertions on, so the ledger's `debug_assert!`
+//! invariants are checked in every interleaving, as `scripts/test.sh` does):
+//! `RUSTFLAGS="--cfg loom -C debug-assertions" CARGO_TARGET_DIR=target/loom
+//! cargo test -p lardon --release --test loom_governor`
 //!
 //! The fake probe and clock use std primitives; they are not modelled and
 //! never block, which is fine.

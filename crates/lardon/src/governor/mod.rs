@@ -611,6 +611,14 @@ impl Governor {
         guard.generation
     }
 
+    /// Threads blocked in [`Governor::wait_for_change`] now. A test hook:
+    /// the count is taken under the lock waiters register under, so a test
+    /// can see a waiter asleep before it makes the change that wakes it.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn blocked_waiters(&self) -> usize {
+        self.shared.lock().waiters
+    }
+
     /// Pressure level and why.
     pub fn pressure(&self) -> (PressureLevel, String) {
         let guard = self.shared.lock();

@@ -82,9 +82,13 @@ fn invalid_estimate_is_rejected_with_the_field() {
 
 #[test]
 fn snapshot_exactly_1000ms_old_admits_and_one_ns_more_waits_without_touching_pressure() {
+    // To see it fail: feed a stale sample to the pressure state (in
+    // `admission::observe`, call `ledger.observe_sample(snap)` before the
+    // stale WAIT returns), or skip observing a sample exactly at the limit
+    // (`&& age < MAX_SNAPSHOT_AGE` beside `is_new_sample`): the swap
+    // baseline check at the end then sees no swap activity.
     let r = Rig::new();
-    let s = r.snap();
-    let g0 = r.gov.generation();
+    let s = r.snap_with(|s| s.swap = Some(SwapCounters { pages_in: 0, pages_out: 0 }));
     r.clock.advance(Duration::from_millis(1000));
     let d = r.gov.decide(&est(GIB, 0, 1, 1), &s);
     assert_eq!(d.kind, DecisionKind::Admit, "{d}");
@@ -99,7 +103,15 @@ fn snapshot_exactly_1000ms_old_admits_and_one_ns_more_waits_without_touching_pre
     assert_eq!((d.kind, d.reason), (DecisionKind::Wait, ReasonCode::StaleSnapshot));
     assert_eq!(r.gov.pressure().0, PressureLevel::Green);
     assert_eq!(r.gov.generation(), g1);
-    assert!(g1 >= g0);
+    // The rule, through the swap baseline: the sample exactly 1000 ms old
+    // was observed (its counters are the baseline), the stale one was not
+    // (else its 999 pages out would be the baseline and this fresh sample
+    // with the same counters would show no swap activity).
+    let fresh = r.snap_with(|s| s.swap = Some(SwapCounters { pages_in: 0, pages_out: 999 }));
+    r.gov.decide(&est(GIB, 0, 1, 1), &fresh);
+    let (level, why) = r.gov.pressure();
+    assert_eq!(level, PressureLevel::Yellow, "swap since the 1000 ms old sample: {why}");
+    assert!(why.contains("swap"), "{why}");
 }
 
 #[test]
@@ -448,15 +460,37 @@ fn drop_releases_and_released_reservations_do_not_accumulate() {
     assert_eq!((av.reservations, av.memory_reserved, av.cpu_reserved_millis), (0, 0, 0));
 }
 
+/// Spins (yielding) until `cond` holds; fails at a deadline. A bound on
+/// a condition, never a sleep that orders events.
+fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let start = std::time::Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < Duration::from_secs(20), "timed out: {what}");
+        std::thread::yield_now();
+    }
+}
+
+/// The waiter is seen asleep (counted under the Governor's lock) and still
+/// not returned before the release; the release then wakes it.
+///
+/// To see it fail, drop the `self.changed.notify_all()` call from
+/// `Shared::publish`: the waiter stays asleep and the bounded wait for its
+/// answer fails.
 #[test]
 fn a_waiter_is_woken_by_a_release() {
     let r = Rig::new();
     let a = r.gov.reserve(&est(GIB, 0, 1, 1), &r.snap()).unwrap();
     let seen = r.gov.generation();
     let gov = r.gov.clone();
-    let waiter = std::thread::spawn(move || gov.wait_for_change(seen, None));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || tx.send(gov.wait_for_change(seen, None)));
+    eventually("the waiter blocks", || r.gov.blocked_waiters() == 1);
+    assert!(rx.try_recv().is_err(), "the waiter returned with nothing changed");
     a.release().unwrap();
-    assert_eq!(waiter.join().unwrap(), seen + 1);
+    let woke = rx.recv_timeout(Duration::from_secs(20)).expect("the release woke the waiter");
+    assert_eq!(woke, seen + 1);
+    waiter.join().unwrap().unwrap();
+    assert_eq!(r.gov.blocked_waiters(), 0);
     assert_eq!(
         r.gov.wait_for_change(seen, Some(Duration::ZERO)),
         seen + 1,

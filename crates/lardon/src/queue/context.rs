@@ -267,4 +267,6 @@ pub(crate) fn run_callback(mut ctx: TaskContext, callback: Callback) {
     drop(dropped);
     inner.tasks.bump();
     inner.wake_dispatcher();
+    #[cfg(test)]
+    inner.in_flight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
 }

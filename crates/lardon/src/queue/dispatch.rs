@@ -343,6 +343,8 @@ fn launch(inner: &Arc<Inner>, id: TaskId, reservation: Reservation, callback: Ca
         inner.wake_dispatcher();
         return;
     }
+    #[cfg(test)]
+    inner.in_flight.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let ctx = TaskContext::new(Arc::clone(inner), id, reservation);
     let job: Box<dyn FnOnce() + Send> = Box::new(move || run_callback(ctx, callback));
     if let Err(job) = inner.pool.execute(job) {

@@ -1,165 +1,240 @@
-//! loom models of the dispatcher hand-off, on the real primitives: the
-//! queue's [`Signal`] epoch protocol and the Governor's generation and
-//! wakers. Each model is the protocol one queue path follows, cut to the
-//! steps that race (the full queue runs on OS threads, which loom cannot
-//! drive): a lost wake-up shows up as a loom deadlock, a double release as
-//! a failed assertion.
+//! loom models of the real queue: under `--cfg loom` the queue's lock and
+//! condition variable, its [`Signal`](super::signal::Signal)s, the
+//! Governor, the dispatcher thread and the worker pool all run on loom's
+//! primitives (`crate::sync`), so each model drives the actual
+//! `TaskQueue::submit` / `cancel` / `close`, `dispatch::run` and
+//! `run_callback` code through every interleaving loom explores. A lost
+//! wake-up shows up as a loom deadlock, a broken rule as a failed
+//! assertion.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" cargo test -p lardon --release --lib loom_tests`.
+//! Run (as `scripts/test.sh` does, debug assertions on so the engine's
+//! `debug_assert!` invariants are checked too):
+//! `RUSTFLAGS="--cfg loom -C debug-assertions" CARGO_TARGET_DIR=target/loom
+//! cargo test -p lardon --release --lib loom_tests`.
+//!
+//! The fake probe and clock use std primitives; they are not modelled and
+//! never block. loom allows 5 threads: the test's own, the dispatcher, and
+//! at most three more (workers or racing callers).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc as StdArc;
-use std::task::Waker;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::Receiver;
 
-use loom::sync::Arc;
-use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::thread;
 
-use super::signal::Signal;
-use crate::{Estimate, FakeProbe, Governor, HostPolicy, HostProfile};
+use super::{QueueEvent, Task, TaskError, TaskId, TaskQueue, TaskState};
+use crate::{Estimate, FakeClock, FakeProbe, Governor, HostPolicy, HostProfile, MonoTime};
 
 const GIB: u64 = 1 << 30;
 
+/// Bounded exploration: the real queue takes many locks per step, so an
+/// unbounded search would not finish; two preemptions cover the races
+/// these models are about (each needs at most two forced switches).
 fn model(f: impl Fn() + Sync + Send + 'static) {
+    // The engine's `debug_assert!` invariants are part of what is checked.
+    assert!(cfg!(debug_assertions), "run the loom models with RUSTFLAGS=\"--cfg loom -C debug-assertions\"");
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(2);
+    builder.max_branches = 100_000;
     builder.check(f);
 }
 
-fn governor() -> Governor {
-    // 16 GiB − 3 GiB reserve = 13 GiB to hand out; the FakeProbe's
-    // snapshot is taken at time 0 and the system clock is past it but
-    // well within a second in a model run.
+/// A queue over a 16 GiB / 8 CPU fake host with a 3 GiB reserve: 13 GiB
+/// to hand out. The clock never moves and the probe's snapshot is taken
+/// at time 0, so every sample is fresh and the host never changes.
+fn queue() -> TaskQueue {
     let profile = HostProfile::new(16 * GIB, 8);
     let mut policy = HostPolicy::default_for(&profile);
+    policy.memory_reserve = 3 * GIB;
+    policy.emergency_floor = GIB;
     policy.memory_caution = None;
-    let clock = StdArc::new(crate::FakeClock::new(crate::MonoTime(0)));
-    Governor::with_clock(policy, FakeProbe::new(profile), clock).unwrap()
+    let clock = StdArc::new(FakeClock::new(MonoTime(0)));
+    let governor = Governor::with_clock(policy, FakeProbe::new(profile), clock).unwrap();
+    TaskQueue::new(governor)
 }
 
 fn mem(bytes: u64) -> Estimate {
     Estimate::builder().memory(bytes).build()
 }
 
-/// The dispatcher's sleep (read epoch and generation, scan, register the
-/// waker, wait) racing a release on another thread: the waiting task is
-/// always admitted in the end.
-#[test]
-fn release_racing_the_dispatcher_sleep_is_never_lost() {
-    model(|| {
-        let gov = governor();
-        let held = gov.reserve_available(&mem(8 * GIB)).unwrap();
-        let signal = StdArc::new(Signal::default());
-        let releaser = thread::spawn(move || drop(held));
-        let waker = Waker::from(StdArc::clone(&signal));
-        loop {
-            let epoch = signal.epoch();
-            let generation = gov.generation();
-            if let Ok(r) = gov.reserve_available(&mem(8 * GIB)) {
-                drop(r);
-                break;
-            }
-            if gov.register_waker(generation, &waker) {
-                signal.wait(epoch, None);
-            }
-        }
-        releaser.join().unwrap();
-        assert_eq!(gov.availability().reservations, 0);
-    });
+/// `n` whole CPUs, not reducible (the pool has 4).
+fn cpus(n: u32) -> Estimate {
+    Estimate::builder().memory(GIB).cpus(n).cpus_exact().build()
 }
 
-/// A submit (state change under a lock, then a bump) racing the
-/// dispatcher's check-then-sleep: the epoch read before the check means the
-/// dispatcher never sleeps through the submit.
-#[test]
-fn submit_racing_the_dispatcher_check_is_never_lost() {
-    model(|| {
-        let signal = StdArc::new(Signal::default());
-        let pending = Arc::new(AtomicUsize::new(0));
-        let submitter = {
-            let (signal, pending) = (StdArc::clone(&signal), Arc::clone(&pending));
-            thread::spawn(move || {
-                pending.fetch_add(1, Ordering::SeqCst);
-                signal.bump();
-            })
-        };
-        loop {
-            let epoch = signal.epoch();
-            if pending.load(Ordering::SeqCst) == 1 {
-                break;
-            }
-            signal.wait(epoch, None);
-        }
-        submitter.join().unwrap();
-    });
+/// Counts its drops: a task's callback (and what it owns) must be dropped
+/// exactly once, whether it ran or not.
+struct DropCounter(StdArc<AtomicUsize>);
+impl Drop for DropCounter {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
-/// A cancel racing an admission: the admitted reservation is released
-/// exactly once whichever wins, and the Governor ends with nothing held.
+fn finished_events(events: &Receiver<QueueEvent>, id: TaskId) -> usize {
+    events.try_iter().filter(|e| matches!(e, QueueEvent::Finished { id: x, .. } if *x == id)).count()
+}
+
+/// A cancel on another thread racing the dispatcher's admission of the
+/// task: whichever wins, the task ends exactly once, its callback is
+/// dropped exactly once, and after `close` the Governor holds nothing.
+///
+/// To see it fail, make `TaskQueue::cancel` read `started` under one lock
+/// and `finish` the task under a second one (so the dispatcher can start it
+/// in between): the task is then ended while its callback still runs, and
+/// `close` returns with the reservation still held.
 #[test]
 fn cancel_racing_an_admission_releases_exactly_once() {
     model(|| {
-        let gov = governor();
-        let cancelled = Arc::new(AtomicBool::new(false));
+        let q = StdArc::new(queue());
+        let events = q.subscribe();
+        let drops = StdArc::new(AtomicUsize::new(0));
+        let ran = StdArc::new(AtomicUsize::new(0));
+        let (guard, counter) = (DropCounter(StdArc::clone(&drops)), StdArc::clone(&ran));
+        let id = q
+            .submit(Task::new("t", mem(4 * GIB), move |ctx| {
+                let _guard = guard;
+                counter.fetch_add(1, Ordering::SeqCst);
+                ctx.checkpoint()
+            }))
+            .unwrap();
         let canceller = {
-            let cancelled = Arc::clone(&cancelled);
-            thread::spawn(move || cancelled.store(true, Ordering::SeqCst))
+            let q = StdArc::clone(&q);
+            thread::spawn(move || q.cancel(id))
         };
-        let admitted = gov.reserve_available(&mem(4 * GIB)).unwrap();
-        let id = admitted.id();
-        if cancelled.load(Ordering::SeqCst) {
-            // Cancelled before start: the dispatcher drops the grant.
-            drop(admitted);
-        } else {
-            // Started: the task releases at its end; a second release by id
-            // (a daemon's cancel) is refused.
-            admitted.release().unwrap();
+        let view = q.wait(id).unwrap();
+        let cancelled = canceller.join().unwrap();
+        q.close();
+        assert_eq!(q.governor().availability().reservations, 0, "close returns only after the release");
+        assert_eq!(drops.load(Ordering::SeqCst), 1, "the callback is dropped exactly once");
+        assert_eq!(finished_events(&events, id), 1, "the task ends exactly once");
+        let runs = ran.load(Ordering::SeqCst);
+        match view.state {
+            TaskState::Cancelled => assert!(runs <= 1),
+            // The callback got past its checkpoint before the cancel landed
+            // (the cancel then finds the task ended, or running).
+            TaskState::Completed => assert_eq!(runs, 1),
+            other => panic!("ended {other}"),
         }
-        assert!(gov.release_id(id).is_err(), "released exactly once");
-        canceller.join().unwrap();
-        assert_eq!(gov.availability().reservations, 0);
+        // A refused cancel means the task had already ended: completed.
+        if cancelled.is_err() {
+            assert_eq!(view.state, TaskState::Completed);
+        }
     });
 }
 
-/// `close` racing a running task: close sets the cancel flag and bumps the
-/// task signal, then waits (epoch protocol) for the running count to reach
-/// zero; the task's checkpoint sees the flag, releases and ends.
+/// `close` racing the admission and the run of a task: close cancels it
+/// if still pending, otherwise waits for its callback to return; when
+/// `close` returns every reservation is released and the callback, if it
+/// started, has returned.
+///
+/// To see it fail, drop the `self.wait_idle()` call from
+/// `TaskQueue::close`: close then returns while the callback may still
+/// run and hold its reservation.
 #[test]
 fn close_racing_a_running_task_waits_for_its_end() {
     model(|| {
-        let gov = governor();
-        let reservation = gov.reserve_available(&mem(GIB)).unwrap();
-        let signal = StdArc::new(Signal::default());
-        let cancel = Arc::new(AtomicBool::new(false));
-        let running = Arc::new(AtomicUsize::new(1));
-        let task = {
-            let (signal, cancel, running) =
-                (StdArc::clone(&signal), Arc::clone(&cancel), Arc::clone(&running));
-            thread::spawn(move || {
-                // The callback's loop: checkpoint until cancelled.
-                loop {
-                    let epoch = signal.epoch();
-                    if cancel.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    signal.wait(epoch, None);
-                }
-                drop(reservation);
-                running.fetch_sub(1, Ordering::SeqCst);
-                signal.bump();
-            })
+        let q = queue();
+        let events = q.subscribe();
+        let drops = StdArc::new(AtomicUsize::new(0));
+        let returned = StdArc::new(AtomicUsize::new(0));
+        let (guard, done) = (DropCounter(StdArc::clone(&drops)), StdArc::clone(&returned));
+        let id = q
+            .submit(Task::new("t", mem(4 * GIB), move |ctx| {
+                let _guard = guard;
+                let result = ctx.checkpoint();
+                done.fetch_add(1, Ordering::SeqCst);
+                result
+            }))
+            .unwrap();
+        q.close();
+        let after = q.governor().availability();
+        assert_eq!(after.reservations, 0, "close returns only after the release");
+        let started = events
+            .try_iter()
+            .fold(false, |seen, e| seen || matches!(e, QueueEvent::Started { id: x, .. } if x == id));
+        assert_eq!(returned.load(Ordering::SeqCst), usize::from(started), "a started callback has returned");
+        assert_eq!(drops.load(Ordering::SeqCst), 1, "the callback is dropped exactly once");
+        let view = q.get(id).unwrap();
+        assert!(matches!(view.state, TaskState::Cancelled | TaskState::Completed), "{view:?}");
+        assert!(q.submit(Task::new("late", mem(GIB), |_| Ok(()))).is_err(), "closed: refused");
+    });
+}
+
+/// CPUs held outside the queue (a daemon's reservation, another queue's)
+/// are released on another thread while the dispatcher scans, records the
+/// task's WAIT and goes to sleep: the release is never lost, the waiting
+/// task is admitted and completes. (CPUs, not memory: a memory wait also
+/// re-samples the host on a timer, which would hide a lost wake-up.)
+///
+/// To see it fail (a loom deadlock), make `dispatch::run` ignore the
+/// Governor waker (`let _ = inner.governor.register_waker(generation,
+/// &waker);` and always sleep): a release after the scan wakes nobody.
+#[test]
+fn release_racing_the_dispatcher_sleep_is_never_lost() {
+    model(|| {
+        let q = queue();
+        let held = q.governor().reserve_available(&cpus(3)).unwrap();
+        let id = q.submit(Task::new("waits", cpus(3), |_| Ok(()))).unwrap();
+        let releaser = thread::spawn(move || drop(held));
+        let view = q.wait(id).unwrap();
+        releaser.join().unwrap();
+        assert_eq!(view.state, TaskState::Completed, "{view:?}");
+        q.close();
+        assert_eq!(q.governor().availability().reservations, 0);
+    });
+}
+
+/// A submit from another thread racing the dispatcher's first scan and
+/// sleep: the task is always seen and run.
+///
+/// To see it fail (a loom deadlock), drop the `wake_dispatcher()` call at
+/// the end of `TaskQueue::submit_inner`.
+#[test]
+fn submit_racing_the_dispatcher_is_never_lost() {
+    model(|| {
+        let q = StdArc::new(queue());
+        let submitter = {
+            let q = StdArc::clone(&q);
+            thread::spawn(move || q.submit(Task::new("t", mem(GIB), |_| Ok(()))).unwrap())
         };
-        // close()
-        cancel.store(true, Ordering::SeqCst);
-        signal.bump();
-        loop {
-            let epoch = signal.epoch();
-            if running.load(Ordering::SeqCst) == 0 {
-                break;
-            }
-            signal.wait(epoch, None);
-        }
-        assert_eq!(gov.availability().reservations, 0, "close returns only after the release");
-        task.join().unwrap();
+        let id = submitter.join().unwrap();
+        assert_eq!(q.wait(id).unwrap().state, TaskState::Completed);
+        q.close();
+    });
+}
+
+/// A running task paused and then cancelled: the callback's checkpoint,
+/// sleeping on the pause (the task keeps its reservation), races the
+/// cancel; it is always woken, returns `Cancelled`, and the reservation is
+/// released exactly once.
+///
+/// To see it fail (a loom deadlock), drop the `self.inner.tasks.bump()`
+/// call from `TaskQueue::cancel`: a checkpoint about to sleep on the pause
+/// is never told about the cancel.
+#[test]
+fn cancel_wakes_a_paused_checkpoint() {
+    model(|| {
+        let q = queue();
+        let (entered_tx, entered_rx) = loom::sync::mpsc::channel::<()>();
+        let (paused_tx, paused_rx) = loom::sync::mpsc::channel::<()>();
+        let id = q
+            .submit(Task::new("paused", mem(GIB), move |ctx| {
+                entered_tx.send(()).unwrap();
+                paused_rx.recv().unwrap();
+                // Paused now: held here until the cancel.
+                ctx.checkpoint()?;
+                Err(TaskError::failed("the checkpoint returned without a cancel"))
+            }))
+            .unwrap();
+        entered_rx.recv().unwrap();
+        q.pause(id).unwrap();
+        paused_tx.send(()).unwrap();
+        q.cancel(id).unwrap();
+        let view = q.wait(id).unwrap();
+        assert_eq!(view.state, TaskState::Cancelled, "{view:?}");
+        q.close();
+        assert_eq!(q.governor().availability().reservations, 0);
     });
 }

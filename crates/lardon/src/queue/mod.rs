@@ -21,8 +21,7 @@ mod tests;
 mod worker;
 
 use std::sync::mpsc::{Receiver, channel};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use thiserror::Error;
@@ -34,6 +33,9 @@ pub use task::{Task, TaskError, TaskId, TaskResult, TaskState};
 
 use crate::governor::Governor;
 use crate::progress::ProgressTracker;
+// Through the loom switch, so the loom models drive the real queue.
+use crate::sync::thread::{self, JoinHandle};
+use crate::sync::{Condvar, Mutex, MutexGuard};
 use signal::Signal;
 use state::{Entry, QueueState};
 use worker::Pool;
@@ -124,11 +126,15 @@ pub(crate) struct Inner {
     pub(crate) tasks: Arc<Signal>,
     pub(crate) not_full: Condvar,
     pub(crate) pool: Arc<Pool>,
+    /// Callbacks launched whose `run_callback` has not returned (a test
+    /// hook: zero means every wake a task's end sends has been sent).
+    #[cfg(test)]
+    pub(crate) in_flight: std::sync::atomic::AtomicUsize,
 }
 
 impl Inner {
     pub(crate) fn lock(&self) -> MutexGuard<'_, QueueState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.state)
     }
 
     pub(crate) fn wake_dispatcher(&self) {
@@ -190,9 +196,11 @@ impl TaskQueue {
             tasks: Arc::new(Signal::default()),
             not_full: Condvar::new(),
             pool,
+            #[cfg(test)]
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
         });
         let for_thread = Arc::clone(&inner);
-        let dispatcher = std::thread::Builder::new()
+        let dispatcher = thread::Builder::new()
             .name("lardon-dispatch".into())
             .spawn(move || dispatch::run(&for_thread))
             .ok();
@@ -235,7 +243,15 @@ impl TaskQueue {
             if !block {
                 return Err(SubmitError::Full(Box::new(task)));
             }
+            #[cfg(test)]
+            {
+                st.blocked_submits += 1;
+            }
             st = self.inner.not_full.wait(st).unwrap_or_else(PoisonError::into_inner);
+            #[cfg(test)]
+            {
+                st.blocked_submits -= 1;
+            }
         }
         let id = match task.id {
             Some(id) => {
@@ -522,7 +538,7 @@ impl TaskQueue {
         self.inner.tasks.bump();
         self.inner.wake_dispatcher();
         self.wait_idle();
-        let handle = self.dispatcher.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let handle = crate::sync::lock(&self.dispatcher).take();
         if let Some(handle) = handle {
             let _ = handle.join();
         }

@@ -16,6 +16,15 @@ use crate::sync::{self, Condvar, Mutex};
 pub(crate) struct Signal {
     epoch: Mutex<u64>,
     cv: Condvar,
+    /// Threads asleep in `wait` now, without and with a timeout (a test
+    /// hook: lets a test see whether the dispatcher sleeps untimed, i.e.
+    /// does not re-sample the host). Plain std atomics: an observation,
+    /// never used to synchronise.
+    #[cfg(test)]
+    parked: [std::sync::atomic::AtomicUsize; 2],
+    /// The epoch the last sleeper went to sleep on (test hook).
+    #[cfg(test)]
+    seen: std::sync::atomic::AtomicU64,
 }
 
 impl Signal {
@@ -32,7 +41,16 @@ impl Signal {
     /// Sleeps while the epoch equals `seen`, at most `timeout` (`None`:
     /// no limit). Returns whether it changed.
     pub(crate) fn wait(&self, seen: u64, timeout: Option<Duration>) -> bool {
-        let mut e = sync::lock(&self.epoch);
+        let e = sync::lock(&self.epoch);
+        #[cfg(test)]
+        let _parked = {
+            self.seen.store(seen, std::sync::atomic::Ordering::SeqCst);
+            Parked::new(&self.parked[usize::from(timeout.is_some())])
+        };
+        self.wait_locked(e, seen, timeout)
+    }
+
+    fn wait_locked(&self, mut e: sync::MutexGuard<'_, u64>, seen: u64, timeout: Option<Duration>) -> bool {
         match timeout {
             None => {
                 while *e == seen {
@@ -56,6 +74,37 @@ impl Signal {
             #[cfg(loom)]
             Some(_) => *e != seen,
         }
+    }
+
+    /// For a signal with one sleeper (the dispatcher's): `Some(timed)`
+    /// when it sleeps now with no wake pending (it went to sleep on the
+    /// current epoch; read under the epoch lock, so no bump is in
+    /// between), `None` while it is awake or about to wake.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn asleep(&self) -> Option<bool> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let epoch = sync::lock(&self.epoch);
+        let (untimed, timed) = (self.parked[0].load(SeqCst), self.parked[1].load(SeqCst));
+        (untimed + timed == 1 && self.seen.load(SeqCst) == *epoch).then_some(timed == 1)
+    }
+}
+
+/// Counts one sleeper for as long as it lives.
+#[cfg(test)]
+struct Parked<'a>(&'a std::sync::atomic::AtomicUsize);
+
+#[cfg(test)]
+impl<'a> Parked<'a> {
+    fn new(count: &'a std::sync::atomic::AtomicUsize) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Parked(count)
+    }
+}
+
+#[cfg(test)]
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

@@ -108,6 +108,10 @@ pub(crate) struct QueueState {
     pub(crate) running: usize,
     pub(crate) closing: bool,
     pub(crate) dispatcher_wake: bool,
+    /// Callers blocked in `submit` on a full queue (a test hook: lets a
+    /// test see a submitter asleep before it makes room).
+    #[cfg(test)]
+    pub(crate) blocked_submits: usize,
     /// Tasks submitted since the last scan (evaluated even when a
     /// queue-wide reason stops the scan early).
     pub(crate) fresh: Vec<TaskId>,

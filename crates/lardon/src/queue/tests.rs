@@ -422,6 +422,14 @@ fn try_submit_distinguishes_full_and_closing() {
     assert!(matches!(r.queue.try_submit(Task::new("d", mem(GIB), |_| Ok(()))), Err(SubmitError::Closing(_))));
 }
 
+/// The third submit is seen blocked (counted under the queue lock) and
+/// not returned while the queue is full; room made by the first task's end
+/// then lets it in.
+///
+/// To see it fail, drop the `inner.not_full.notify_all()` call from the
+/// dispatcher's scan (`dispatch.rs`): the blocked submit is never woken
+/// and the bounded wait for it fails (the queue is then closed so the test
+/// ends).
 #[test]
 fn blocking_submit_waits_for_room() {
     let r = rig_with(QueueConfig { capacity: 1, ..QueueConfig::default() }, |p| p.max_running = Some(1));
@@ -431,11 +439,31 @@ fn blocking_submit_waits_for_room() {
     r.queue.submit(Task::new("b", mem(GIB), |_| Ok(()))).unwrap();
     std::thread::scope(|s| {
         let q = &r.queue;
-        let blocked = s.spawn(move || q.submit(Task::new("c", mem(GIB), |_| Ok(()))).map(|id| id.0));
+        let (tx, rx) = channel();
+        s.spawn(move || tx.send(q.submit(Task::new("c", mem(GIB), |_| Ok(()))).map(|id| id.0)));
+        eventually("the third submit blocks", || r.queue.inner.lock().blocked_submits == 1);
+        assert!(rx.try_recv().is_err(), "submit returned while the queue was full");
         gate.send(()).unwrap();
-        assert!(blocked.join().unwrap().is_ok());
+        let got = rx.recv_timeout(LIMIT);
+        if got.is_err() {
+            // Unblock the submitter (Closing) so the scope can end.
+            r.queue.close();
+        }
+        let got = got.expect("the room made by a's end let the blocked submit in");
+        assert!(got.is_ok(), "{got:?}");
     });
+    assert_eq!(r.queue.inner.lock().blocked_submits, 0);
     r.queue.wait_idle();
+}
+
+/// Spins (yielding) until `cond` holds; fails at [`LIMIT`]. A bound on a
+/// condition, never a sleep that orders events.
+fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let start = std::time::Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < LIMIT, "timed out: {what}");
+        std::thread::yield_now();
+    }
 }
 
 struct DropCounter(Arc<AtomicUsize>);
@@ -502,7 +530,57 @@ fn a_long_bypassed_head_gets_a_hold() {
     gate_a.send(()).unwrap();
     r.started(head);
     r.queue.wait_idle();
-    let _ = r.probe.calls();
+}
+
+/// docs/DESIGN.md §8: the host is re-sampled only while some task waits on host
+/// state. An idle dispatcher sleeps without a timeout and the probe is not
+/// called; while a task waits on CPU pressure it sleeps with the sample
+/// interval and the probe is called again and again; once the task ran,
+/// the dispatcher is back to an untimed sleep and the calls stop.
+///
+/// To see it fail, make `dispatch::run` always sleep with a timeout
+/// (`let timeout = Some(inner.config.sample_interval);`): the idle phase
+/// never sleeps untimed. Or never (`let timeout = None;`): the waiting
+/// phase never re-samples.
+#[test]
+fn the_host_is_resampled_only_while_a_task_waits_on_it() {
+    let r =
+        rig_with(QueueConfig { sample_interval: Duration::from_millis(1), ..QueueConfig::default() }, |_| {});
+    let inner = &r.queue.inner;
+    // Settled: no callback is still sending its end-of-task wake, and the
+    // dispatcher sleeps on the current epoch (it has seen every wake).
+    let settled =
+        |timed: bool| inner.in_flight.load(Ordering::SeqCst) == 0 && inner.dispatch.asleep() == Some(timed);
+    let first = r.queue.submit(Task::new("first", mem(GIB), |_| Ok(()))).unwrap();
+    assert_eq!(r.finished(first), TaskState::Completed);
+
+    // Idle: an untimed sleep, and no probe call across it.
+    eventually("the idle dispatcher sleeps untimed", || settled(false));
+    let idle_calls = r.probe.calls();
+    let _ = r.queue.snapshot(); // observing the queue does not wake it
+    assert!(settled(false), "still asleep, untimed");
+    assert_eq!(r.probe.calls(), idle_calls, "no host sample while idle");
+
+    // Waiting on host state: timed sleeps, and the probe is called on.
+    r.probe.update(|s| s.pressure.cpu = Some(50.0));
+    r.queue.resources_changed();
+    let waiting = r.queue.submit(Task::new("waits", mem(GIB), |_| Ok(()))).unwrap();
+    r.until(
+        "waits on cpu pressure",
+        |e| matches!(e, QueueEvent::Decision { id, reason: ReasonCode::CpuPressure, .. } if *id == waiting),
+    );
+    eventually("the dispatcher sleeps with the sample interval", || inner.dispatch.asleep() == Some(true));
+    let waiting_calls = r.probe.calls();
+    eventually("the host is re-sampled while the task waits", || r.probe.calls() >= waiting_calls + 3);
+
+    // The host clears: the task runs, and the dispatcher is idle again.
+    r.probe.update(|s| s.pressure.cpu = Some(0.0));
+    assert_eq!(r.finished(waiting), TaskState::Completed);
+    eventually("idle again: an untimed sleep", || settled(false));
+    let idle_calls = r.probe.calls();
+    let _ = r.queue.snapshot();
+    assert!(settled(false), "still asleep, untimed");
+    assert_eq!(r.probe.calls(), idle_calls, "no host sample while idle");
 }
 
 #[test]

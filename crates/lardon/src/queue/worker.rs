@@ -5,8 +5,11 @@
 //! a minute idle, so a burst does not leave threads behind forever.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
+
+// Through the loom switch, so the loom models run callbacks on this pool.
+use crate::sync::{Condvar, Mutex, thread};
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
@@ -45,7 +48,7 @@ impl Pool {
         let pool = Arc::clone(self);
         let slot = Arc::new(Mutex::new(Some(job)));
         let taken = Arc::clone(&slot);
-        let spawned = std::thread::Builder::new().name("lardon-worker".into()).spawn(move || {
+        let spawned = thread::Builder::new().name("lardon-worker".into()).spawn(move || {
             if let Some(hook) = &pool.on_start {
                 hook();
             }
