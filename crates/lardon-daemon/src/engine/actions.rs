@@ -63,6 +63,10 @@ impl Engine {
             return Err(ActionError::Unavailable);
         }
         spec.validate().map_err(|e| ActionError::Invalid(e.to_string()))?;
+        // A missing directory is the submitter's mistake, not a failed run.
+        if let Some(cwd) = &spec.cwd {
+            crate::spec::check_cwd_exists(cwd).map_err(|e| ActionError::Invalid(e.to_string()))?;
+        }
         spec.estimate.to_estimate().validate().map_err(|e| ActionError::Invalid(format!("estimate.{e}")))?;
         for (dep, _) in spec.dependencies() {
             if self.shared.store().get_task(dep)?.is_none() {
