@@ -216,6 +216,10 @@ pub(crate) enum Command {
         /// Plain lines instead of progress bars, even on a terminal
         #[arg(long)]
         plain: bool,
+        /// Start over: forget every task of earlier runs in the state dir
+        /// (running ones are cancelled) and run the whole file again
+        #[arg(long)]
+        fresh: bool,
     },
     /// Scratch volumes: fast (possibly removable) disks leased to tasks.
     ///
