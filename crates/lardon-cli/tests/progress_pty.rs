@@ -1,8 +1,9 @@
-//! `lardon wait` on a terminal shows a live bar (done / total, rate, ETA)
-//! above the finished lines; without a terminal, plain lines only.
+//! `lardon wait` and `lardon run` on a terminal show a live bar (done /
+//! total, rate, ETA); without a terminal, plain lines only.
 //!
 //! Break it to see it fail: make `wait` ignore the terminal (`bar = None`):
-//! the pty output then has no "0/2 done" bar.
+//! the pty output then has no "0/2 done" bar; or drop `View::overall` in
+//! `run` (no "tasks done" line).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -13,6 +14,54 @@ use std::time::Duration;
 
 use common::{Daemon, lardon, stdout, submit, wait_until};
 use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+
+/// Runs `lardon ARGS…` in a pseudo-terminal; its exit success and output.
+fn in_pty(args: &[&std::ffi::OsStr]) -> (bool, String) {
+    let pty = native_pty_system()
+        .openpty(PtySize { rows: 30, cols: 120, pixel_width: 0, pixel_height: 0 })
+        .expect("openpty");
+    let mut cmd = CommandBuilder::new(common::bin());
+    cmd.env_remove("LARDON_SOCKET");
+    cmd.env_remove("LARDON_STATE_DIR");
+    cmd.args(args);
+    cmd.env("TERM", "xterm-256color");
+    let mut child = pty.slave.spawn_command(cmd).expect("spawn lardon");
+    drop(pty.slave);
+    let mut reader = pty.master.try_clone_reader().expect("reader");
+    let seen = Arc::new(Mutex::new(String::new()));
+    let sink = Arc::clone(&seen);
+    let pump = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    let status = child.wait().expect("wait for lardon");
+    drop(pty.master);
+    let _ = pump.join();
+    let out = seen.lock().unwrap().clone();
+    (status.success(), out)
+}
+
+#[test]
+fn run_draws_an_overall_bar_on_a_terminal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("w.toml");
+    std::fs::write(
+        &file,
+        "[host]\nmemory = \"4GiB\"\ncpus = 2\n[[task]]\nname = \"a\"\ncommand = [\"sleep\", \"0.3\"]\n\
+         [[task]]\nname = \"b\"\ncommand = [\"sleep\", \"0.3\"]\n",
+    )
+    .unwrap();
+    let state = tmp.path().join("state");
+    let (ok, out) = in_pty(&["run".as_ref(), file.as_os_str(), "--state-dir".as_ref(), state.as_os_str()]);
+    assert!(ok, "lardon run on a pty: {out:?}");
+    assert!(out.contains("tasks done") && out.contains("eta"), "no overall bar: {out:?}");
+    assert!(out.contains("2/2"), "the bar reaches 2/2: {out:?}");
+}
 
 #[test]
 fn wait_draws_a_bar_on_a_terminal_and_plain_lines_otherwise() {
