@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # Fuzz the decoders of outside input (not run in CI). Usage:
 #   scripts/fuzz.sh [SECONDS per target, default 60]
-# Needs the nightly toolchain and cargo-fuzz (installed here if missing).
+# Needs the nightly toolchain and cargo-fuzz (cargo-fuzz is installed here
+# if missing). Get nightly with:
+#   rustup toolchain install nightly
+# Each target's harness also runs as a unit test on stable where it lives
+# (e.g. lardon_proto::fuzzing), so it compiles without nightly too.
 set -euo pipefail
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+  echo "fuzz.sh: needs the nightly toolchain: rustup toolchain install nightly" >&2
+  exit 1
+fi
 cd "$(dirname "$0")/../fuzz"
 secs=${1:-60}
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
-for target in units admission; do
+for target in units admission proto; do
   echo "== $target ($secs s)"
   cargo +nightly fuzz run "$target" -- -max_total_time="$secs"
 done

@@ -225,6 +225,10 @@ pub(crate) enum Command {
         /// Plain lines instead of progress bars, even on a terminal
         #[arg(long)]
         plain: bool,
+        /// Start over: forget every task of earlier runs in the state dir
+        /// (running ones are cancelled) and run the whole file again
+        #[arg(long)]
+        fresh: bool,
     },
     /// Scratch volumes: fast (possibly removable) disks leased to tasks.
     ///
@@ -288,7 +292,7 @@ pub(crate) struct NeedsArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true)]
     pub(crate) mem_per_item: Option<u64>,
     /// Total items: makes this a batched task
-    #[arg(long, value_name = "N", value_parser = parse_count)]
+    #[arg(long, value_name = "N", value_parser = parse_count, allow_hyphen_values = true)]
     pub(crate) items: Option<u64>,
     /// Batch range MIN..MAX (or N) of items per run
     #[arg(long, value_name = "MIN..MAX", value_parser = parse_batch)]
@@ -300,7 +304,7 @@ pub(crate) struct NeedsArgs {
     #[arg(long, value_name = "CPUS", value_parser = parse_cpu, allow_hyphen_values = true)]
     pub(crate) cpus: Option<u32>,
     /// IO slots
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", value_parser = parse_u32, allow_hyphen_values = true)]
     pub(crate) io: Option<u32>,
     /// Scratch space to lease (e.g. 10GiB)
     #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true)]
@@ -315,7 +319,7 @@ pub(crate) struct SubmitArgs {
     #[command(flatten)]
     pub(crate) needs: NeedsArgs,
     /// Higher runs first
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", value_parser = parse_i32, allow_negative_numbers = true)]
     pub(crate) priority: Option<i32>,
     /// Start only after this task succeeded; repeat for several
     #[arg(long, value_name = "ID")]
@@ -366,7 +370,7 @@ pub(crate) struct ExerciseArgs {
     #[arg(long, value_name = "SECS", default_value = "2", value_parser = parse_secs, allow_hyphen_values = true)]
     pub(crate) secs: f64,
     /// Total items: process LARDON_BATCH_SIZE items from LARDON_ITEM_OFFSET
-    #[arg(long, value_name = "N", value_parser = parse_count)]
+    #[arg(long, value_name = "N", value_parser = parse_count, allow_hyphen_values = true)]
     pub(crate) items: Option<u64>,
     /// Exit with this code at the end (to demonstrate failures)
     #[arg(long, value_name = "CODE", default_value = "0")]

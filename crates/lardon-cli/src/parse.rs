@@ -10,6 +10,10 @@ pub(crate) fn parse_cpu(text: &str) -> Result<u32, String> {
     match lardon::parse_cpus(text) {
         Ok(0) => Err("must be more than 0 (e.g. 1, 0.5, 250m)".into()),
         Ok(m) => Ok(m),
+        // The units parser's own example is a size (`2GiB`): suggest CPUs.
+        Err(lardon::UnitError::BadNumber(_)) => {
+            Err(format!("`{text}` is not a CPU count (e.g. 2, 0.5, 250m)"))
+        }
         Err(e) => Err(e.to_string()),
     }
 }
@@ -18,8 +22,18 @@ pub(crate) fn parse_count(text: &str) -> Result<u64, String> {
     match text.trim().parse::<u64>() {
         Ok(0) => Err("must be at least 1".into()),
         Ok(n) => Ok(n),
-        Err(_) => Err(format!("`{text}` is not a whole number")),
+        Err(_) => Err(format!("`{text}` is not a whole number of at least 1")),
     }
+}
+
+/// A whole number ≥ 0 that fits 32 bits (`--io`).
+pub(crate) fn parse_u32(text: &str) -> Result<u32, String> {
+    text.trim().parse::<u32>().map_err(|_| format!("`{text}` is not a whole number of at least 0"))
+}
+
+/// A whole number, possibly negative (`--priority`).
+pub(crate) fn parse_i32(text: &str) -> Result<i32, String> {
+    text.trim().parse::<i32>().map_err(|_| format!("`{text}` is not a whole number (e.g. 10, -5)"))
 }
 
 /// `MIN..MAX`, `MIN..=MAX` or a single `N`.

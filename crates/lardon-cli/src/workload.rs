@@ -96,6 +96,35 @@ pub(crate) struct Workload {
     pub(crate) host: Option<(u64, u32)>,
 }
 
+/// Where a TOML error sits, for its message: the table (`task #N` counts
+/// `[[task]]` headers above it, or `[host]`, `[policy]`) and the field
+/// whose `key = value` line holds the error, so that serde's own text
+/// ("invalid type: string, expected u32") still names the field.
+fn place_of(src: &str, offset: usize) -> String {
+    let before = &src[..offset.min(src.len())];
+    let mut table = String::new();
+    let mut tasks = 0;
+    for line in before.lines() {
+        let l = line.trim_start();
+        if l.starts_with("[[task]]") {
+            tasks += 1;
+            table = format!(" task #{tasks}:");
+        } else if l.starts_with('[') {
+            table = format!(" {}:", l.split(']').next().unwrap_or(l).to_owned() + "]");
+        }
+    }
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line = src[line_start..].lines().next().unwrap_or_default();
+    let key = match line.split_once('=') {
+        Some((key, _)) if !line.trim_start().starts_with('[') => {
+            let key = key.trim().trim_matches('"');
+            if key.is_empty() { String::new() } else { format!(" {key}:") }
+        }
+        _ => String::new(),
+    };
+    format!("{table}{key}")
+}
+
 fn line_of(src: &str, offset: usize) -> usize {
     src[..offset.min(src.len())].bytes().filter(|&b| b == b'\n').count() + 1
 }
@@ -105,15 +134,14 @@ pub(crate) fn parse(path: &Path, src: &str) -> Result<Workload> {
     let file = path.display();
     let raw: RawWorkload = toml::from_str(src).map_err(|e| {
         let at = e.span().map(|s| format!(":{}", line_of(src, s.start))).unwrap_or_default();
-        // Name the task the error sits in: count `[[task]]` headers above it.
-        let task = e.span().and_then(|s| {
-            let n = src[..s.start.min(src.len())]
-                .lines()
-                .filter(|l| l.trim_start().starts_with("[[task]]"))
-                .count();
-            (n > 0).then(|| format!(" task #{n}:"))
-        });
-        usage(format!("{file}{at}:{} {}", task.unwrap_or_default(), e.message().replace('\n', " ")))
+        let place = e.span().map(|s| place_of(src, s.start)).unwrap_or_default();
+        let message = e.message().replace('\n', " ");
+        // serde's words for our "number or size" fields.
+        let message = message.replace(
+            "data did not match any variant of untagged enum Value",
+            "expected a number or a string with a unit (e.g. \"2GiB\")",
+        );
+        usage(format!("{file}{at}:{place} {message}"))
     })?;
     if raw.task.is_empty() {
         return Err(usage(format!("{file}: no [[task]] entries (each needs name and command)")));
@@ -230,6 +258,16 @@ fn convert(t: &RawTask, src: &str, file: &str) -> Result<WorkloadTask> {
         // `lardon` in a workload means this very binary.
         if let Ok(exe) = std::env::current_exe() {
             argv[0] = exe.to_string_lossy().into_owned();
+        }
+    }
+    if let Some(c) = &t.cwd {
+        let dir = Path::new(file).parent().unwrap_or(Path::new(".")).join(c);
+        if !dir.is_dir() {
+            return Err(fail(
+                "cwd",
+                t.name.span(),
+                format!("`{}` is not an existing directory", dir.display()),
+            ));
         }
     }
     let parts = SpecParts {

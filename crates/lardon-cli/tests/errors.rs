@@ -47,6 +47,10 @@ fn malformed_flags_units_and_estimates() {
         (&["submit", "--env", "1BAD=x", "--", "true"], "--env"),
         (&["submit", "--priority", "high", "--", "true"], "--priority"),
         (&["submit", "--io", "-1", "--", "true"], "--io"),
+        (&["submit", "--io", "x", "--", "true"], "--io: `x` is not a whole number"),
+        (&["submit", "--items", "-1", "--", "true"], "--items: `-1` is not a whole number"),
+        (&["submit", "--cpus", "2GiB", "--", "true"], "--cpus: `2GiB` is not a CPU count (e.g. 2,"),
+        (&["submit", "--cwd", "/nonexistent/lardon-dir", "--", "true"], "--cwd: `/nonexistent/lardon-dir`"),
         (&["submit", "--mem", "1GiB"], "COMMAND"),
         (&["submit", "--frobnicate", "--", "true"], "--frobnicate"),
         (&["statuss"], "statuss"),
@@ -92,7 +96,6 @@ fn run_file(body: &str) -> (Option<i32>, String) {
 
 #[test]
 fn malformed_workload_files() {
-    let ok = "[[task]]\nname = \"t\"\ncommand = [\"true\"]\n";
     let cases: &[(&str, &str)] = &[
         (
             "[[task]]\nname = \"t\"\ncommand = [\"true\"]\nmem = \"GB2\"\n",
@@ -124,11 +127,57 @@ fn malformed_workload_files() {
         ("this is not toml", "w.toml:1"),
     ];
     for (body, want) in cases {
+        check_file(body, want);
+    }
+    // Each malformed field is named in the message, whatever part refused
+    // it (serde's type check, a unit parser, the spec's validation). Break
+    // it to see it fail: drop the key from `workload::place_of` (serde's
+    // "invalid type: string, expected u32" alone names no field).
+    let named: &[(&str, &str)] = &[
+        ("command = \"true\"", "command:"),
+        ("command = [1, 2]", "command:"),
+        ("command = [\"true\"]\nio = -1", "io:"),
+        ("command = [\"true\"]\nio = \"two\"", "io:"),
+        ("command = [\"true\"]\npriority = \"high\"", "priority:"),
+        ("command = [\"true\"]\nafter = \"a\"", "after:"),
+        ("command = [\"true\"]\nenv = [\"A=1\"]", "env:"),
+        ("command = [\"true\"]\nenv = { A = 1 }", "env:"),
+        ("command = [\"true\"]\nenv = { \"1A\" = \"x\" }", "env:"),
+        ("command = [\"true\"]\ncwd = 3", "cwd:"),
+        ("command = [\"true\"]\ncwd = \"no-such-dir\"", "cwd:"),
+        ("command = [\"true\"]\nno_retry = \"yes\"", "no_retry:"),
+        ("command = [\"true\"]\nmem = true", "mem:"),
+        ("command = [\"true\"]\nmem = [1]", "mem:"),
+        ("command = [\"true\"]\ngpu_mem = \"lots\"", "gpu_mem:"),
+        ("command = [\"true\"]\nclass = 3", "class:"),
+        ("command = [\"true\"]\nitems = -1", "items:"),
+        ("command = [\"true\"]\nitems = 1.5", "items:"),
+        ("command = [\"true\"]\ncpus = \"2GiB\"", "cpus: `2GiB` is not a CPU count"),
+        ("command = [\"true\"]\nscratch = \"-1GiB\"", "scratch:"),
+    ];
+    for (fields, want) in named {
+        check_file(&format!("[[task]]\nname = \"t\"\n{fields}\n"), want);
+    }
+    check_file("[[task]]\ncommand = [\"true\"]\n", "`name`");
+    check_file(
+        "[host]\nmemory = \"2GiB\"\ncpus = \"two\"\n[[task]]\nname = \"t\"\ncommand = [\"x\"]\n",
+        "[host]: cpus:",
+    );
+    check_file("[host]\nmemory = \"2GiB\"\n[[task]]\nname = \"t\"\ncommand = [\"x\"]\n", "`cpus`");
+}
+
+fn check_file(body: &str, want: &str) {
+    {
         let (code, err) = run_file(body);
         assert_eq!(code, Some(2), "{body:?} → {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{body:?} must be one line: {err}");
         assert!(err.contains(want), "{body:?}: want `{want}` in: {err}");
     }
+}
+
+#[test]
+fn a_bad_policy_key_and_a_missing_file_are_input_errors() {
+    let ok = "[[task]]\nname = \"t\"\ncommand = [\"true\"]\n";
     // A valid file with a bad policy key is refused by the engine: still exit 2.
     let (code, err) = run_file(&format!("[policy]\nno_such_key = 3\n{ok}"));
     assert_eq!(code, Some(2), "{err}");

@@ -89,8 +89,40 @@ batch = "2..2"
     assert_eq!(o.status.code(), Some(0), "{out}{}", common::stderr(&o));
     assert!(out.contains("first: kept from the earlier run (completed)"), "{out}");
     assert_eq!(std::fs::read_to_string(&lines).unwrap().lines().count(), 1, "first ran once");
-    // A third run has nothing left to do and still succeeds.
+    // A third run has nothing left to do and still succeeds, and says why
+    // nothing ran, where that state lives and how to start over. Break it
+    // to see it fail: drop the "every task completed" line in `drive`.
     let o = run(&file, &state);
+    let out = common::stdout(&o);
     assert_eq!(o.status.code(), Some(0));
     assert_eq!(std::fs::read_to_string(&lines).unwrap().lines().count(), 1);
+    assert!(out.contains(&format!("state: {} (--state-dir)", state.display())), "{out}");
+    assert!(out.contains("every task completed in an earlier run"), "{out}");
+    assert!(out.contains(&state.display().to_string()) && out.contains("--fresh"), "{out}");
+    // --fresh forgets the earlier run: everything runs again.
+    let o = Command::new(common::bin())
+        .env_remove("LARDON_SOCKET")
+        .env_remove("LARDON_STATE_DIR")
+        .arg("run")
+        .arg(&file)
+        .arg("--fresh")
+        .arg("--state-dir")
+        .arg(&state)
+        .output()
+        .unwrap();
+    let out = common::stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", common::stderr(&o));
+    assert!(!out.contains("kept from the earlier run"), "{out}");
+    assert_eq!(std::fs::read_to_string(&lines).unwrap().lines().count(), 2, "first ran again");
+    // A state dir from the environment (meant for the daemon) is named.
+    let o = Command::new(common::bin())
+        .env_remove("LARDON_SOCKET")
+        .env("LARDON_STATE_DIR", &state)
+        .arg("run")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let out = common::stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", common::stderr(&o));
+    assert!(out.contains(&format!("state: {} (LARDON_STATE_DIR)", state.display())), "{out}");
 }

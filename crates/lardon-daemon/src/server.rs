@@ -81,6 +81,7 @@ impl Daemon {
         if let Some(listener) = metrics {
             tokio::spawn(crate::metrics::serve(listener, Arc::clone(&engine), stop_rx.clone()));
         }
+        spawn_reaper();
         let service = Service::new(Arc::clone(&engine), stop_rx.clone());
         let signal = async move {
             shutdown.await;
@@ -122,4 +123,22 @@ fn bind(socket: &Path, state_dir: &Path) -> Result<UnixListener, DaemonError> {
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
         .map_err(io("restrict the socket", socket))?;
     Ok(listener)
+}
+
+/// As a child subreaper we inherit the helpers our tasks leave behind; on
+/// every SIGCHLD, reap those no one waits for (a run's main child is
+/// waited for by its runner and left alone), so none stays a zombie.
+fn spawn_reaper() {
+    let mut sigchld = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("no SIGCHLD handler, orphaned helpers may stay zombies: {e}");
+            return;
+        }
+    };
+    tokio::spawn(async move {
+        while sigchld.recv().await.is_some() {
+            let _ = tokio::task::spawn_blocking(crate::runner::orphans::reap_orphans).await;
+        }
+    });
 }

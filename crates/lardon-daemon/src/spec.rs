@@ -346,7 +346,7 @@ impl TaskSpec {
             }
         }
         for var in &self.env {
-            if var.key.is_empty() || var.key.contains('=') || var.key.contains('\0') {
+            if !is_valid_env_name(&var.key) {
                 return Err(SpecError::BadEnvKey(var.key.clone()));
             }
             if var.value.contains('\0') {
@@ -371,6 +371,25 @@ impl TaskSpec {
     pub fn display_name(&self) -> String {
         if self.name.is_empty() { self.argv.join(" ") } else { self.name.clone() }
     }
+}
+
+/// Whether `key` is a portable environment-variable name: an ASCII letter
+/// or `_`, then letters, digits or `_` (what every shell can expand). The
+/// one rule the CLI and the daemon both apply, so that a name the CLI
+/// accepts is never refused by the daemon, nor the other way round.
+pub fn is_valid_env_name(key: &str) -> bool {
+    let mut chars = key.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Checks that `cwd` names an existing directory on this host, at submit
+/// rather than as a failed spawn later.
+///
+/// # Errors
+/// [`SpecError::MissingCwd`] naming `cwd`.
+pub fn check_cwd_exists(cwd: &str) -> Result<(), SpecError> {
+    if std::path::Path::new(cwd).is_dir() { Ok(()) } else { Err(SpecError::MissingCwd(cwd.to_owned())) }
 }
 
 /// Longest task name accepted, in characters.
@@ -414,9 +433,12 @@ pub enum SpecError {
     /// `cwd` must be absolute (it is resolved on the daemon's host).
     #[error("cwd: `{0}` is not an absolute path")]
     RelativeCwd(String),
-    /// Empty env key or one containing `=`.
-    #[error("env: `{0}` is not a valid variable name")]
+    /// An env key that is not a portable name ([`is_valid_env_name`]).
+    #[error("env: `{0}` is not a valid variable name (a letter or _, then letters, digits, _)")]
     BadEnvKey(String),
+    /// `cwd` is not an existing directory.
+    #[error("cwd: `{0}` is not an existing directory")]
+    MissingCwd(String),
     /// `items = 0` (omit it for an unbatched task).
     #[error("items: must be at least 1")]
     ZeroItems,

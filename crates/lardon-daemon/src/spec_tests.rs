@@ -59,6 +59,17 @@ fn validation_names_the_field() {
     assert_eq!(with(|s| s.cwd = Some("rel".into())), SpecError::RelativeCwd("rel".into()));
     let e = with(|s| s.env.push(EnvVar { key: "A=B".into(), value: String::new() }));
     assert!(e.to_string().starts_with("env:"), "{e}");
+    for bad in ["", "1BAD", "A B", "A=B", "A-B", "É"] {
+        let mut s = ok.clone();
+        s.env.push(EnvVar { key: bad.into(), value: String::new() });
+        assert_eq!(s.validate(), Err(SpecError::BadEnvKey(bad.into())), "{bad:?}");
+    }
+    for good in ["A", "_x", "PATH_2"] {
+        assert!(is_valid_env_name(good), "{good}");
+    }
+    assert!(check_cwd_exists("/").is_ok());
+    let e = check_cwd_exists("/nonexistent/lardon-cwd").unwrap_err();
+    assert!(e.to_string().starts_with("cwd:"), "{e}");
     assert_eq!(with(|s| s.items = Some(0)), SpecError::ZeroItems);
     assert_eq!(with(|s| s.name = "n".repeat(300)), SpecError::NameTooLong(MAX_NAME_CHARS));
 }

@@ -90,3 +90,24 @@ async fn watch_streams_changes_and_decisions() {
     drop(c);
     d.shutdown().unwrap();
 }
+
+/// A missing working directory and a non-portable env name are refused at
+/// submit naming the field, not found at spawn ("No such file"). Break it
+/// to see it fail: drop the `check_cwd_exists` call in `Engine::submit`
+/// (the submit succeeds and the task fails later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_refuses_a_missing_cwd_and_a_bad_env_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let mut c = client(&d).await;
+    let mut spec = cmd(&["true"]);
+    spec.cwd = "/nonexistent/lardon-cwd".into();
+    let e = c.submit(pb::SubmitRequest { spec: Some(spec), paused: false }).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().starts_with("cwd:"), "{}", e.message());
+    let mut spec = cmd(&["true"]);
+    spec.env.push(pb::EnvVar { key: "1BAD".into(), value: "x".into() });
+    let e = c.submit(pb::SubmitRequest { spec: Some(spec), paused: false }).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().starts_with("env:"), "{}", e.message());
+}

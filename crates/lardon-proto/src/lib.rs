@@ -9,6 +9,8 @@
 //! the cluster mode of docs/DESIGN.md §14).
 #![warn(missing_docs)]
 
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod paths;
 
 use std::io;

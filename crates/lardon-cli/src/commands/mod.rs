@@ -32,7 +32,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<u8> {
         }
         Command::Top { no_color } => top(&cli, *no_color),
         Command::Exercise(args) => crate::exercise::run(args),
-        Command::Run { file, plain } => run::run(&cli, file, *plain),
+        Command::Run { file, plain, fresh } => run::run(&cli, file, *plain, *fresh),
         Command::Submit(args) => block_on(submit::run(&cli, args)),
         Command::Status { id, json } => block_on(status::status(&cli, id.as_deref(), *json)),
         Command::Explain { id, history, json } => block_on(status::explain(&cli, id, *history, *json)),

@@ -18,15 +18,18 @@ use crate::workload::{self, Workload};
 
 mod view;
 
-pub(crate) fn run(cli: &Cli, file: &Path, plain: bool) -> Result<u8> {
+pub(crate) fn run(cli: &Cli, file: &Path, plain: bool, fresh: bool) -> Result<u8> {
     let src =
         std::fs::read_to_string(file).map_err(|e| usage(format!("{}: cannot read: {e}", file.display())))?;
     let workload = workload::parse(file, &src)?;
-    let state_dir = match &cli.state_dir {
-        Some(dir) => dir.clone(),
-        None => file.parent().unwrap_or(Path::new(".")).join(".lardon"),
+    let (state_dir, source) = match &cli.state_dir {
+        Some(dir) if state_dir_flag_given() => (dir.clone(), "--state-dir"),
+        // Most likely meant for the daemon: used, and said so.
+        Some(dir) => (dir.clone(), "LARDON_STATE_DIR"),
+        None => (file.parent().unwrap_or(Path::new(".")).join(".lardon"), "beside the file"),
     };
     let state_dir = std::path::absolute(&state_dir)?;
+    crate::say!("state: {} ({source})", state_dir.display());
     std::fs::create_dir_all(&state_dir).with_context(|| format!("creating {}", state_dir.display()))?;
     let mut config = DaemonConfig::new(&state_dir);
     config.socket = Some(state_dir.join(lardon_proto::SOCKET_FILE));
@@ -36,15 +39,30 @@ pub(crate) fn run(cli: &Cli, file: &Path, plain: bool) -> Result<u8> {
     let handle = engine::start_in_process(config).context("starting the embedded engine")?;
     let socket = handle.socket().to_path_buf();
     let bars = !plain && std::io::stdout().is_terminal();
-    let outcome = super::block_on(drive(&socket, file, &state_dir, &workload, bars));
+    let outcome = super::block_on(drive(&socket, file, &state_dir, &workload, (bars, fresh)));
     let stopped = handle.shutdown();
     let code = outcome?;
     stopped.context("stopping the embedded engine")?;
     Ok(code)
 }
 
-async fn drive(socket: &Path, file: &Path, state_dir: &Path, w: &Workload, bars: bool) -> Result<u8> {
+/// Whether `--state-dir` was on the command line (not only in the
+/// environment, where clap also finds it).
+fn state_dir_flag_given() -> bool {
+    std::env::args_os().any(|a| a == "--state-dir" || a.to_string_lossy().starts_with("--state-dir="))
+}
+
+async fn drive(
+    socket: &Path,
+    file: &Path,
+    state_dir: &Path,
+    w: &Workload,
+    (bars, fresh): (bool, bool),
+) -> Result<u8> {
     let mut client = crate::client::connect_to(socket, Some(state_dir)).await?;
+    if fresh {
+        forget_earlier_runs(&mut client).await?;
+    }
     if !w.policy.is_empty() {
         let set = w.policy.iter().map(|(k, v)| pb::PolicyEntry {
             key: k.clone(),
@@ -56,7 +74,7 @@ async fn drive(socket: &Path, file: &Path, state_dir: &Path, w: &Workload, bars:
             .await
             .map_err(|s| from_status(&format!("{}: [policy]", file.display()), s))?;
     }
-    let ids = submit_all(&mut client, socket, w).await?;
+    let (ids, submitted) = submit_all(&mut client, socket, w).await?;
     let mut view = view::View::new(bars, &ids);
     let watched = tokio::select! {
         r = watch(&mut client, &mut view) => r,
@@ -70,12 +88,54 @@ async fn drive(socket: &Path, file: &Path, state_dir: &Path, w: &Workload, bars:
     };
     watched?;
     view.finish();
-    Ok(view.summary())
+    let code = view.summary();
+    if submitted == 0 && code == 0 {
+        crate::say!(
+            "every task completed in an earlier run (state in {}); `lardon run {} --fresh` starts over",
+            state_dir.display(),
+            file.display()
+        );
+    }
+    Ok(code)
+}
+
+/// `--fresh`: cancels what is unfinished, waits for it to end, then
+/// forgets every task, so that the whole file runs again.
+async fn forget_earlier_runs(client: &mut Client) -> Result<()> {
+    let tasks =
+        client.list(pb::ListRequest::default()).await.map_err(|s| from_status("list", s))?.into_inner().tasks;
+    let ended =
+        [pb::TaskState::Completed as i32, pb::TaskState::Failed as i32, pb::TaskState::Cancelled as i32];
+    let live: Vec<String> =
+        tasks.iter().filter(|t| !ended.contains(&t.state)).map(|t| t.id.clone()).collect();
+    if !live.is_empty() {
+        client
+            .cancel(pb::CancelRequest { ids: live.clone(), grace_ms: Some(0) })
+            .await
+            .map_err(|s| from_status("--fresh: cancel", s))?;
+        // The wait stream ends once every one of them has ended.
+        let mut events = client
+            .wait(pb::WaitRequest { ids: live })
+            .await
+            .map_err(|s| from_status("--fresh: wait", s))?
+            .into_inner();
+        while events.message().await.map_err(|s| from_status("--fresh: wait", s))?.is_some() {}
+    }
+    client
+        .clean(pb::CleanRequest { states: Vec::new(), successful_only: false })
+        .await
+        .map_err(|s| from_status("--fresh: clean", s))?;
+    Ok(())
 }
 
 /// Submits every task not already present (by name) from an earlier,
-/// interrupted run; failed or cancelled ones are submitted again.
-async fn submit_all(client: &mut Client, socket: &Path, w: &Workload) -> Result<Vec<(String, String)>> {
+/// interrupted run; failed or cancelled ones are submitted again. Returns
+/// (name, id) of every task and how many were submitted now.
+async fn submit_all(
+    client: &mut Client,
+    socket: &Path,
+    w: &Workload,
+) -> Result<(Vec<(String, String)>, usize)> {
     let existing =
         client.list(pb::ListRequest::default()).await.map_err(|s| from_status("list", s))?.into_inner().tasks;
     let mut by_name: HashMap<String, pb::Task> = HashMap::new();
@@ -84,6 +144,7 @@ async fn submit_all(client: &mut Client, socket: &Path, w: &Workload) -> Result<
     }
     let mut ids: HashMap<String, String> = HashMap::new();
     let mut order = Vec::new();
+    let mut submitted = 0;
     for task in &w.tasks {
         if let Some(old) = by_name.get(&task.name) {
             let done = [pb::TaskState::Failed as i32, pb::TaskState::Cancelled as i32].contains(&old.state);
@@ -114,8 +175,9 @@ async fn submit_all(client: &mut Client, socket: &Path, w: &Workload) -> Result<
             .into_inner();
         ids.insert(task.name.clone(), resp.id.clone());
         order.push((task.name.clone(), resp.id));
+        submitted += 1;
     }
-    Ok(order)
+    Ok((order, submitted))
 }
 
 /// Follows the daemon's event stream until every task of ours has ended;

@@ -103,10 +103,8 @@ pub(crate) fn task_spec(needs: &NeedsArgs, parts: SpecParts, style: Style) -> Re
         return Err(usage("command: an argument contains a NUL byte"));
     }
     for (k, v) in &parts.env {
-        let valid = !k.is_empty()
-            && !k.starts_with(|c: char| c.is_ascii_digit())
-            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !valid {
+        // The daemon's own rule, so both agree.
+        if !lardon_daemon::spec::is_valid_env_name(k) {
             return Err(usage(format!(
                 "{}: `{k}` is not a valid variable name (letters, digits, _)",
                 f("env")

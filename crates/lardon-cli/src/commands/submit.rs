@@ -15,6 +15,11 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
         Some(dir) => std::path::absolute(dir)?,
         None => std::env::current_dir()?,
     };
+    // Checked here, before any daemon: a typo is an input error naming the
+    // flag, not a task that fails at spawn ("No such file").
+    if args.cwd.is_some() && !cwd.is_dir() {
+        return Err(crate::error::usage(format!("--cwd: `{}` is not an existing directory", cwd.display())));
+    }
     let parts = SpecParts {
         name: args.name.clone().unwrap_or_default(),
         argv: args.command.clone(),

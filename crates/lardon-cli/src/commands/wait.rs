@@ -1,6 +1,11 @@
-//! `lardon wait [ID…]`: exit 1 if any awaited task did not succeed.
+//! `lardon wait [ID…]`: exit 1 if any awaited task did not succeed. On a
+//! terminal a live bar shows done / total, the rate and the ETA above the
+//! finished lines; otherwise one plain line per task end.
+
+use std::io::IsTerminal;
 
 use anyhow::Result;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use lardon_proto::pb;
 use serde_json::json;
 
@@ -9,6 +14,11 @@ use crate::error::from_status;
 
 pub(crate) async fn run(cli: &Cli, ids: &[String], as_json: bool) -> Result<u8> {
     let mut client = crate::client::connect(cli).await?;
+    let bar = if !as_json && std::io::stdout().is_terminal() {
+        Some(progress_bar(&mut client, ids).await?)
+    } else {
+        None
+    };
     let mut events = client
         .wait(pb::WaitRequest { ids: ids.to_vec() })
         .await
@@ -27,17 +37,27 @@ pub(crate) async fn run(cli: &Cli, ids: &[String], as_json: bool) -> Result<u8> 
                 } else {
                     let why = crate::render::reason(&t);
                     let why = if why.is_empty() { String::new() } else { format!(" ({why})") };
-                    super::out(&format!(
-                        "{} {}: {}{why}\n",
+                    let line = format!(
+                        "{} {}: {}{why}",
                         t.id,
                         crate::render::name(&t),
                         crate::json::state_word(t.state)
-                    ))?;
+                    );
+                    match &bar {
+                        Some(bar) => {
+                            bar.println(line);
+                            bar.inc(1);
+                        }
+                        None => super::out(&format!("{line}\n"))?,
+                    }
                 }
             }
             Some(pb::wait_event::Event::Summary(s)) => summary = Some(s),
             None => {}
         }
+    }
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
     }
     if let Some(s) = summary {
         failed |= s.failed > 0 || s.cancelled > 0;
@@ -54,4 +74,29 @@ pub(crate) async fn run(cli: &Cli, ids: &[String], as_json: bool) -> Result<u8> 
         }
     }
     Ok(u8::from(failed))
+}
+
+/// The bar over the awaited tasks: the ids given, or every task not yet
+/// ended (what the daemon's wait covers when no id is given).
+async fn progress_bar(client: &mut crate::client::Client, ids: &[String]) -> Result<ProgressBar> {
+    let total = if ids.is_empty() {
+        let tasks = client
+            .list(pb::ListRequest::default())
+            .await
+            .map_err(|s| from_status("wait", s))?
+            .into_inner()
+            .tasks;
+        let ended =
+            [pb::TaskState::Completed as i32, pb::TaskState::Failed as i32, pb::TaskState::Cancelled as i32];
+        tasks.iter().filter(|t| !ended.contains(&t.state)).count()
+    } else {
+        ids.len()
+    };
+    let bar = ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stdout());
+    let style = ProgressStyle::with_template("[{bar:30}] {pos}/{len} done, {per_sec}, eta {eta}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("#>-");
+    bar.set_style(style);
+    bar.enable_steady_tick(std::time::Duration::from_millis(500));
+    Ok(bar)
 }

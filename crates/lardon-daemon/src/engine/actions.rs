@@ -96,6 +96,10 @@ impl Engine {
     /// A spec's own validity, its estimate's, and that its dependencies exist.
     fn check(&self, spec: &TaskSpec) -> Result<(), String> {
         spec.validate().map_err(|e| e.to_string())?;
+        // A missing directory is the submitter's mistake, not a failed run.
+        if let Some(cwd) = &spec.cwd {
+            crate::spec::check_cwd_exists(cwd).map_err(|e| e.to_string())?;
+        }
         spec.estimate.to_estimate().validate().map_err(|e| format!("estimate.{e}"))?;
         for (dep, _) in spec.dependencies() {
             match self.shared.store().get_task(dep) {

@@ -91,8 +91,12 @@ impl Executor for LocalExecutor {
         let limits =
             TaskLimits { memory_max: req.memory_max, memory_high: req.memory_high, cpu_millis: None };
         let cgroup = self.group(&req.name, &limits);
-        let child =
-            spawn_in(&mut cmd, cgroup.as_deref(), req.cpus.as_ref()).map_err(|e| fail(e.to_string()))?;
+        // Registered: the orphan reaper must not take this child's status.
+        let child = super::orphans::spawn_owned(
+            || spawn_in(&mut cmd, cgroup.as_deref(), req.cpus.as_ref()),
+            Child::id,
+        )
+        .map_err(|e| fail(e.to_string()))?;
         if let Some(watched) = cgroup.as_deref().filter(|g| g.procs_files().is_empty()) {
             // The watcher has no cgroup to join before exec: hand it the
             // leader, whose descendants it adopts. A leader already gone
@@ -185,7 +189,9 @@ impl Run for LocalRun {
     fn wait(&self) -> Result<RunExit, RunError> {
         let child = self.child.lock().unwrap_or_else(PoisonError::into_inner).take();
         let Some(child) = child else { return Err(RunError::Control("run already waited for".into())) };
-        let exit = wait_child(child).map_err(|e| RunError::Control(e.to_string()))?;
+        let exit = wait_child(child);
+        super::orphans::disown(self.pid);
+        let exit = exit.map_err(|e| RunError::Control(e.to_string()))?;
         if let Some(cg) = self.cgroup().as_ref() {
             cg.record_exit(&exit);
         }
@@ -229,6 +235,7 @@ impl Drop for LocalRun {
         if let Some(mut child) = child {
             let _ = child.kill();
             let _ = child.wait();
+            super::orphans::disown(self.pid);
             self.kill_and_reap_group();
         }
     }

@@ -1,8 +1,85 @@
 //! Run handles persisted in the store, and killing the processes of runs a
 //! crash left behind (docs/DESIGN.md §10 crash recovery).
 
+use std::collections::BTreeSet;
+use std::sync::{Mutex, PoisonError, RwLock};
+
 use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
+
+/// Held (shared) while a run's main child is spawned and registered in
+/// [`OWNED`]; the reaper holds it exclusively while it scans, so it never
+/// sees a child between its fork and its registration.
+static SPAWNING: RwLock<()> = RwLock::new(());
+
+/// Pids whose exit status belongs to a waiter (the runner waits on each
+/// run's main child): the reaper leaves them alone.
+static OWNED: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
+
+/// Spawns a child whose exit status its caller will wait for, registered so
+/// that [`reap_orphans`] never steals it; [`disown`] it once waited for.
+///
+/// # Errors
+/// Whatever `spawn` returns.
+pub fn spawn_owned<T, E>(spawn: impl FnOnce() -> Result<T, E>, pid: impl Fn(&T) -> u32) -> Result<T, E> {
+    let _guard = SPAWNING.read().unwrap_or_else(PoisonError::into_inner);
+    let child = spawn()?;
+    OWNED.lock().unwrap_or_else(PoisonError::into_inner).insert(pid(&child));
+    Ok(child)
+}
+
+/// Ends the registration of [`spawn_owned`], after the child was reaped.
+pub fn disown(pid: u32) {
+    OWNED.lock().unwrap_or_else(PoisonError::into_inner).remove(&pid);
+}
+
+/// Reaps every zombie child that no one waits for: helpers our tasks left
+/// behind (double-forked, `setsid`, own process group) that the kernel
+/// re-parented to us as a child subreaper. Left alone: children registered
+/// by [`spawn_owned`], and children in our own process group (helpers the
+/// daemon runs itself, such as a scratch drain hook, whose spawner waits
+/// for them). Called on every SIGCHLD. Returns how many it reaped.
+pub fn reap_orphans() -> usize {
+    let _guard = SPAWNING.write().unwrap_or_else(PoisonError::into_inner);
+    let own_group = nix::unistd::getpgrp().as_raw();
+    let owned = OWNED.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let mut reaped = 0;
+    for pid in children() {
+        let Some((state, pgrp)) = state_and_group(pid) else { continue };
+        if state != 'Z' || owned.contains(&pid) || pgrp == own_group {
+            continue;
+        }
+        let Ok(raw) = i32::try_from(pid) else { continue };
+        if let Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) =
+            waitpid(Pid::from_raw(raw), Some(WaitPidFlag::WNOHANG))
+        {
+            reaped += 1;
+        }
+    }
+    reaped
+}
+
+/// Our children, from every thread's `/proc/self/task/*/children`.
+fn children() -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    let mut pids = Vec::new();
+    for task in tasks.flatten() {
+        let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        pids.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+    }
+    pids
+}
+
+/// State letter and process group of `pid` (`/proc/PID/stat` fields 3 and 5).
+fn state_and_group(pid: u32) -> Option<(char, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    let _ppid = rest.next()?;
+    let pgrp = rest.next()?.parse().ok()?;
+    Some((state, pgrp))
+}
 
 /// What the store keeps about a live local run: its process group and the
 /// start time of the group leader (`/proc/PID/stat` field 22), so that a

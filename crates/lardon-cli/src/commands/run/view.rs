@@ -22,6 +22,8 @@ struct Row {
 
 pub(super) struct View {
     multi: Option<MultiProgress>,
+    /// On a terminal: every task of the file, done / total, rate and ETA.
+    overall: Option<ProgressBar>,
     rows: Vec<(String, Row)>,
     index: HashMap<String, usize>,
     started: Instant,
@@ -38,6 +40,17 @@ impl View {
         let style = ProgressStyle::with_template("{prefix:>18} [{bar:28}] {pos:>4}/{len:<4} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("#>-");
+        let overall = multi.as_ref().map(|m| {
+            let b = m.add(ProgressBar::new(ids.len() as u64));
+            let style = ProgressStyle::with_template(
+                "{prefix:>18} [{bar:28}] {pos:>4}/{len:<4} tasks done, {per_sec}, eta {eta}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("#>-");
+            b.set_style(style);
+            b.set_prefix("all");
+            b
+        });
         let mut rows = Vec::new();
         let mut index = HashMap::new();
         for (name, id) in ids {
@@ -61,7 +74,7 @@ impl View {
                 },
             ));
         }
-        View { multi, rows, index, started: Instant::now() }
+        View { multi, overall, rows, index, started: Instant::now() }
     }
 
     pub(super) fn ids(&self) -> Vec<String> {
@@ -129,6 +142,12 @@ impl View {
                 }
                 self.line(&text);
                 self.rows[i].1.last_line = text;
+                if terminal(t.state)
+                    && !terminal(old_state)
+                    && let Some(all) = &self.overall
+                {
+                    all.inc(1);
+                }
             }
             let items = t.spec.as_ref().and_then(|s| s.items).unwrap_or(0);
             if let Some(c) = &t.contract
@@ -183,6 +202,9 @@ impl View {
     }
 
     pub(super) fn finish(&self) {
+        if let Some(all) = &self.overall {
+            all.abandon();
+        }
         for (_, r) in &self.rows {
             if let Some(b) = &r.bar {
                 b.abandon();
