@@ -3,43 +3,23 @@
 //! halves and regrows batches, invalid snapshots, defaults that fit.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{
-    DecisionKind, Estimate, FakeClock, FakeProbe, Governor, HostPolicy, HostProfile, MonoTime, Pressure,
-    PressureLevel, Probe, ReasonCode, Snapshot, SwapCounters,
+    DecisionKind, Estimate, HostProfile, Pressure, PressureLevel, Probe, ReasonCode, Snapshot, SwapCounters,
 };
+
+use super::tests::Rig;
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 
-struct Rig {
-    clock: Arc<FakeClock>,
-    probe: Arc<FakeProbe>,
-    gov: Governor,
-}
-
 impl Rig {
-    fn with(profile: HostProfile, policy: impl FnOnce(&mut HostPolicy)) -> Rig {
-        let clock = Arc::new(FakeClock::new(MonoTime(1_000_000_000)));
-        let probe = Arc::new(FakeProbe::new(profile.clone()).stamped_by(clock.clone()));
-        let mut p = HostPolicy::default_for(&profile);
-        policy(&mut p);
-        let gov = Governor::with_clock(p, probe.clone(), clock.clone()).unwrap();
-        Rig { clock, probe, gov }
-    }
-
-    /// A fresh sample `step` later, edited.
     fn after(&self, step: Duration, edit: impl FnOnce(&mut Snapshot)) -> Snapshot {
         self.clock.advance(step);
         let mut s = self.probe.snapshot().unwrap();
         edit(&mut s);
         s
-    }
-
-    fn snap_with(&self, edit: impl FnOnce(&mut Snapshot)) -> Snapshot {
-        self.after(Duration::from_millis(1), edit)
     }
 }
 

@@ -14,14 +14,15 @@ use crate::{
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 
-struct Rig {
-    clock: Arc<FakeClock>,
-    probe: Arc<FakeProbe>,
-    gov: Governor,
+/// A Governor on a fake probe and clock (shared with the gate tests).
+pub(super) struct Rig {
+    pub(super) clock: Arc<FakeClock>,
+    pub(super) probe: Arc<FakeProbe>,
+    pub(super) gov: Governor,
 }
 
 impl Rig {
-    fn with(profile: HostProfile, policy: impl FnOnce(&mut HostPolicy)) -> Rig {
+    pub(super) fn with(profile: HostProfile, policy: impl FnOnce(&mut HostPolicy)) -> Rig {
         let clock = Arc::new(FakeClock::new(MonoTime(1_000_000_000)));
         let probe = Arc::new(FakeProbe::new(profile.clone()).stamped_by(clock.clone()));
         let mut p = HostPolicy::default_for(&profile);
@@ -45,7 +46,7 @@ impl Rig {
         self.probe.snapshot_now()
     }
 
-    fn snap_with(&self, edit: impl FnOnce(&mut Snapshot)) -> Snapshot {
+    pub(super) fn snap_with(&self, edit: impl FnOnce(&mut Snapshot)) -> Snapshot {
         let mut s = self.snap();
         edit(&mut s);
         s
