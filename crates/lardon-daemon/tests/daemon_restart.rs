@@ -87,7 +87,8 @@ async fn pending_dependents_and_paused_tasks_come_back() {
     std::fs::write(&gate, b"").unwrap();
     let d = start(dir.path());
     let mut c = client(&d).await;
-    assert_eq!(state(&wait_end(&mut c, &first).await), TaskState::Completed);
+    let t = wait_end(&mut c, &first).await;
+    assert_eq!(state(&t), TaskState::Completed, "{t:?}");
     assert_eq!(state(&wait_end(&mut c, &dependent).await), TaskState::Completed);
     assert_eq!(state(&get(&mut c, &paused).await), TaskState::Paused);
     c.resume(pb::ResumeRequest { ids: vec![paused.clone()] }).await.unwrap();

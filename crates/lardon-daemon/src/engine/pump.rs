@@ -101,8 +101,11 @@ fn handle(shared: &Shared, event: QueueEvent) {
             let state = state_of(state);
             // At shutdown, runs the daemon itself stopped and pending tasks
             // the closing queue cancelled stay live in the store: the next
-            // start queues them again.
-            if shared.stopping() && state == TaskState::Cancelled {
+            // start queues them again. A run that ends failed while the
+            // daemon stops may have been ended by the stop (its SIGTERM
+            // racing the stop's cancel), so it is left live too: at worst a
+            // failing run is tried once more after the restart, never lost.
+            if shared.stopping() && state != TaskState::Completed {
                 return;
             }
             let outcome = Outcome { state, exit_code: shared.take_exit(id), reason: message };
