@@ -116,7 +116,10 @@ async fn real_host_pins_to_the_compute_pool_and_lists() {
     let pool = av.cpus.unwrap().pool;
     assert!(!pool.is_empty());
     assert!(!av.enforcement.unwrap().why.is_empty());
-    let relax = ["max_load_ratio=1", "psi_cpu=100", "psi_memory=100", "psi_io=100"]
+    // The host gates are lifted (the load gate `off`, PSI thresholds 0),
+    // so admission of this memory-less task cannot depend on how busy the
+    // shared machine is: the pinning check always runs, never skipped.
+    let relax = ["max_load_ratio=off", "psi_cpu=0", "psi_memory=0", "psi_io=0", "emergency_floor=0"]
         .iter()
         .map(|kv| {
             let (k, v) = kv.split_once('=').unwrap();
@@ -125,22 +128,7 @@ async fn real_host_pins_to_the_compute_pool_and_lists() {
         .collect();
     c.set_policy(pb::SetPolicyRequest { set: relax, reset: vec![] }).await.unwrap();
     let id = submit(&mut c, sh("grep Cpus_allowed_list /proc/self/status")).await;
-    // The build machine is shared: a load above its CPU count makes the
-    // real Governor wait, rightly. Then only the pinning check is skipped.
-    let t = tokio::time::timeout(std::time::Duration::from_secs(5), wait_end(&mut c, &id)).await;
-    let Ok(t) = t else {
-        let t = get(&mut c, &id).await;
-        let reason = t.last_decision.map(|d| d.reason_code).unwrap_or_default();
-        assert!(
-            ["cpu_load", "cpu_pressure", "pressure_red", "memory_pressure"].contains(&reason.as_str()),
-            "{reason}"
-        );
-        println!("skipped: pinning check, the host is busy ({reason})");
-        c.cancel(pb::CancelRequest { ids: vec![id], grace_ms: None }).await.unwrap();
-        drop(c);
-        d.shutdown().unwrap();
-        return;
-    };
+    let t = wait_end(&mut c, &id).await;
     assert_eq!(state(&t), TaskState::Completed);
     let log = log_text(&mut c, &id).await;
     let allowed: Vec<u32> =
