@@ -144,6 +144,13 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run finished tasks again (completed, failed or cancelled): same command and id, a new attempt.
+    ///
+    /// The task's history stays: `lardon explain ID --history` shows the restart, and its log keeps
+    /// the earlier output above a separator line. A batched task runs all its items again.
+    ///
+    /// Example: `lardon restart 7 8`
+    Restart(IdsArgs),
     /// Forget finished tasks (ids are never reused).
     ///
     /// Example: `lardon remove 7`

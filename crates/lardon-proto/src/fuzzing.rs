@@ -13,6 +13,7 @@ pub fn decode_requests(bytes: &[u8]) {
     round_trip::<pb::SubmitRequest>(bytes);
     round_trip::<pb::ListRequest>(bytes);
     round_trip::<pb::CancelRequest>(bytes);
+    round_trip::<pb::RestartRequest>(bytes);
     round_trip::<pb::WaitRequest>(bytes);
     round_trip::<pb::LogRequest>(bytes);
     round_trip::<pb::SetPolicyRequest>(bytes);

@@ -43,6 +43,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<u8> {
         Command::Pause(a) => block_on(control::pause(&cli, &a.ids, a.json)),
         Command::Resume(a) => block_on(control::resume(&cli, &a.ids, a.json)),
         Command::Cancel { ids, grace, json } => block_on(control::cancel(&cli, ids, *grace, *json)),
+        Command::Restart(a) => block_on(control::restart(&cli, &a.ids, a.json)),
         Command::Remove(a) => block_on(control::remove(&cli, &a.ids, a.json)),
         Command::Clean { successful_only, json } => block_on(control::clean(&cli, *successful_only, *json)),
         Command::Wait { ids, json } => block_on(wait::run(&cli, ids, *json)),
