@@ -14,7 +14,7 @@ fi
 cd "$(dirname "$0")/../fuzz"
 secs=${1:-60}
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
-for target in units admission proto; do
+for target in units admission proto flags workload; do
   echo "== $target ($secs s)"
   cargo +nightly fuzz run "$target" -- -max_total_time="$secs"
 done

@@ -9,7 +9,7 @@ mod run;
 mod scratch;
 pub(crate) mod spec;
 mod status;
-mod submit;
+pub(crate) mod submit;
 mod wait;
 
 use std::future::Future;
