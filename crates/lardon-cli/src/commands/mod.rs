@@ -1,5 +1,6 @@
 //! One module per verb; [`dispatch`] picks it and returns the exit code.
 
+mod cert;
 mod control;
 mod daemon;
 mod log;
@@ -50,6 +51,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<u8> {
         Command::Policy { set, reset, json } => block_on(policy::run(&cli, set, reset, *json)),
         Command::Progress { progress, message } => block_on(progress::run(*progress, message.as_deref())),
         Command::Scratch(sub) => block_on(scratch::run(&cli, sub)),
+        Command::Cert(sub) => cert::run(sub),
     }
 }
 
