@@ -13,6 +13,7 @@
 mod capability;
 mod ids;
 mod messages;
+pub mod provision;
 mod router;
 
 pub use capability::{Capability, CapabilityError};
