@@ -12,6 +12,7 @@
 
 mod capability;
 mod ids;
+pub mod keda;
 mod messages;
 pub mod provision;
 mod router;
