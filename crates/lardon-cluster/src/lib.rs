@@ -14,6 +14,7 @@ mod capability;
 mod ids;
 pub mod keda;
 mod messages;
+pub mod optimizer;
 pub mod provision;
 mod router;
 
