@@ -10,6 +10,7 @@
 //! not built yet; they will drive [`Router`] and carry its [`Event`]s.
 #![warn(missing_docs)]
 
+pub mod cache;
 mod capability;
 mod ids;
 pub mod keda;
