@@ -17,7 +17,8 @@
 //!   before its next update (no prefetch held by saturated agents).
 //! * **Failure.** A submission with no agent for its capability is answered
 //!   [`Delivery::NoExecutor`] at once (the submitter runs it locally). An
-//!   agent's WAIT puts the task back at the head of its submitter's queue.
+//!   agent's WAIT puts the task back at the head of its submitter's queue
+//!   and empties that agent's mirror until its next update.
 //!   A lost agent's tasks are queued again with one more attempt; past
 //!   [`Router::MAX_ATTEMPTS`] they are handed back to run locally. When
 //!   the last agent of a capability goes, its waiting tasks are handed
@@ -229,6 +230,12 @@ impl Router {
         let mut events = Vec::new();
         match report {
             Report::Wait => {
+                // Its mirror admitted what its Governor would not: the
+                // mirror is wrong until the agent's next update, so nothing
+                // more goes there meanwhile (no WAIT ping-pong).
+                if let Some(a) = self.agents.get_mut(agent) {
+                    a.mirror = Availability::default();
+                }
                 if let Some(entry) = self.tasks.get_mut(task) {
                     entry.place = Place::Queued;
                     let key = entry.request.capability.key();

@@ -351,3 +351,18 @@ fn after_a_restart_restored_tasks_wait_for_their_agents_and_the_sweep_hands_back
     );
     r.check().unwrap();
 }
+
+#[test]
+fn a_wait_empties_the_agents_mirror_until_its_next_update() {
+    let mut r = Router::new(1);
+    r.hello(agent("a", &["gcc@12"], 4));
+    r.submit(req("t", "s", "gcc@12"));
+    let a = AgentId::new("a").unwrap();
+    // The mirror still admits the task, but the Governor said WAIT (say,
+    // host pressure): it is not sent straight back to the same agent.
+    let ev = r.report(&a, &TaskId::new("t").unwrap(), Report::Wait);
+    assert!(assigned(&ev).is_empty(), "{ev:?}");
+    assert_eq!(r.queued(), 1);
+    let ev = r.update(&a, Availability { memory: 8 * GIB, cpu_millis: 4000 });
+    assert_eq!(assigned(&ev), vec![("a".into(), "t".into())]);
+}

@@ -10,7 +10,8 @@
 //!   did not declare, or that does not validate, ends failed; tasks run
 //!   from argv, never through a shell ([`ProcessExecutor`]).
 //! * **Availability** is pushed whenever the Governor's generation moves
-//!   (its own reservations, and host samples taken every second).
+//!   (its own reservations, and host samples taken every second), and at
+//!   the next sample after a WAIT (the broker emptied its mirror then).
 //! * **Reconnects** with capped exponential backoff; the re-hello lists the
 //!   tasks it still runs and those whose end the broker has not
 //!   acknowledged, whose reports are sent again, so nothing is lost or run
@@ -102,6 +103,9 @@ pub struct Agent {
     ended_tx: mpsc::UnboundedSender<(TaskId, pb::TaskEnded)>,
     ended_rx: mpsc::UnboundedReceiver<(TaskId, pb::TaskEnded)>,
     generation: u64,
+    /// A WAIT was reported since the last sample: the broker emptied our
+    /// mirror, so the next sample pushes the availability even unchanged.
+    waited: bool,
 }
 
 /// `HOST:PORT` or a URI, as a URI.
@@ -139,6 +143,7 @@ impl Agent {
             ended_tx,
             ended_rx,
             generation: u64::MAX,
+            waited: false,
         })
     }
 
@@ -230,7 +235,12 @@ impl Agent {
                     send(&out, pb::agent_message::Kind::Report(report));
                 }
                 _ = beat.tick() => send(&out, pb::agent_message::Kind::Heartbeat(pb::Heartbeat {})),
-                _ = sample.tick() => { let _ = self.governor.sample(); }
+                _ = sample.tick() => {
+                    let _ = self.governor.sample();
+                    if std::mem::take(&mut self.waited) {
+                        self.generation = u64::MAX;
+                    }
+                }
             }
             self.push_availability(&out);
         }
@@ -301,6 +311,7 @@ impl Agent {
             report: Some(pb::task_report::Report::Wait(pb::Waited { reason })),
         };
         if self.running.len() >= usize::try_from(self.config.tokens).unwrap_or(usize::MAX) {
+            self.waited = true;
             send(out, pb::agent_message::Kind::Report(waited("all tokens in use".to_owned())));
             return;
         }
@@ -309,6 +320,7 @@ impl Agent {
         let reservation = match self.governor.reserve_available(&estimate) {
             Ok(r) => r,
             Err(decision) if decision.kind == lardon::DecisionKind::Wait => {
+                self.waited = true;
                 send(out, pb::agent_message::Kind::Report(waited(decision.to_string())));
                 return;
             }
