@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::core::Input;
 use crate::wire;
@@ -65,7 +65,9 @@ impl BrokerService {
             Ok(Ok(Some(m))) => Some(m),
             Ok(Ok(None)) => None,
             Ok(Err(status)) => {
-                warn!("stream failed: {}", status.message());
+                // Usually the peer exiting; the owner logs what it means
+                // (an agent lost, its tasks re-queued).
+                debug!("stream ended: {}", status.message());
                 None
             }
             Err(_) => {
