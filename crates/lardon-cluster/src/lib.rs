@@ -19,14 +19,22 @@
 //! * [`client`] is the submitter side, a small library the CLI (and later
 //!   an offloading daemon) uses.
 //! * [`wire`] validates everything a peer sends.
+//! * [`cache`], [`optimizer`], [`provision`] and [`keda`] are the result
+//!   cache and its hook chain, the token-bound controller, the
+//!   Provisioner's decision and the KEDA scaler (not yet wired into the
+//!   broker).
 #![warn(missing_docs)]
 
 pub mod agent;
 pub mod broker;
+pub mod cache;
 mod capability;
 pub mod client;
 mod ids;
+pub mod keda;
 mod messages;
+pub mod optimizer;
+pub mod provision;
 mod router;
 pub mod store;
 pub mod wire;

@@ -2,6 +2,7 @@
 
 mod agent;
 mod broker;
+mod cert;
 mod cluster;
 mod control;
 mod daemon;
@@ -12,7 +13,7 @@ mod run;
 mod scratch;
 pub(crate) mod spec;
 mod status;
-mod submit;
+pub(crate) mod submit;
 mod wait;
 
 use std::future::Future;
@@ -46,6 +47,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<u8> {
         Command::Pause(a) => block_on(control::pause(&cli, &a.ids, a.json)),
         Command::Resume(a) => block_on(control::resume(&cli, &a.ids, a.json)),
         Command::Cancel { ids, grace, json } => block_on(control::cancel(&cli, ids, *grace, *json)),
+        Command::Restart(a) => block_on(control::restart(&cli, &a.ids, a.json)),
         Command::Remove(a) => block_on(control::remove(&cli, &a.ids, a.json)),
         Command::Clean { successful_only, json } => block_on(control::clean(&cli, *successful_only, *json)),
         Command::Wait { ids, json } => block_on(wait::run(&cli, ids, *json)),
@@ -55,6 +57,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<u8> {
         Command::Broker(args) => broker::run(args),
         Command::Agent(args) => agent::run(args),
         Command::Cluster(sub) => block_on(cluster::run(sub)),
+        Command::Cert(sub) => cert::run(sub),
     }
 }
 
