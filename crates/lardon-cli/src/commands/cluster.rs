@@ -99,7 +99,8 @@ async fn submit(args: &ClusterSubmitArgs) -> Result<u8> {
     let client = Submitter::start(SubmitterConfig {
         broker: args.broker.clone(),
         submitter,
-        heartbeat: Duration::from_secs(5),
+        // Often enough for a broker run with a short --heartbeat.
+        heartbeat: Duration::from_secs(1),
         backoff: Backoff::default(),
         unreachable_after: Some(Duration::from_secs(60)),
     })

@@ -86,8 +86,9 @@ pub(crate) struct Core {
     specs: HashMap<TaskId, (SubmitterId, pb::TaskSpec)>,
     agents: HashMap<AgentId, Peer<AgentTx>>,
     submitters: HashMap<SubmitterId, Peer<SubmitTx>>,
-    /// Agents that held tasks before a restart and have not said hello.
-    ghosts: BTreeSet<AgentId>,
+    /// Agents that held tasks before a restart and have not said hello,
+    /// with the cancels asked for their tasks meanwhile.
+    ghosts: BTreeMap<AgentId, Vec<TaskId>>,
 }
 
 impl Core {
@@ -102,7 +103,7 @@ impl Core {
             specs: HashMap::new(),
             agents: HashMap::new(),
             submitters: HashMap::new(),
-            ghosts: BTreeSet::new(),
+            ghosts: BTreeMap::new(),
         };
         let live = core.store.live()?;
         let restored = !live.is_empty();
@@ -146,7 +147,7 @@ impl Core {
             };
             let events = core.router.hello(hello);
             core.apply(events, &[], None);
-            core.ghosts.insert(agent);
+            core.ghosts.insert(agent, Vec::new());
         }
         info!("broker state: {} live task(s) restored", core.specs.len());
         Ok((core, restored))
@@ -159,7 +160,7 @@ impl Core {
                 let agent = hello.agent.clone();
                 let before = self.router.holding(&agent);
                 let running = hello.running.clone();
-                self.ghosts.remove(&agent);
+                let cancels = self.ghosts.remove(&agent).unwrap_or_default();
                 info!(
                     "agent {agent} connected ({} capabilities, {} tokens)",
                     hello.capabilities.len(),
@@ -173,6 +174,13 @@ impl Core {
                 // or placed elsewhere meanwhile) is stopped; a finished one
                 // whose report is pending is re-reported and acknowledged.
                 let own: BTreeSet<TaskId> = self.router.holding(&agent).into_iter().collect();
+                // Cancels asked while it was away reach it now.
+                for task in cancels.into_iter().filter(|t| own.contains(t)) {
+                    self.to_agent(
+                        &agent,
+                        pb::broker_to_agent::Kind::Cancel(pb::CancelTask { task_id: task.to_string() }),
+                    );
+                }
                 for task in running.into_iter().filter(|t| !own.contains(t)) {
                     self.to_agent(
                         &agent,
@@ -228,7 +236,7 @@ impl Core {
             }
             Input::RecoveryOver => {
                 let ghosts = std::mem::take(&mut self.ghosts);
-                for agent in ghosts {
+                for agent in ghosts.into_keys() {
                     warn!("agent {agent} did not come back after the restart: its tasks are queued again");
                     let held = self.router.holding(&agent);
                     let events = self.router.agent_lost(&agent);
@@ -283,6 +291,10 @@ impl Core {
                     }
                 }
                 Event::Cancel { agent, task } => {
+                    if let Some(pending) = self.ghosts.get_mut(&agent) {
+                        pending.push(task);
+                        continue;
+                    }
                     outbox.push(Out::Agent(
                         agent,
                         pb::broker_to_agent::Kind::Cancel(pb::CancelTask { task_id: task.to_string() }),
@@ -351,7 +363,7 @@ impl Core {
             .agents()
             .into_iter()
             .map(|a| pb::AgentStatus {
-                recovering: self.ghosts.contains(&a.agent),
+                recovering: self.ghosts.contains_key(&a.agent),
                 agent_id: a.agent.to_string(),
                 capabilities: a.capabilities,
                 tokens: a.tokens,

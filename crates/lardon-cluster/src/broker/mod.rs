@@ -13,6 +13,8 @@
 //! handed back to its submitters to run locally.
 
 mod core;
+#[cfg(test)]
+mod core_tests;
 mod service;
 
 use std::future::Future;
