@@ -88,6 +88,8 @@ pub enum Answer {
     Rejected(String),
     /// No broker could be reached for the configured time: run it locally.
     Unreachable,
+    /// Its deadline passed while it waited for an agent; it never started.
+    DeadlinePassed,
 }
 
 /// The submitter is gone (its task ended).
@@ -216,6 +218,7 @@ fn answer(reply: pb::SubmitReply) -> Option<Answer> {
         O::RunLocally(r) => Answer::RunLocally(r.reason),
         O::Cancelled(_) => Answer::Cancelled,
         O::Rejected(r) => Answer::Rejected(r.reason),
+        O::DeadlinePassed(_) => Answer::DeadlinePassed,
     })
 }
 

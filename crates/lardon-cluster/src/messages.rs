@@ -95,6 +95,8 @@ pub enum Delivery {
     RunLocally(String),
     /// Cancelled before it started anywhere.
     Cancelled,
+    /// Its deadline passed while it waited for an agent; it never started.
+    Expired,
 }
 
 /// What a transition asks the transport to do.

@@ -342,6 +342,30 @@ impl Router {
         self.tasks.values().filter(|e| matches!(e.place, Place::InFlight(_))).count()
     }
 
+    /// A task's deadline passed: a queued one is answered
+    /// [`Delivery::Expired`] and never starts; one in flight is cancelled
+    /// at its agent (which also kills it at the deadline). Unknown or
+    /// finished ids change nothing.
+    pub fn expire(&mut self, task: &TaskId) -> Vec<Event> {
+        let Some(entry) = self.tasks.get(task) else { return Vec::new() };
+        let events = match &entry.place {
+            Place::InFlight(agent) => vec![Event::Cancel { agent: agent.clone(), task: task.clone() }],
+            Place::Queued => {
+                let key = entry.request.capability.key();
+                let submitter = entry.request.submitter.clone();
+                if let Some(route) = self.routes.get_mut(&key) {
+                    route.remove(&submitter, task);
+                    if route.is_empty() {
+                        self.routes.remove(&key);
+                    }
+                }
+                self.finish(task, Delivery::Expired).into_iter().collect()
+            }
+        };
+        self.debug_check();
+        events
+    }
+
     /// Tasks queued (all routes).
     pub fn queued(&self) -> usize {
         self.tasks.values().filter(|e| matches!(e.place, Place::Queued)).count()

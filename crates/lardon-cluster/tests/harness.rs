@@ -236,3 +236,18 @@ async fn a_resubmission_by_id_is_answered_once_and_not_run_again() {
     let st = client::status(&c.addr).await.unwrap();
     assert_eq!((st.finished, st.queued, st.in_flight), (1, 0, 0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_that_passes_in_the_queue_is_answered_and_the_task_never_starts() {
+    let mut c = cluster(&[("gcc-1", &["gcc@12"], 1)], false).await;
+    let s = c.submitter("s1");
+    let busy = s.submit(&task("busy", "gcc@12"));
+    assert_eq!(c.next_start().await.1, "busy");
+    let mut late = task("late", "gcc@12");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    late.deadline_unix_ms = Some(i64::try_from(now.as_millis()).unwrap() + 300);
+    assert_eq!(answer(s.submit(&late)).await, Answer::DeadlinePassed);
+    c.gate.send_replace(true);
+    assert!(matches!(answer(busy).await, Answer::Done(e) if e.success));
+    assert!(c.started.try_recv().is_err(), "the expired task started");
+}

@@ -366,3 +366,21 @@ fn a_wait_empties_the_agents_mirror_until_its_next_update() {
     let ev = r.update(&a, Availability { memory: 8 * GIB, cpu_millis: 4000 });
     assert_eq!(assigned(&ev), vec![("a".into(), "t".into())]);
 }
+
+#[test]
+fn a_passed_deadline_answers_a_queued_task_and_cancels_a_running_one() {
+    let mut r = Router::new(1);
+    r.hello(agent("a", &["gcc@12"], 1));
+    r.submit(req("running", "s", "gcc@12"));
+    r.submit(req("waiting", "s", "gcc@12"));
+    let ev = r.expire(&TaskId::new("waiting").unwrap());
+    assert_eq!(delivered(&ev), vec![("waiting".into(), Delivery::Expired)]);
+    assert_eq!(r.queued(), 0);
+    let ev = r.expire(&TaskId::new("running").unwrap());
+    assert_eq!(
+        ev,
+        vec![Event::Cancel { agent: AgentId::new("a").unwrap(), task: TaskId::new("running").unwrap() }]
+    );
+    assert!(r.expire(&TaskId::new("waiting").unwrap()).is_empty(), "answered once");
+    r.check().unwrap();
+}

@@ -119,6 +119,9 @@ async fn submit(args: &ClusterSubmitArgs) -> Result<u8> {
         Answer::NoExecutor => Err(anyhow::anyhow!("no agent runs {}: run it locally", task.capability)),
         Answer::RunLocally(why) => Err(anyhow::anyhow!("the cluster gave it back ({why}): run it locally")),
         Answer::Cancelled => Err(anyhow::anyhow!("task {} was cancelled", task.id)),
+        Answer::DeadlinePassed => {
+            Err(anyhow::anyhow!("task {}: --deadline passed before an agent could start it", task.id))
+        }
         Answer::Rejected(why) => Err(usage(why)),
         Answer::Unreachable => {
             Err(Failure::Unreachable(format!("the broker at {} stopped answering", args.broker)).into())

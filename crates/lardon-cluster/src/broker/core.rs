@@ -69,6 +69,10 @@ pub(crate) enum Input {
     },
     /// The recovery window after a restart has passed.
     RecoveryOver,
+    /// A task's deadline passed.
+    Deadline {
+        task: TaskId,
+    },
 }
 
 #[derive(Debug)]
@@ -86,6 +90,9 @@ pub(crate) struct Core {
     specs: HashMap<TaskId, (SubmitterId, pb::TaskSpec)>,
     agents: HashMap<AgentId, Peer<AgentTx>>,
     submitters: HashMap<SubmitterId, Peer<SubmitTx>>,
+    /// Where deadline timers send [`Input::Deadline`] (`None`: no timers,
+    /// as in tests that send it themselves).
+    timers: Option<mpsc::Sender<Input>>,
     /// Agents that held tasks before a restart and have not said hello,
     /// with the cancels asked for their tasks meanwhile.
     ghosts: BTreeMap<AgentId, Vec<TaskId>>,
@@ -96,8 +103,13 @@ impl Core {
     /// their routes, in-flight ones held for their agent's re-hello.
     /// Returns whether anything was restored (then a recovery window is
     /// due).
-    pub(crate) fn restore(store: Store, seed: u64) -> Result<(Self, bool), StoreError> {
+    pub(crate) fn restore(
+        store: Store,
+        seed: u64,
+        timers: Option<mpsc::Sender<Input>>,
+    ) -> Result<(Self, bool), StoreError> {
         let mut core = Core {
+            timers,
             router: Router::new(seed),
             store,
             specs: HashMap::new(),
@@ -131,6 +143,7 @@ impl Core {
             if let Some(agent) = task.agent.as_deref().and_then(|a| AgentId::new(a).ok()) {
                 held.entry(agent).or_default().push(id.clone());
             }
+            core.arm(&id, job.spec.deadline_unix_ms);
             core.specs.insert(id, (submitter, job.spec));
         }
         // Each agent that held tasks becomes a placeholder holding them
@@ -234,6 +247,10 @@ impl Core {
             Input::Status { reply } => {
                 let _ = reply.send(self.status());
             }
+            Input::Deadline { task } => {
+                let events = self.router.expire(&task);
+                self.apply(events, std::slice::from_ref(&task), None);
+            }
             Input::RecoveryOver => {
                 let ghosts = std::mem::take(&mut self.ghosts);
                 for agent in ghosts.into_keys() {
@@ -246,6 +263,23 @@ impl Core {
                 self.apply(events, &[], None);
             }
         }
+    }
+
+    /// Sends [`Input::Deadline`] for `task` at `deadline_unix_ms` (0: none).
+    fn arm(&self, task: &TaskId, deadline_unix_ms: i64) {
+        let Some(tx) = self.timers.clone() else { return };
+        if deadline_unix_ms <= 0 {
+            return;
+        }
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        let left = u128::try_from(deadline_unix_ms).unwrap_or(0).saturating_sub(now);
+        let left = std::time::Duration::from_millis(u64::try_from(left).unwrap_or(u64::MAX));
+        let task = task.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(left).await;
+            let _ = tx.send(Input::Deadline { task }).await;
+        });
     }
 
     fn is_current_agent(&self, agent: &AgentId, conn: u64) -> bool {
@@ -265,6 +299,7 @@ impl Core {
             if let Err(e) = self.store.insert(submitter.as_str(), &spec) {
                 error!("{e}");
             }
+            self.arm(&id, spec.deadline_unix_ms);
             self.specs.insert(id.clone(), (submitter.clone(), spec));
         }
         if submitted == Submitted::AlreadyFinished {
@@ -400,6 +435,7 @@ fn reply(task: &TaskId, delivery: Delivery, ended: Option<pb::TaskEnded>) -> pb:
         Delivery::NoExecutor => O::NoExecutor(pb::NoExecutor {}),
         Delivery::RunLocally(reason) => O::RunLocally(pb::RunLocally { reason }),
         Delivery::Cancelled => O::Cancelled(pb::Cancelled {}),
+        Delivery::Expired => O::DeadlinePassed(pb::DeadlinePassed {}),
     };
     pb::SubmitReply { task_id: task.to_string(), outcome: Some(outcome) }
 }

@@ -28,7 +28,7 @@ fn restarted(dir: &std::path::Path) -> Core {
     store.insert("s", &spec("held")).unwrap_or_else(|e| panic!("{e}"));
     store.place("held", Some("a1"), 0).unwrap_or_else(|e| panic!("{e}"));
     store.insert("s", &spec("queued")).unwrap_or_else(|e| panic!("{e}"));
-    let (core, restored) = Core::restore(store, 1).unwrap_or_else(|e| panic!("{e}"));
+    let (core, restored) = Core::restore(store, 1, None).unwrap_or_else(|e| panic!("{e}"));
     assert!(restored);
     core
 }

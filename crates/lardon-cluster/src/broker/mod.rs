@@ -78,8 +78,8 @@ pub fn start(config: &BrokerConfig) -> Result<BrokerService, BrokerError> {
         Some(dir) => Store::open(dir)?,
         None => Store::in_memory()?,
     };
-    let (mut core, restored) = core::Core::restore(store, config.seed)?;
     let (tx, mut rx) = mpsc::channel(1024);
+    let (mut core, restored) = core::Core::restore(store, config.seed, Some(tx.clone()))?;
     if restored {
         let tx = tx.clone();
         let window = config.recovery;
