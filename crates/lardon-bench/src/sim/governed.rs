@@ -21,9 +21,16 @@
 //! `sample_interval`). The real dispatcher reuses a snapshot younger than
 //! that interval; the simulation samples at every event. Not modelled:
 //! the anti-starvation hold, dependencies, pause/cancel.
+//!
+//! Also re-implemented: the daemon's *class probe* (docs/DESIGN.md §6):
+//! while a named class has no completed run, its first task is its probe
+//! and every sibling waits until the probe has ended (through its memory
+//! retries), then is sized by what the probe taught. Siblings waiting on a
+//! probe are not admissible (a queue dependency in the daemon), so they
+//! never block strict FIFO's scan.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -77,6 +84,18 @@ pub struct Options {
     /// item, is recorded as killed at its limit and is re-admitted (a
     /// batch re-runs smaller, an unbatched task at its learned size).
     pub hard: bool,
+    /// The daemon's class probe (see the module documentation): siblings
+    /// of an unproven class wait for its first task to end.
+    pub probe: bool,
+}
+
+impl Options {
+    /// The standard strategies' options: the class probe goes with
+    /// learning (it exists so that a class learns before its siblings
+    /// run; without learning there is nothing to wait for).
+    pub fn lardon(bypass: bool, learn: bool, hard: bool) -> Self {
+        Options { bypass, learn, hard, probe: learn }
+    }
 }
 
 /// Runs `tasks` on `host` through the real Governor.
@@ -84,7 +103,7 @@ pub struct Options {
 /// # Errors
 /// [`SimError`] when the Governor cannot be built or the loop stalls.
 pub fn run(host: &Host, tasks: &[SimTask], options: Options) -> Result<Outcome, SimError> {
-    let Options { bypass, learn, hard } = options;
+    let Options { bypass, learn, hard, probe: probe_first } = options;
     let profile = HostProfile::new(host.total_memory, host.cpus);
     let policy = HostPolicy::default_for(&profile);
     let budget = profile.total_memory - policy.memory_reserve;
@@ -106,6 +125,9 @@ pub fn run(host: &Host, tasks: &[SimTask], options: Options) -> Result<Outcome, 
     let (mut now, mut makespan, mut sequences, mut rejected) = (0u64, 0u64, 0u64, 0usize);
     let mut not_green_ms = 0u64;
     let mut kills = 0u64;
+    // The live probe of each class that had no completed run when one of
+    // its tasks was first scanned.
+    let mut probes: HashMap<&str, usize> = HashMap::new();
 
     loop {
         // 1. Sequences ending now.
@@ -175,6 +197,20 @@ pub fn run(host: &Host, tasks: &[SimTask], options: Options) -> Result<Outcome, 
             if blocked && !is_between {
                 still_pending.push(i);
                 continue;
+            }
+            if probe_first && !is_between {
+                let class = tasks[i].class_name();
+                let proven = governor.learned(&estimates[i]).is_some_and(|l| l.samples > 0);
+                match probes.get(class) {
+                    _ if proven => {}
+                    Some(&p) if p != i && remaining[p] > 0 => {
+                        still_pending.push(i);
+                        continue;
+                    }
+                    _ => {
+                        probes.insert(class, i);
+                    }
+                }
             }
             match governor.reserve(&estimates[i], &snapshot) {
                 Ok(reservation) => {

@@ -182,3 +182,33 @@ fn a_killed_batch_reruns_smaller_and_learning_stops_the_kills() {
         assert!(o.peak_usage <= o.budget, "hard enforcement keeps real use within the budget");
     }
 }
+
+#[test]
+fn siblings_of_an_unproven_class_wait_for_its_probe() {
+    use super::governed::kill_limit;
+    // Three tasks of one class declare 1 GiB and really use 4 GiB for 10 s;
+    // an unrelated honest task comes last.
+    let liar = |i: u32| SimTask {
+        class: Some("k".into()),
+        real_fixed: 4 * GIB,
+        ..SimTask::simple(format!("k{i}"), GIB, 10_000)
+    };
+    let w = wl(vec![liar(0), liar(1), liar(2), SimTask::simple("other", GIB, 25_000)]);
+    let o = simulate(&Host::default(), &w, Strategy::LardonHard).unwrap();
+    // Only the probe is killed (twice, as alone); its siblings start when
+    // it completes, at its measured peak, and run side by side.
+    assert_eq!((o.kills, o.sequences), (Some(2), 6));
+    let ran = |limit: u64| (10_000u128 * u128::from(limit) / u128::from(4 * GIB)) as u64;
+    let first = kill_limit(GIB);
+    let probe_done = ran(first) + ran(kill_limit(2 * first)) + 10_000;
+    assert_eq!(o.makespan_ms, (probe_done + 10_000).max(25_000));
+    // Without learning there is no probe: the three start together and
+    // each is killed on its way up.
+    let ablation = simulate(&Host::default(), &w, Strategy::LardonHardNoLearning).unwrap();
+    assert!(ablation.kills.unwrap() >= 3 * o.kills.unwrap(), "{ablation:?}");
+    // A sibling waiting on its probe is not admissible: it never blocks
+    // strict FIFO's scan, so the unrelated task runs at once.
+    let fifo = simulate(&Host::default(), &w, Strategy::StrictFifo).unwrap();
+    assert_eq!(fifo.makespan_ms, 25_000, "the unrelated task started at 0");
+    assert_eq!(fifo.sequences, 4);
+}
