@@ -98,11 +98,45 @@ impl Options {
     }
 }
 
+/// One admitted sequence, as [`run_traced`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admitted {
+    /// Virtual time of the admission, ms.
+    pub at_ms: u64,
+    /// Index of the task in the workload.
+    pub task: usize,
+    /// Items the sequence processes.
+    pub items: u64,
+    /// The batch target the Governor applied (history, slow start and
+    /// YELLOW; [`Governor::batch_target`]).
+    pub target: u64,
+    /// The pressure level at the admission.
+    pub level: PressureLevel,
+    /// Items the task had left before this sequence.
+    pub remaining: u64,
+    /// Bytes reserved for the sequence.
+    pub reserved: u64,
+}
+
 /// Runs `tasks` on `host` through the real Governor.
 ///
 /// # Errors
 /// [`SimError`] when the Governor cannot be built or the loop stalls.
 pub fn run(host: &Host, tasks: &[SimTask], options: Options) -> Result<Outcome, SimError> {
+    run_traced(host, tasks, options, &mut |_| {})
+}
+
+/// [`run`], calling `trace` for every admitted sequence (how batch sizes
+/// are chosen over time: `simulate --trace WORKLOAD`).
+///
+/// # Errors
+/// As [`run`].
+pub fn run_traced(
+    host: &Host,
+    tasks: &[SimTask],
+    options: Options,
+    trace: &mut dyn FnMut(&Admitted),
+) -> Result<Outcome, SimError> {
     let Options { bypass, learn, hard, probe: probe_first } = options;
     let profile = HostProfile::new(host.total_memory, host.cpus);
     let policy = HostPolicy::default_for(&profile);
@@ -216,6 +250,18 @@ pub fn run(host: &Host, tasks: &[SimTask], options: Options) -> Result<Outcome, 
                 Ok(reservation) => {
                     let items = reservation.contract().batch.min(remaining[i]);
                     let reserved = reservation.contract().memory;
+                    // A grant changes no target until the next sample.
+                    let target = governor.batch_target(&estimates[i]);
+                    let level = governor.pressure().0;
+                    trace(&Admitted {
+                        at_ms: now,
+                        task: i,
+                        items,
+                        target,
+                        level,
+                        remaining: remaining[i],
+                        reserved,
+                    });
                     let need = tasks[i].real_memory(items);
                     let limit = kill_limit(reserved);
                     let killed = (hard && need > limit).then_some(limit);

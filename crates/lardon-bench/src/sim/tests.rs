@@ -212,3 +212,30 @@ fn siblings_of_an_unproven_class_wait_for_its_probe() {
     assert_eq!(fifo.makespan_ms, 25_000, "the unrelated task started at 0");
     assert_eq!(fifo.sequences, 4);
 }
+
+#[test]
+fn the_trace_reports_every_admitted_sequence_with_its_target() {
+    use super::governed::{self, Admitted, Options};
+    // The liar of `learning_halves_a_liars_batches`: 64 items, then the
+    // learned target of 32 twice.
+    let liar = SimTask {
+        items: 128,
+        batch_max: 64,
+        est_fixed: 0,
+        est_per_item: 256 << 20,
+        real_fixed: 0,
+        real_per_item: 512 << 20,
+        time_per_item: 100,
+        ..SimTask::simple("liar", 0, 1_000)
+    };
+    let mut seen: Vec<Admitted> = Vec::new();
+    let o = governed::run_traced(&Host::default(), &[liar], Options::lardon(true, true, false), &mut |a| {
+        seen.push(a.clone());
+    })
+    .unwrap();
+    let shape: Vec<(u64, u64, u64, u64)> =
+        seen.iter().map(|a| (a.at_ms, a.items, a.target, a.remaining)).collect();
+    assert_eq!(shape, vec![(0, 64, 64, 128), (7_400, 32, 32, 64), (11_600, 32, 32, 32)]);
+    assert_eq!(seen[1].reserved, 32 * (512 << 20), "the grant is the learned per-item cost");
+    assert_eq!(o.sequences, seen.len() as u64);
+}
