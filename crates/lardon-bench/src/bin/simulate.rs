@@ -7,6 +7,10 @@
 //! `--trace WORKLOAD` prints instead every sequence the `lardon` strategy
 //! admits on that standard workload (time, task, batch, target, pressure),
 //! to see how batch sizes are chosen over time.
+//! `--seeds N` prints instead, per workload and governed strategy, the mean
+//! and worst makespan ÷ lower bound and the kills over seeds 1..=N: one
+//! seed's figures move by ±10 % with the seed, so a change to admission
+//! is judged on the means.
 
 use std::io::Write as _;
 
@@ -17,6 +21,7 @@ fn main() {
     let mut seed = 42u64;
     let mut smoke = false;
     let mut trace: Option<String> = None;
+    let mut seeds: Option<u64> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -24,6 +29,10 @@ fn main() {
             "--trace" => match args.next() {
                 Some(w) => trace = Some(w),
                 None => usage("--trace needs a workload name"),
+            },
+            "--seeds" => match args.next().and_then(|s| s.parse().ok()).filter(|&n: &u64| n > 0) {
+                Some(n) => seeds = Some(n),
+                None => usage("--seeds needs a number ≥ 1"),
             },
             "--seed" => match args.next().and_then(|s| s.parse().ok()) {
                 Some(s) => seed = s,
@@ -37,19 +46,19 @@ fn main() {
         print_trace(&host, seed, &name);
         return;
     }
-    let workloads = if smoke { vec![workload::tiny(seed)] } else { workload::standard(seed) };
-    let mut outcomes: Vec<Outcome> = Vec::new();
-    for w in &workloads {
-        for s in sim::standard_strategies() {
-            match sim::simulate(&host, w, s) {
-                Ok(o) => outcomes.push(o),
-                Err(e) => {
-                    eprintln!("simulate: {} / {s:?}: {e}", w.name);
-                    std::process::exit(1);
-                }
-            }
-        }
+    if let Some(n) = seeds {
+        let runs: Vec<Vec<Outcome>> = (1..=n).map(|s| run_all(&host, &workload::standard(s))).collect();
+        println!(
+            "Host: {} GiB RAM, {} CPUs, default policy. Seeds 1 to {n}.",
+            host.total_memory >> 30,
+            host.cpus
+        );
+        println!();
+        print!("{}", sim::report::across_seeds(&runs));
+        return;
     }
+    let workloads = if smoke { vec![workload::tiny(seed)] } else { workload::standard(seed) };
+    let outcomes = run_all(&host, &workloads);
     println!(
         "Host: {} GiB RAM, {} CPUs, default policy (budget {} GiB). Seed {seed}.",
         host.total_memory >> 30,
@@ -69,6 +78,24 @@ fn main() {
         let joint = sim::bounds::joint_lower_bound(&w.tasks, budget);
         println!("| {} | {:.1} s | {:.1} s | {:.3} |", w.name, lb / 1e3, joint / 1e3, joint / lb);
     }
+}
+
+/// Every standard strategy on every workload, in order; exits on a failed
+/// simulation.
+fn run_all(host: &Host, workloads: &[workload::Workload]) -> Vec<Outcome> {
+    let mut outcomes = Vec::new();
+    for w in workloads {
+        for s in sim::standard_strategies() {
+            match sim::simulate(host, w, s) {
+                Ok(o) => outcomes.push(o),
+                Err(e) => {
+                    eprintln!("simulate: {} / {s:?}: {e}", w.name);
+                    std::process::exit(1);
+                }
+            }
+        }
+    }
+    outcomes
 }
 
 /// One line per admitted sequence of the `lardon` strategy on `name`.
@@ -103,6 +130,6 @@ fn print_trace(host: &Host, seed: u64, name: &str) {
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("simulate: {msg}\nusage: simulate [--seed N] [--smoke | --trace WORKLOAD]");
+    eprintln!("simulate: {msg}\nusage: simulate [--seed N] [--smoke | --trace WORKLOAD] | --seeds N");
     std::process::exit(2);
 }
