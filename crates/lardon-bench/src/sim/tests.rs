@@ -239,3 +239,31 @@ fn the_trace_reports_every_admitted_sequence_with_its_target() {
     assert_eq!(seen[1].reserved, 32 * (512 << 20), "the grant is the learned per-item cost");
     assert_eq!(o.sequences, seen.len() as u64);
 }
+
+#[test]
+fn across_seeds_reports_mean_worst_and_total_kills_of_governed_rows() {
+    let outcome = |strategy: &str, makespan_ms: u64, kills: Option<u64>, reserved: Option<u64>| Outcome {
+        workload: "w".into(),
+        strategy: strategy.into(),
+        makespan_ms,
+        lower_bound_ms: 100.0,
+        budget: 10,
+        peak_reserved: reserved,
+        peak_usage: 0,
+        over_budget_ms: 0,
+        over_physical_ms: 0,
+        oom_events: 0,
+        sequences: 1,
+        rejected: 0,
+        kills,
+        not_green_ms: None,
+    };
+    let runs = vec![
+        vec![outcome("hard", 110, Some(2), Some(9)), outcome("fixed", 50, None, None)],
+        vec![outcome("hard", 130, Some(3), Some(10)), outcome("fixed", 60, None, None)],
+    ];
+    let table = report::across_seeds(&runs);
+    assert!(table.contains("| w | hard | 1.200 | 1.300 | 5 | 1.000 |"), "{table}");
+    assert!(!table.contains("fixed"), "fixed-N rows are left out: {table}");
+    assert_eq!(report::across_seeds(&[]).lines().count(), 2, "header only");
+}
