@@ -14,9 +14,10 @@
 //! `ceil(fixed ÷ per_item)`: no more than half its memory is fixed
 //! overhead, and no more than half is items held while others wait.
 //!
-//! Why (BENCHMARKS.md, "Packing simulator"): without the cap, the tasks
-//! admitted first took full batches (7–13 GiB each) while the rest waited
-//! for memory, then were granted whatever was free. Measured over seeds
+//! Why (BENCHMARKS.md, "Packing simulator"): without the cap, batch sizes
+//! under a memory-bound backlog were set by accident: full batches (7–13
+//! GiB each) for the tasks admitted first, then whatever the caution
+//! band's YELLOW halving and the free slivers left (1–10). Measured over seeds
 //! 1–15 (`simulate --seeds 15`), the cap brings the honest batched
 //! workload from 1.613 to 1.560 × its lower bound on average and leaves
 //! the batched liars where they were (1.750 → 1.761; 1.783 → 1.759 under
