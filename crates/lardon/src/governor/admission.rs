@@ -127,7 +127,9 @@ pub(crate) fn evaluate(
     }
     let decision = admit(ledger, est, snap, now, running, hold);
     if decision.kind == DecisionKind::Wait && decision.reason == ReasonCode::Memory {
-        ledger.contention.note_memory_wait(now);
+        ledger.contention.note_memory_wait(est, now);
+    } else if decision.contract.is_some() {
+        ledger.contention.note_grant(est);
     }
     Evaluation { decision, budgets_changed }
 }

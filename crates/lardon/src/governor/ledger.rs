@@ -65,7 +65,7 @@ pub(crate) struct Ledger {
     /// Lardon's own CPUs averaged like the 1-minute load (the load gate).
     pub(crate) own_load: OwnLoad,
     pub(crate) history: History,
-    /// When a WAIT for memory was last decided (batch choice, `packing.rs`).
+    /// The estimates waiting for memory (batch choice, `packing.rs`).
     pub(crate) contention: Contention,
     pub(crate) ramps: HashMap<(Class, usize), Ramp>,
     pub(crate) ramp_clock: u64,

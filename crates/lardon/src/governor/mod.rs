@@ -503,8 +503,9 @@ impl Governor {
 
     /// The batch target admission would apply to `estimate` now (step 9 of
     /// docs/DESIGN.md §4): the history target ([`Learned::batch_target`]),
-    /// capped at `ceil(fixed ÷ per_item)` while memory is contended (a WAIT
-    /// for memory within the last second), lowered by slow start and
+    /// capped at `ceil(fixed ÷ per_item)` while memory is contended (an
+    /// estimate got a WAIT for memory within the last second and has not
+    /// been granted since), lowered by slow start and
     /// halved under YELLOW pressure, never below `batch_min`. The batch actually granted may be smaller still when
     /// memory or GPU memory is short.
     pub fn batch_target(&self, estimate: &Estimate) -> u64 {

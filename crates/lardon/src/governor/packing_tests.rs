@@ -101,3 +101,19 @@ fn the_cap_uses_the_learned_per_item_cost() {
     let c = r.gov.decide(&e, &r.snap_with(|_| {})).contract.unwrap();
     assert_eq!((c.batch, c.memory), (6, GIB + 6 * 200 * MIB), "granted at the learned size");
 }
+
+#[test]
+fn the_cap_lifts_as_soon_as_the_waiter_is_granted() {
+    let r = rig();
+    let held = r.gov.reserve(&big(8 * GIB), &r.snap_with(|_| {})).unwrap();
+    assert_eq!(r.gov.decide(&big(10 * GIB), &r.snap_with(|_| {})).reason, ReasonCode::Memory);
+    assert_eq!(r.gov.batch_target(&batched()), 11);
+    // Memory comes back and the waiter is admitted: nobody waits any more,
+    // so the next batched task gets its full target within the same second.
+    drop(held);
+    let _waiter = r.gov.reserve(&big(10 * GIB), &r.snap_with(|_| {})).unwrap();
+    assert_eq!(r.gov.batch_target(&batched()), 64);
+    // Another estimate's WAIT is its own: a second waiter keeps it contended.
+    assert_eq!(r.gov.decide(&big(5 * GIB), &r.snap_with(|_| {})).reason, ReasonCode::Memory);
+    assert_eq!(r.gov.batch_target(&batched()), 11);
+}
