@@ -107,8 +107,9 @@ pub struct Admitted {
     pub task: usize,
     /// Items the sequence processes.
     pub items: u64,
-    /// The batch target the Governor applied (history, slow start and
-    /// YELLOW; [`Governor::batch_target`]).
+    /// The batch target the Governor applied (history, the cap while
+    /// memory is contended, slow start and YELLOW;
+    /// [`Governor::batch_target`]).
     pub target: u64,
     /// The pressure level at the admission.
     pub level: PressureLevel,
@@ -246,12 +247,13 @@ pub fn run_traced(
                     }
                 }
             }
+            // The target admission applies, read before the grant: a grant
+            // can end the contention that capped it.
+            let target = governor.batch_target(&estimates[i]);
             match governor.reserve(&estimates[i], &snapshot) {
                 Ok(reservation) => {
                     let items = reservation.contract().batch.min(remaining[i]);
                     let reserved = reservation.contract().memory;
-                    // A grant changes no target until the next sample.
-                    let target = governor.batch_target(&estimates[i]);
                     let level = governor.pressure().0;
                     trace(&Admitted {
                         at_ms: now,
