@@ -92,7 +92,7 @@ impl fmt::Display for Class {
 /// Memory for a batch of `b` items is `memory_fixed + memory_per_item × b`
 /// (likewise for GPU memory, per device). CPUs are in thousandths
 /// ([`MILLIS_PER_CPU`]). Build one with [`Estimate::builder`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Estimate {
     pub(crate) memory_fixed: u64,
     pub(crate) memory_per_item: u64,

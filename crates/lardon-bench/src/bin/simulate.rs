@@ -4,16 +4,36 @@
 //! `cargo run -p lardon-bench --release --bin simulate [-- --seed N] [--smoke]`
 //!
 //! `--smoke` runs only the tiny workload (seconds even in a debug build).
+//! `--trace WORKLOAD` prints instead every sequence the `lardon` strategy
+//! admits on that standard workload (time, task, batch, target, pressure),
+//! to see how batch sizes are chosen over time.
+//! `--seeds N` prints instead, per workload and governed strategy, the mean
+//! and worst makespan ÷ lower bound and the kills over seeds 1..=N: one
+//! seed's figures move by ±10 % with the seed, so a change to admission
+//! is judged on the means.
 
+use std::io::Write as _;
+
+use lardon_bench::sim::governed::{self, Options};
 use lardon_bench::sim::{self, Host, Outcome, workload};
 
 fn main() {
     let mut seed = 42u64;
     let mut smoke = false;
+    let mut trace: Option<String> = None;
+    let mut seeds: Option<u64> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--smoke" => smoke = true,
+            "--trace" => match args.next() {
+                Some(w) => trace = Some(w),
+                None => usage("--trace needs a workload name"),
+            },
+            "--seeds" => match args.next().and_then(|s| s.parse().ok()).filter(|&n: &u64| n > 0) {
+                Some(n) => seeds = Some(n),
+                None => usage("--seeds needs a number ≥ 1"),
+            },
             "--seed" => match args.next().and_then(|s| s.parse().ok()) {
                 Some(s) => seed = s,
                 None => usage("--seed needs a number"),
@@ -22,19 +42,23 @@ fn main() {
         }
     }
     let host = Host::default();
-    let workloads = if smoke { vec![workload::tiny(seed)] } else { workload::standard(seed) };
-    let mut outcomes: Vec<Outcome> = Vec::new();
-    for w in &workloads {
-        for s in sim::standard_strategies() {
-            match sim::simulate(&host, w, s) {
-                Ok(o) => outcomes.push(o),
-                Err(e) => {
-                    eprintln!("simulate: {} / {s:?}: {e}", w.name);
-                    std::process::exit(1);
-                }
-            }
-        }
+    if let Some(name) = trace {
+        print_trace(&host, seed, &name);
+        return;
     }
+    if let Some(n) = seeds {
+        let runs: Vec<Vec<Outcome>> = (1..=n).map(|s| run_all(&host, &workload::standard(s))).collect();
+        println!(
+            "Host: {} GiB RAM, {} CPUs, default policy. Seeds 1 to {n}.",
+            host.total_memory >> 30,
+            host.cpus
+        );
+        println!();
+        print!("{}", sim::report::across_seeds(&runs));
+        return;
+    }
+    let workloads = if smoke { vec![workload::tiny(seed)] } else { workload::standard(seed) };
+    let outcomes = run_all(&host, &workloads);
     println!(
         "Host: {} GiB RAM, {} CPUs, default policy (budget {} GiB). Seed {seed}.",
         host.total_memory >> 30,
@@ -43,9 +67,69 @@ fn main() {
     );
     println!();
     print!("{}", sim::report::markdown(&outcomes));
+    // The tighter bound, for reading the ratios above: how close any
+    // schedule could come (the table's ratios stay against the standard one).
+    let budget = outcomes.first().map_or(0, |o| o.budget);
+    println!();
+    println!("| workload | lower bound | joint lower bound | joint ÷ lower bound |");
+    println!("|---|---|---|---|");
+    for w in &workloads {
+        let lb = sim::bounds::lower_bound(&w.tasks, budget);
+        let joint = sim::bounds::joint_lower_bound(&w.tasks, budget);
+        println!("| {} | {:.1} s | {:.1} s | {:.3} |", w.name, lb / 1e3, joint / 1e3, joint / lb);
+    }
+}
+
+/// Every standard strategy on every workload, in order; exits on a failed
+/// simulation.
+fn run_all(host: &Host, workloads: &[workload::Workload]) -> Vec<Outcome> {
+    let mut outcomes = Vec::new();
+    for w in workloads {
+        for s in sim::standard_strategies() {
+            match sim::simulate(host, w, s) {
+                Ok(o) => outcomes.push(o),
+                Err(e) => {
+                    eprintln!("simulate: {} / {s:?}: {e}", w.name);
+                    std::process::exit(1);
+                }
+            }
+        }
+    }
+    outcomes
+}
+
+/// One line per admitted sequence of the `lardon` strategy on `name`.
+fn print_trace(host: &Host, seed: u64, name: &str) {
+    let all = workload::standard(seed);
+    let Some(w) = all.iter().find(|w| w.name == name) else {
+        let names: Vec<&str> = all.iter().map(|w| w.name.as_str()).collect();
+        usage(&format!("--trace: unknown workload {name:?} (one of: {})", names.join(", ")));
+    };
+    let mut out = std::io::stdout().lock();
+    // A closed pipe (`| head`) ends the output, not the process with a panic.
+    let mut open = writeln!(out, "time_s\ttask\tbatch\ttarget\tpressure\tremaining\treserved_mib").is_ok();
+    let mut line = |a: &governed::Admitted| {
+        open = open
+            && writeln!(
+                out,
+                "{:.1}\t{}\t{}\t{}\t{}\t{}\t{}",
+                a.at_ms as f64 / 1e3,
+                w.tasks[a.task].name,
+                a.items,
+                a.target,
+                a.level.as_str(),
+                a.remaining,
+                a.reserved >> 20
+            )
+            .is_ok();
+    };
+    if let Err(e) = governed::run_traced(host, &w.tasks, Options::lardon(true, true, false), &mut line) {
+        eprintln!("simulate: {name}: {e}");
+        std::process::exit(1);
+    }
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("simulate: {msg}\nusage: simulate [--seed N] [--smoke]");
+    eprintln!("simulate: {msg}\nusage: simulate [--seed N] [--smoke | --trace WORKLOAD] | --seeds N");
     std::process::exit(2);
 }

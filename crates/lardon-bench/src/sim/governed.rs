@@ -21,9 +21,16 @@
 //! `sample_interval`). The real dispatcher reuses a snapshot younger than
 //! that interval; the simulation samples at every event. Not modelled:
 //! the anti-starvation hold, dependencies, pause/cancel.
+//!
+//! Also re-implemented: the daemon's *class probe* (docs/DESIGN.md §6):
+//! while a named class has no completed run, its first task is its probe
+//! and every sibling waits until the probe has ended (through its memory
+//! retries), then is sized by what the probe taught. Siblings waiting on a
+//! probe are not admissible (a queue dependency in the daemon), so they
+//! never block strict FIFO's scan.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -77,6 +84,39 @@ pub struct Options {
     /// item, is recorded as killed at its limit and is re-admitted (a
     /// batch re-runs smaller, an unbatched task at its learned size).
     pub hard: bool,
+    /// The daemon's class probe (see the module documentation): siblings
+    /// of an unproven class wait for its first task to end.
+    pub probe: bool,
+}
+
+impl Options {
+    /// The standard strategies' options: the class probe goes with
+    /// learning (it exists so that a class learns before its siblings
+    /// run; without learning there is nothing to wait for).
+    pub fn lardon(bypass: bool, learn: bool, hard: bool) -> Self {
+        Options { bypass, learn, hard, probe: learn }
+    }
+}
+
+/// One admitted sequence, as [`run_traced`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admitted {
+    /// Virtual time of the admission, ms.
+    pub at_ms: u64,
+    /// Index of the task in the workload.
+    pub task: usize,
+    /// Items the sequence processes.
+    pub items: u64,
+    /// The batch target the Governor applied (history, the cap while
+    /// memory is contended, slow start and YELLOW;
+    /// [`Governor::batch_target`]).
+    pub target: u64,
+    /// The pressure level at the admission.
+    pub level: PressureLevel,
+    /// Items the task had left before this sequence.
+    pub remaining: u64,
+    /// Bytes reserved for the sequence.
+    pub reserved: u64,
 }
 
 /// Runs `tasks` on `host` through the real Governor.
@@ -84,7 +124,21 @@ pub struct Options {
 /// # Errors
 /// [`SimError`] when the Governor cannot be built or the loop stalls.
 pub fn run(host: &Host, tasks: &[SimTask], options: Options) -> Result<Outcome, SimError> {
-    let Options { bypass, learn, hard } = options;
+    run_traced(host, tasks, options, &mut |_| {})
+}
+
+/// [`run`], calling `trace` for every admitted sequence (how batch sizes
+/// are chosen over time: `simulate --trace WORKLOAD`).
+///
+/// # Errors
+/// As [`run`].
+pub fn run_traced(
+    host: &Host,
+    tasks: &[SimTask],
+    options: Options,
+    trace: &mut dyn FnMut(&Admitted),
+) -> Result<Outcome, SimError> {
+    let Options { bypass, learn, hard, probe: probe_first } = options;
     let profile = HostProfile::new(host.total_memory, host.cpus);
     let policy = HostPolicy::default_for(&profile);
     let budget = profile.total_memory - policy.memory_reserve;
@@ -106,6 +160,9 @@ pub fn run(host: &Host, tasks: &[SimTask], options: Options) -> Result<Outcome, 
     let (mut now, mut makespan, mut sequences, mut rejected) = (0u64, 0u64, 0u64, 0usize);
     let mut not_green_ms = 0u64;
     let mut kills = 0u64;
+    // The live probe of each class that had no completed run when one of
+    // its tasks was first scanned.
+    let mut probes: HashMap<&str, usize> = HashMap::new();
 
     loop {
         // 1. Sequences ending now.
@@ -176,10 +233,37 @@ pub fn run(host: &Host, tasks: &[SimTask], options: Options) -> Result<Outcome, 
                 still_pending.push(i);
                 continue;
             }
+            if probe_first && !is_between {
+                let class = tasks[i].class_name();
+                let proven = governor.learned(&estimates[i]).is_some_and(|l| l.samples > 0);
+                match probes.get(class) {
+                    _ if proven => {}
+                    Some(&p) if p != i && remaining[p] > 0 => {
+                        still_pending.push(i);
+                        continue;
+                    }
+                    _ => {
+                        probes.insert(class, i);
+                    }
+                }
+            }
+            // The target admission applies, read before the grant: a grant
+            // can end the contention that capped it.
+            let target = governor.batch_target(&estimates[i]);
             match governor.reserve(&estimates[i], &snapshot) {
                 Ok(reservation) => {
                     let items = reservation.contract().batch.min(remaining[i]);
                     let reserved = reservation.contract().memory;
+                    let level = governor.pressure().0;
+                    trace(&Admitted {
+                        at_ms: now,
+                        task: i,
+                        items,
+                        target,
+                        level,
+                        remaining: remaining[i],
+                        reserved,
+                    });
                     let need = tasks[i].real_memory(items);
                     let limit = kill_limit(reserved);
                     let killed = (hard && need > limit).then_some(limit);

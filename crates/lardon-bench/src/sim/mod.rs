@@ -135,19 +135,11 @@ impl Outcome {
 pub fn simulate(host: &Host, workload: &Workload, strategy: Strategy) -> Result<Outcome, SimError> {
     let tasks: &[SimTask] = &workload.tasks;
     let mut outcome = match strategy {
-        Strategy::Lardon => governed::run(host, tasks, Options { bypass: true, learn: true, hard: false })?,
-        Strategy::StrictFifo => {
-            governed::run(host, tasks, Options { bypass: false, learn: true, hard: false })?
-        }
-        Strategy::LardonNoLearning => {
-            governed::run(host, tasks, Options { bypass: true, learn: false, hard: false })?
-        }
-        Strategy::LardonHard => {
-            governed::run(host, tasks, Options { bypass: true, learn: true, hard: true })?
-        }
-        Strategy::LardonHardNoLearning => {
-            governed::run(host, tasks, Options { bypass: true, learn: false, hard: true })?
-        }
+        Strategy::Lardon => governed::run(host, tasks, Options::lardon(true, true, false))?,
+        Strategy::StrictFifo => governed::run(host, tasks, Options::lardon(false, true, false))?,
+        Strategy::LardonNoLearning => governed::run(host, tasks, Options::lardon(true, false, false))?,
+        Strategy::LardonHard => governed::run(host, tasks, Options::lardon(true, true, true))?,
+        Strategy::LardonHardNoLearning => governed::run(host, tasks, Options::lardon(true, false, true))?,
         Strategy::Fixed(n) => fixed::run(host, tasks, n),
     };
     outcome.workload = workload.name.clone();

@@ -182,3 +182,88 @@ fn a_killed_batch_reruns_smaller_and_learning_stops_the_kills() {
         assert!(o.peak_usage <= o.budget, "hard enforcement keeps real use within the budget");
     }
 }
+
+#[test]
+fn siblings_of_an_unproven_class_wait_for_its_probe() {
+    use super::governed::kill_limit;
+    // Three tasks of one class declare 1 GiB and really use 4 GiB for 10 s;
+    // an unrelated honest task comes last.
+    let liar = |i: u32| SimTask {
+        class: Some("k".into()),
+        real_fixed: 4 * GIB,
+        ..SimTask::simple(format!("k{i}"), GIB, 10_000)
+    };
+    let w = wl(vec![liar(0), liar(1), liar(2), SimTask::simple("other", GIB, 25_000)]);
+    let o = simulate(&Host::default(), &w, Strategy::LardonHard).unwrap();
+    // Only the probe is killed (twice, as alone); its siblings start when
+    // it completes, at its measured peak, and run side by side.
+    assert_eq!((o.kills, o.sequences), (Some(2), 6));
+    let ran = |limit: u64| (10_000u128 * u128::from(limit) / u128::from(4 * GIB)) as u64;
+    let first = kill_limit(GIB);
+    let probe_done = ran(first) + ran(kill_limit(2 * first)) + 10_000;
+    assert_eq!(o.makespan_ms, (probe_done + 10_000).max(25_000));
+    // Without learning there is no probe: the three start together and
+    // each is killed on its way up.
+    let ablation = simulate(&Host::default(), &w, Strategy::LardonHardNoLearning).unwrap();
+    assert!(ablation.kills.unwrap() >= 3 * o.kills.unwrap(), "{ablation:?}");
+    // A sibling waiting on its probe is not admissible: it never blocks
+    // strict FIFO's scan, so the unrelated task runs at once.
+    let fifo = simulate(&Host::default(), &w, Strategy::StrictFifo).unwrap();
+    assert_eq!(fifo.makespan_ms, 25_000, "the unrelated task started at 0");
+    assert_eq!(fifo.sequences, 4);
+}
+
+#[test]
+fn the_trace_reports_every_admitted_sequence_with_its_target() {
+    use super::governed::{self, Admitted, Options};
+    // The liar of `learning_halves_a_liars_batches`: 64 items, then the
+    // learned target of 32 twice.
+    let liar = SimTask {
+        items: 128,
+        batch_max: 64,
+        est_fixed: 0,
+        est_per_item: 256 << 20,
+        real_fixed: 0,
+        real_per_item: 512 << 20,
+        time_per_item: 100,
+        ..SimTask::simple("liar", 0, 1_000)
+    };
+    let mut seen: Vec<Admitted> = Vec::new();
+    let o = governed::run_traced(&Host::default(), &[liar], Options::lardon(true, true, false), &mut |a| {
+        seen.push(a.clone());
+    })
+    .unwrap();
+    let shape: Vec<(u64, u64, u64, u64)> =
+        seen.iter().map(|a| (a.at_ms, a.items, a.target, a.remaining)).collect();
+    assert_eq!(shape, vec![(0, 64, 64, 128), (7_400, 32, 32, 64), (11_600, 32, 32, 32)]);
+    assert_eq!(seen[1].reserved, 32 * (512 << 20), "the grant is the learned per-item cost");
+    assert_eq!(o.sequences, seen.len() as u64);
+}
+
+#[test]
+fn across_seeds_reports_mean_worst_and_total_kills_of_governed_rows() {
+    let outcome = |strategy: &str, makespan_ms: u64, kills: Option<u64>, reserved: Option<u64>| Outcome {
+        workload: "w".into(),
+        strategy: strategy.into(),
+        makespan_ms,
+        lower_bound_ms: 100.0,
+        budget: 10,
+        peak_reserved: reserved,
+        peak_usage: 0,
+        over_budget_ms: 0,
+        over_physical_ms: 0,
+        oom_events: 0,
+        sequences: 1,
+        rejected: 0,
+        kills,
+        not_green_ms: None,
+    };
+    let runs = vec![
+        vec![outcome("hard", 110, Some(2), Some(9)), outcome("fixed", 50, None, None)],
+        vec![outcome("hard", 130, Some(3), Some(10)), outcome("fixed", 60, None, None)],
+    ];
+    let table = report::across_seeds(&runs);
+    assert!(table.contains("| w | hard | 1.200 | 1.300 | 5 | 1.000 |"), "{table}");
+    assert!(!table.contains("fixed"), "fixed-N rows are left out: {table}");
+    assert_eq!(report::across_seeds(&[]).lines().count(), 2, "header only");
+}

@@ -16,6 +16,7 @@ use crate::snapshot::Snapshot;
 use crate::units::{format_bytes, format_cpus};
 
 use super::ledger::Ledger;
+use super::packing;
 
 /// Snapshots older than this (inclusive bound: exactly this old is fresh).
 pub const MAX_SNAPSHOT_AGE: Duration = Duration::from_millis(1000);
@@ -124,11 +125,23 @@ pub(crate) fn evaluate(
     if let Some(decision) = stop {
         return Evaluation { decision, budgets_changed };
     }
-    let decision = admit(ledger, est, snap, running, hold);
+    let decision = admit(ledger, est, snap, now, running, hold);
+    if decision.kind == DecisionKind::Wait && decision.reason == ReasonCode::Memory {
+        ledger.contention.note_memory_wait(est, now);
+    } else if decision.contract.is_some() {
+        ledger.contention.note_grant(est);
+    }
     Evaluation { decision, budgets_changed }
 }
 
-fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize, hold: Option<&Hold>) -> Decision {
+fn admit(
+    ledger: &Ledger,
+    est: &Estimate,
+    snap: &Snapshot,
+    now: MonoTime,
+    running: usize,
+    hold: Option<&Hold>,
+) -> Decision {
     let hold = hold.copied().unwrap_or_default();
     let profile = &ledger.profile;
     let policy = &ledger.policy;
@@ -274,9 +287,10 @@ fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize, hold:
         }
     }
 
-    // 9. Target: history, then the target pressure sets (YELLOW halved
-    // it, RED dropped it to 1, GREEN regrows it), never below batch_min.
-    let target = pressure_target(ledger, est, sizing.batch_target);
+    // 9. Target: history, capped while memory is contended, then the
+    // target pressure sets (YELLOW halved it, RED dropped it to 1, GREEN
+    // regrows it), never below batch_min.
+    let target = pressure_target(ledger, est, packed_target(ledger, est, &sizing, now));
     let batch = batch.min(target);
     if batch < est.batch_min {
         let message = if short == ReasonCode::GpuMemory {
@@ -412,6 +426,17 @@ fn admit(ledger: &Ledger, est: &Estimate, snap: &Snapshot, running: usize, hold:
             charged_memory,
             ramp_ticket: None,
         }),
+    }
+}
+
+/// Step 9, history and contention: the history target of `sizing`, capped
+/// at the contended target (`packing.rs`) while memory is contended at
+/// `now`.
+pub(crate) fn packed_target(ledger: &Ledger, est: &Estimate, sizing: &Learned, now: MonoTime) -> u64 {
+    if ledger.contention.is_contended(now) {
+        packing::contended_target(sizing.fixed, sizing.per_item, est.batch_min, sizing.batch_target)
+    } else {
+        sizing.batch_target
     }
 }
 

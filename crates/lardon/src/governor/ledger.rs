@@ -20,6 +20,7 @@ use crate::pressure::{Floors, PressureLevel, PressureMachine, PsiSignal};
 use crate::snapshot::Snapshot;
 
 use super::load::{LoadFigures, OwnLoad};
+use super::packing::Contention;
 
 /// What one active reservation holds.
 #[derive(Debug, Clone)]
@@ -64,6 +65,8 @@ pub(crate) struct Ledger {
     /// Lardon's own CPUs averaged like the 1-minute load (the load gate).
     pub(crate) own_load: OwnLoad,
     pub(crate) history: History,
+    /// The estimates waiting for memory (batch choice, `packing.rs`).
+    pub(crate) contention: Contention,
     pub(crate) ramps: HashMap<(Class, usize), Ramp>,
     pub(crate) ramp_clock: u64,
     pub(crate) volumes: Vec<super::volumes::Volume>,
@@ -100,6 +103,7 @@ impl Ledger {
             largest_batch: 1,
             own_load: OwnLoad::default(),
             history: History::default(),
+            contention: Contention::default(),
             ramps: HashMap::new(),
             ramp_clock: 0,
             volumes: Vec::new(),

@@ -13,6 +13,9 @@ mod gate_tests;
 mod learning_tests;
 mod ledger;
 mod load;
+mod packing;
+#[cfg(all(test, not(loom)))]
+mod packing_tests;
 #[cfg(all(test, not(loom)))]
 mod scratch_tests;
 #[cfg(all(test, not(loom)))]
@@ -500,12 +503,16 @@ impl Governor {
 
     /// The batch target admission would apply to `estimate` now (step 9 of
     /// docs/DESIGN.md §4): the history target ([`Learned::batch_target`]),
-    /// lowered by slow start and halved under YELLOW pressure, never below
-    /// `batch_min`. The batch actually granted may be smaller still when
+    /// capped at `ceil(fixed ÷ per_item)` while memory is contended (an
+    /// estimate got a WAIT for memory within the last second and has not
+    /// been granted since), lowered by slow start and
+    /// halved under YELLOW pressure, never below `batch_min`. The batch actually granted may be smaller still when
     /// memory or GPU memory is short.
     pub fn batch_target(&self, estimate: &Estimate) -> u64 {
         let guard = self.shared.lock();
-        let history = admission::sizing(&guard, estimate).map_or(estimate.batch_max, |s| s.batch_target);
+        let now = self.shared.clock.now();
+        let history = admission::sizing(&guard, estimate)
+            .map_or(estimate.batch_max, |s| admission::packed_target(&guard, estimate, &s, now));
         admission::pressure_target(&guard, estimate, history)
     }
 

@@ -1,0 +1,119 @@
+//! Batch choice while memory is contended (docs/DESIGN.md §4 step 9) and
+//! the caution band's planned memory (§5), through the Governor.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use crate::{DecisionKind, Estimate, HostProfile, ReasonCode};
+
+use super::packing::CONTENTION_WINDOW;
+use super::tests::Rig;
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+/// 1 GiB fixed + 100 MiB per item, batch 1..64: 11 items hold the fixed part.
+fn batched() -> Estimate {
+    Estimate::builder().memory(GIB).memory_per_item(100 * MIB).batch(1, 64).build()
+}
+
+fn big(bytes: u64) -> Estimate {
+    Estimate::builder().memory(bytes).build()
+}
+
+/// 16 GiB, 8 CPUs, custom policy (reserve 2 GiB, no caution band): a
+/// 14 GiB budget and no pressure from packing.
+fn rig() -> Rig {
+    Rig::with(HostProfile::new(16 * GIB, 8), |p| {
+        p.memory_reserve = 2 * GIB;
+        p.emergency_floor = GIB;
+        p.memory_caution = None;
+    })
+}
+
+#[test]
+fn while_memory_is_contended_a_batch_holds_about_its_fixed_part_in_items() {
+    let r = rig();
+    let granted = |r: &Rig| {
+        let d = r.gov.decide(&batched(), &r.snap_with(|_| {}));
+        (d.kind, d.contract.map(|c| c.batch))
+    };
+    // Nothing waits: the full target.
+    assert_eq!(granted(&r), (DecisionKind::Admit, Some(64)));
+    assert_eq!(r.gov.batch_target(&batched()), 64);
+    // 8 GiB held; a 10 GiB task waits for memory.
+    let _held = r.gov.reserve(&big(8 * GIB), &r.snap_with(|_| {})).unwrap();
+    let d = r.gov.decide(&big(10 * GIB), &r.snap_with(|_| {}));
+    assert_eq!((d.kind, d.reason), (DecisionKind::Wait, ReasonCode::Memory), "{d}");
+    // 6 GiB would hold (6 − 1) GiB / 100 MiB = 51 items; contended, the
+    // batch stops at ceil(1 GiB / 100 MiB) = 11, which is its target.
+    assert_eq!(r.gov.batch_target(&batched()), 11);
+    assert_eq!(granted(&r), (DecisionKind::Admit, Some(11)));
+    // A second after the last WAIT for memory, batches grow back.
+    r.clock.advance(CONTENTION_WINDOW);
+    assert_eq!(granted(&r), (DecisionKind::ReduceBatch, Some(51)));
+    assert_eq!(r.gov.batch_target(&batched()), 64);
+}
+
+#[test]
+fn only_a_wait_for_memory_contends_and_only_batched_work_with_a_fixed_part_is_capped() {
+    let r = rig();
+    // A task waiting for CPUs (4 exact CPUs of a 4-CPU pool while one is
+    // granted) says nothing about memory.
+    let one_cpu = Estimate::builder().memory(MIB).cpus(1).cpus_exact().build();
+    let _cpu = r.gov.reserve(&one_cpu, &r.snap_with(|_| {})).unwrap();
+    let four_cpus = Estimate::builder().memory(MIB).cpus(4).cpus_exact().build();
+    let d = r.gov.decide(&four_cpus, &r.snap_with(|_| {}));
+    assert_eq!((d.kind, d.reason), (DecisionKind::Wait, ReasonCode::Cpu), "{d}");
+    assert_eq!(r.gov.batch_target(&batched()), 64);
+    // Now memory is contended.
+    let _held = r.gov.reserve(&big(8 * GIB), &r.snap_with(|_| {})).unwrap();
+    assert_eq!(r.gov.decide(&big(10 * GIB), &r.snap_with(|_| {})).reason, ReasonCode::Memory);
+    assert_eq!(r.gov.batch_target(&batched()), 11);
+    // No per-item memory, no fixed memory, or nothing to reduce: uncapped.
+    let free_items = Estimate::builder().memory(GIB).batch(1, 64).build();
+    assert_eq!(r.gov.batch_target(&free_items), 64);
+    let no_fixed = Estimate::builder().memory_per_item(100 * MIB).batch(1, 64).build();
+    assert_eq!(r.gov.batch_target(&no_fixed), 64);
+    let fixed_batch = Estimate::builder().memory(GIB).memory_per_item(100 * MIB).batch(32, 32).build();
+    assert_eq!(r.gov.batch_target(&fixed_batch), 32);
+    // batch_min is a floor: 12 ≥ 11.
+    let at_least_12 = Estimate::builder().memory(GIB).memory_per_item(100 * MIB).batch(12, 64).build();
+    assert_eq!(r.gov.batch_target(&at_least_12), 12);
+}
+
+#[test]
+fn the_cap_uses_the_learned_per_item_cost() {
+    use crate::{Class, RunOutcome, RunRecord};
+    let r = rig();
+    // The class measured 200 MiB per item (a batch of 8 peaking at
+    // 1 GiB + 1600 MiB): contended, ceil(1 GiB / 200 MiB) = 6.
+    let e = Estimate::builder().memory(GIB).memory_per_item(100 * MIB).batch(1, 64).class("heavy").build();
+    let peak = GIB + 8 * 200 * MIB;
+    r.gov.record_run(
+        &Class::new("heavy"),
+        RunRecord::batch(8, Duration::from_secs(1), RunOutcome::Completed { peak: Some(peak) }),
+    );
+    assert_eq!(r.gov.batch_target(&e), 32, "uncontended: the history target 64 × 100 / 200");
+    let _held = r.gov.reserve(&big(8 * GIB), &r.snap_with(|_| {})).unwrap();
+    assert_eq!(r.gov.decide(&big(10 * GIB), &r.snap_with(|_| {})).reason, ReasonCode::Memory);
+    assert_eq!(r.gov.batch_target(&e), 6);
+    let c = r.gov.decide(&e, &r.snap_with(|_| {})).contract.unwrap();
+    assert_eq!((c.batch, c.memory), (6, GIB + 6 * 200 * MIB), "granted at the learned size");
+}
+
+#[test]
+fn the_cap_lifts_as_soon_as_the_waiter_is_granted() {
+    let r = rig();
+    let held = r.gov.reserve(&big(8 * GIB), &r.snap_with(|_| {})).unwrap();
+    assert_eq!(r.gov.decide(&big(10 * GIB), &r.snap_with(|_| {})).reason, ReasonCode::Memory);
+    assert_eq!(r.gov.batch_target(&batched()), 11);
+    // Memory comes back and the waiter is admitted: nobody waits any more,
+    // so the next batched task gets its full target within the same second.
+    drop(held);
+    let _waiter = r.gov.reserve(&big(10 * GIB), &r.snap_with(|_| {})).unwrap();
+    assert_eq!(r.gov.batch_target(&batched()), 64);
+    // Another estimate's WAIT is its own: a second waiter keeps it contended.
+    assert_eq!(r.gov.decide(&big(5 * GIB), &r.snap_with(|_| {})).reason, ReasonCode::Memory);
+    assert_eq!(r.gov.batch_target(&batched()), 11);
+}
