@@ -264,6 +264,23 @@ pub(crate) enum Command {
     Cert(CertCommand),
 }
 
+
+/// How a broker and its peers authenticate each other (`lardon cert`).
+#[derive(Debug, Args, Clone, Default)]
+pub(crate) struct ClusterSecurity {
+    /// Directory holding NAME.pem, NAME.key and the cluster's ca.pem (from `lardon cert issue`):
+    /// speak mutual TLS [default: plain, for loopback and tests]
+    #[arg(long, value_name = "DIR")]
+    pub(crate) tls_dir: Option<PathBuf>,
+    /// NAME of the certificate in --tls-dir [default: broker for the broker, agent otherwise]
+    #[arg(long, value_name = "NAME", requires = "tls_dir")]
+    pub(crate) tls_name: Option<String>,
+    /// File holding the cluster's join token (from `lardon cert token`): a broker demands it,
+    /// agents and submitters present it
+    #[arg(long, value_name = "FILE")]
+    pub(crate) join_token_file: Option<PathBuf>,
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct BrokerArgs {
     /// Address to listen on (agents and submitters dial it)
@@ -280,6 +297,14 @@ pub(crate) struct BrokerArgs {
     /// Heartbeat interval on every stream; a peer silent for three is lost
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms, default_value = "5s")]
     pub(crate) heartbeat: u64,
+    /// Also serve KEDA's external scaler (queued demand per capability) on this address, plain gRPC
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) keda_listen: Option<SocketAddr>,
+    /// Blob bytes the REAPI result cache keeps (served on --listen; 0: no cache)
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "1GiB")]
+    pub(crate) cache_size: u64,
+    #[command(flatten)]
+    pub(crate) security: ClusterSecurity,
     /// Log level or filter [default: info]
     #[arg(long, value_name = "LEVEL")]
     pub(crate) log_level: Option<String>,
@@ -304,6 +329,8 @@ pub(crate) struct AgentArgs {
     /// Heartbeat interval (at most the broker's)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms, default_value = "5s")]
     pub(crate) heartbeat: u64,
+    #[command(flatten)]
+    pub(crate) security: ClusterSecurity,
     /// Admit against a simulated host of this size instead of this machine
     /// (tasks still really run). For tests, never for real work.
     #[arg(long, value_name = "MEMORY,CPUS", value_parser = parse_host)]
@@ -324,6 +351,8 @@ pub(crate) enum ClusterCommand {
         /// Print JSON instead of a table
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        security: ClusterSecurity,
     },
     /// Run one command through the broker and wait for it: prints its
     /// output and exits with its exit code.
@@ -337,6 +366,8 @@ pub(crate) struct ClusterSubmitArgs {
     /// The broker (HOST:PORT)
     #[arg(long, value_name = "ADDR")]
     pub(crate) broker: String,
+    #[command(flatten)]
+    pub(crate) security: ClusterSecurity,
     /// What it must run on, NAME[@VERSION][:TARGET]
     #[arg(long, value_name = "CAP")]
     pub(crate) capability: String,

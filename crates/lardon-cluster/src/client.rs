@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use lardon_proto::cluster as pb;
-use lardon_proto::cluster::broker_client::BrokerClient;
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -133,6 +132,8 @@ pub struct SubmitterConfig {
     /// Answer [`Answer::Unreachable`] to tasks waiting while no broker has
     /// answered for this long (`None`: keep trying).
     pub unreachable_after: Option<Duration>,
+    /// TLS and join token to dial with.
+    pub dial: crate::dial::Dial,
 }
 
 enum Command {
@@ -270,7 +271,7 @@ impl Loop {
     }
 
     async fn session(&mut self) -> Session {
-        let Ok(mut client) = BrokerClient::connect(self.config.broker.clone()).await else {
+        let Ok(mut client) = self.config.dial.connect(&self.config.broker).await else {
             return Session::Failed;
         };
         let (out, rx) = mpsc::unbounded_channel();
@@ -361,9 +362,10 @@ pub enum StatusError {
 ///
 /// # Errors
 /// [`StatusError`].
-pub async fn status(broker: &str) -> Result<pb::ClusterStatusResponse, StatusError> {
-    let uri = broker_uri(broker)?;
-    let mut client = BrokerClient::connect(uri)
+pub async fn status(broker: &str, dial: &crate::dial::Dial) -> Result<pb::ClusterStatusResponse, StatusError> {
+    broker_uri(broker)?;
+    let mut client = dial
+        .connect(broker)
         .await
         .map_err(|source| StatusError::Unreachable { broker: broker.to_owned(), source })?;
     Ok(client.cluster_status(pb::ClusterStatusRequest {}).await?.into_inner())

@@ -30,6 +30,7 @@ pub mod broker;
 pub mod cache;
 mod capability;
 pub mod client;
+pub mod dial;
 mod ids;
 pub mod keda;
 mod messages;

@@ -153,6 +153,15 @@ impl Router {
         }
     }
 
+    /// Tasks queued or in flight, per capability (what KEDA scales on).
+    pub fn demand(&self) -> BTreeMap<Capability, u64> {
+        let mut demand = BTreeMap::new();
+        for e in self.tasks.values() {
+            *demand.entry(e.request.capability.clone()).or_insert(0) += 1;
+        }
+        demand
+    }
+
     /// Offers a task. See [`Submitted`] for the answers; the events hold
     /// its assignment (or the at-once [`Delivery::NoExecutor`]).
     pub fn submit(&mut self, request: Request) -> (Submitted, Vec<Event>) {

@@ -131,6 +131,7 @@ async fn setup(memory: u64) -> mpsc::UnboundedReceiver<(Streaming<pb::AgentMessa
         tokens: 2,
         heartbeat: Duration::from_secs(1),
         backoff: Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(50) },
+        dial: Default::default(),
     };
     tokio::spawn(Agent::new(config, governor, Arc::new(Instant)).unwrap().run(std::future::pending()));
     rx

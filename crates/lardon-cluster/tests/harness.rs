@@ -77,6 +77,7 @@ async fn cluster(agents: &[(&str, &[&str], u32)], open: bool) -> Cluster {
             tokens: *tokens,
             heartbeat: Duration::from_secs(1),
             backoff: fast(),
+            dial: Default::default(),
         };
         let exec = FakeExec { agent: (*id).to_owned(), started: started_tx.clone(), open: open_rx.clone() };
         let agent = Agent::new(config, governor(), Arc::new(exec)).unwrap();
@@ -95,6 +96,7 @@ impl Cluster {
             heartbeat: Duration::from_secs(1),
             backoff: fast(),
             unreachable_after: None,
+            dial: Default::default(),
         })
         .unwrap()
     }
@@ -103,7 +105,7 @@ impl Cluster {
     async fn until(&self, what: &str, ok: impl Fn(&pb::ClusterStatusResponse) -> bool) {
         let check = async {
             loop {
-                if let Ok(s) = client::status(&self.addr).await
+                if let Ok(s) = client::status(&self.addr, &Default::default()).await
                     && ok(&s)
                 {
                     return;
@@ -233,7 +235,7 @@ async fn a_resubmission_by_id_is_answered_once_and_not_run_again() {
     // Asked again (as after a reconnect): the stored answer, no new run.
     assert!(matches!(answer(s.submit(&task("once", "gcc@12"))).await, Answer::Done(e) if e.success));
     assert!(c.started.try_recv().is_err(), "ran twice");
-    let st = client::status(&c.addr).await.unwrap();
+    let st = client::status(&c.addr, &Default::default()).await.unwrap();
     assert_eq!((st.finished, st.queued, st.in_flight), (1, 0, 0));
 }
 

@@ -56,6 +56,7 @@ pub(crate) fn run(args: &AgentArgs) -> Result<u8> {
         tokens,
         heartbeat: Duration::from_millis(args.heartbeat),
         backoff: Backoff::default(),
+        dial: args.security.dial("agent")?,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -6,18 +6,32 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use lardon_cluster::broker::{self, BrokerConfig};
 
-use crate::cli::BrokerArgs;
+use crate::cli::{BrokerArgs, ClusterSecurity};
+use crate::error::usage;
 use crate::logging::{self, LogSink};
 
 pub(crate) fn run(args: &BrokerArgs) -> Result<u8> {
     logging::init_daemon(args.log_level.as_deref(), &LogSink::Stderr)?;
     if args.heartbeat == 0 {
-        return Err(crate::error::usage("--heartbeat: must be more than 0"));
+        return Err(usage("--heartbeat: must be more than 0"));
     }
+    let security = &args.security;
+    let tls = match &security.tls_dir {
+        Some(dir) => Some(
+            lardon_tls::Identity::load(dir, security.tls_name.as_deref().unwrap_or("broker"))
+                .map_err(|e| usage(format!("--tls-dir: {e}")))?,
+        ),
+        None => None,
+    };
+    let demand = args.keda_listen.map(|_| lardon_cluster::keda::DemandBoard::new());
     let config = BrokerConfig {
         state: args.state.clone(),
         recovery: Duration::from_millis(args.recovery),
         heartbeat: Duration::from_millis(args.heartbeat),
+        tls,
+        token: security.token()?,
+        cache_bytes: (args.cache_size > 0).then_some(args.cache_size),
+        demand: demand.clone(),
         ..BrokerConfig::default()
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -35,6 +49,20 @@ pub(crate) fn run(args: &BrokerArgs) -> Result<u8> {
             None => {
                 tracing::info!("broker listening on {local}, state in memory (lost at exit; see --state)")
             }
+        }
+        if let (Some(addr), Some(board)) = (args.keda_listen, demand) {
+            let keda = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--keda-listen: cannot listen on {addr}"))?;
+            tracing::info!("KEDA external scaler on {addr}");
+            tokio::spawn(async move {
+                if let Err(e) = broker::serve_keda(keda, board, shutdown_signal()).await {
+                    tracing::error!("the KEDA scaler stopped: {e}");
+                }
+            });
+        }
+        if config.tls.is_some() {
+            tracing::info!("mutual TLS: clients need a certificate from the cluster CA");
         }
         broker::serve(listener, config, shutdown_signal()).await.context("broker")
     })?;
@@ -69,4 +97,27 @@ pub(crate) fn host_id() -> String {
         .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '-' })
         .collect();
     if clean.is_empty() { "host".to_owned() } else { clean }
+}
+
+impl ClusterSecurity {
+    /// The join token, read from --join-token-file.
+    pub(crate) fn token(&self) -> Result<Option<lardon_tls::JoinToken>> {
+        self.join_token_file
+            .as_deref()
+            .map(|f| lardon_tls::JoinToken::load(f).map_err(|e| usage(format!("--join-token-file: {e}"))))
+            .transpose()
+    }
+
+    /// How a peer dials the broker: `default_name` is the certificate's
+    /// name in --tls-dir unless --tls-name says otherwise.
+    pub(crate) fn dial(&self, default_name: &str) -> Result<lardon_cluster::dial::Dial> {
+        let tls = match &self.tls_dir {
+            Some(dir) => Some(
+                lardon_tls::Identity::load(dir, self.tls_name.as_deref().unwrap_or(default_name))
+                    .map_err(|e| usage(format!("--tls-dir: {e}")))?,
+            ),
+            None => None,
+        };
+        Ok(lardon_cluster::dial::Dial { tls, token: self.token()? })
+    }
 }

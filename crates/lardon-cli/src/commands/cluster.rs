@@ -14,7 +14,7 @@ use crate::error::{Failure, usage};
 
 pub(crate) async fn run(command: &ClusterCommand) -> Result<u8> {
     match command {
-        ClusterCommand::Status { broker, json } => status(broker, *json).await,
+        ClusterCommand::Status { broker, json, security } => status(broker, *json, &security.dial("agent")?).await,
         ClusterCommand::Submit(args) => submit(args).await,
     }
 }
@@ -29,8 +29,8 @@ fn unreachable(e: StatusError) -> anyhow::Error {
     }
 }
 
-async fn status(broker: &str, json: bool) -> Result<u8> {
-    let s = client::status(broker).await.map_err(unreachable)?;
+async fn status(broker: &str, json: bool, dial: &lardon_cluster::dial::Dial) -> Result<u8> {
+    let s = client::status(broker, dial).await.map_err(unreachable)?;
     if json {
         let agents: Vec<serde_json::Value> = s
             .agents
@@ -95,8 +95,10 @@ async fn submit(args: &ClusterSubmitArgs) -> Result<u8> {
         .deadline
         .map(|ms| i64::try_from(now.as_millis().saturating_add(u128::from(ms))).unwrap_or(i64::MAX));
     // Fail fast when nothing answers: a never-reached broker is exit 3.
-    client::status(&args.broker).await.map_err(unreachable)?;
+    let dial = args.security.dial("agent")?;
+    client::status(&args.broker, &dial).await.map_err(unreachable)?;
     let client = Submitter::start(SubmitterConfig {
+        dial,
         broker: args.broker.clone(),
         submitter,
         // Often enough for a broker run with a short --heartbeat.

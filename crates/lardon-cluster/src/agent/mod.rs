@@ -27,7 +27,6 @@ use std::time::Duration;
 
 use lardon::{Estimate, Governor};
 use lardon_proto::cluster as pb;
-use lardon_proto::cluster::broker_client::BrokerClient;
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -71,6 +70,8 @@ pub struct AgentConfig {
     pub heartbeat: Duration,
     /// Between connection attempts.
     pub backoff: Backoff,
+    /// TLS and join token to dial with.
+    pub dial: crate::dial::Dial,
 }
 
 /// The agent could not start.
@@ -194,7 +195,7 @@ impl Agent {
     /// One connection: returns whether it got as far as the broker's
     /// answer (then the backoff starts over).
     async fn session(&mut self) -> bool {
-        let Ok(mut client) = BrokerClient::connect(self.config.broker.clone()).await else {
+        let Ok(mut client) = self.config.dial.connect(&self.config.broker).await else {
             return false;
         };
         // A fresh sample, so the hello's availability is current.

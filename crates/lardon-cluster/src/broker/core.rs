@@ -166,6 +166,11 @@ impl Core {
         Ok((core, restored))
     }
 
+    /// Tasks queued or in flight, per capability.
+    pub(crate) fn demand(&self) -> std::collections::BTreeMap<crate::Capability, u64> {
+        self.router.demand()
+    }
+
     /// Handles one input.
     pub(crate) fn handle(&mut self, input: Input) {
         match input {

@@ -19,10 +19,12 @@ mod service;
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lardon_proto::cluster::broker_server::BrokerServer;
 use thiserror::Error;
+use tonic::service::interceptor::InterceptedService;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -44,6 +46,18 @@ pub struct BrokerConfig {
     pub heartbeat: Duration,
     /// Seed of the router's random choices.
     pub seed: u64,
+    /// The broker's certificate and the cluster CA: serve mutual TLS and
+    /// refuse clients without a certificate from that CA.
+    pub tls: Option<lardon_tls::Identity>,
+    /// Refuse requests without this join token.
+    pub token: Option<lardon_tls::JoinToken>,
+    /// Serve the REAPI result cache (CAS, action cache, capabilities,
+    /// bytestream) on the same port, holding at most this many bytes of
+    /// blobs (`None`: no cache).
+    pub cache_bytes: Option<u64>,
+    /// Publish the demand per capability here after every change (for the
+    /// KEDA scaler).
+    pub demand: Option<crate::keda::DemandBoard>,
 }
 
 impl Default for BrokerConfig {
@@ -53,6 +67,10 @@ impl Default for BrokerConfig {
             recovery: Duration::from_secs(15),
             heartbeat: Duration::from_secs(5),
             seed: 0x1a2d_0b0c,
+            tls: None,
+            token: None,
+            cache_bytes: None,
+            demand: None,
         }
     }
 }
@@ -88,9 +106,13 @@ pub fn start(config: &BrokerConfig) -> Result<BrokerService, BrokerError> {
             let _ = tx.send(core::Input::RecoveryOver).await;
         });
     }
+    let demand = config.demand.clone();
     tokio::spawn(async move {
         while let Some(input) = rx.recv().await {
             core.handle(input);
+            if let Some(board) = &demand {
+                board.publish(core.demand());
+            }
         }
     });
     Ok(BrokerService::new(tx, config.heartbeat))
@@ -106,8 +128,52 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), BrokerError> {
     let service = start(&config)?;
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(id) = &config.tls {
+        builder = builder.tls_config(id.server_config())?;
+    }
+    let token = config.token.clone();
+    let check = move |req: tonic::Request<()>| match &token {
+        Some(t) => tonic::service::Interceptor::call(&mut lardon_tls::TokenCheck::new(t.clone()), req),
+        None => Ok(req),
+    };
+    let mut router = builder.add_service(InterceptedService::new(BrokerServer::new(service), check.clone()));
+    if let Some(bytes) = config.cache_bytes {
+        use crate::cache::reapi::{
+            action_cache_server::ActionCacheServer, capabilities_server::CapabilitiesServer,
+            content_addressable_storage_server::ContentAddressableStorageServer,
+        };
+        use bazel_remote_apis::google::bytestream::byte_stream_server::ByteStreamServer;
+        let cas = Arc::new(Mutex::new(crate::cache::store::Cas::new(bytes)));
+        let actions = Arc::new(Mutex::new(crate::cache::store::ActionCache::new(CACHE_ENTRIES, CACHE_TTL)));
+        let cache = crate::cache::service::CacheService::new(cas, actions);
+        router = router
+            .add_service(InterceptedService::new(CapabilitiesServer::new(cache.clone()), check.clone()))
+            .add_service(InterceptedService::new(ActionCacheServer::new(cache.clone()), check.clone()))
+            .add_service(InterceptedService::new(ContentAddressableStorageServer::new(cache.clone()), check.clone()))
+            .add_service(InterceptedService::new(ByteStreamServer::new(cache), check));
+    }
+    router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown).await?;
+    Ok(())
+}
+
+/// Action results the broker's cache keeps, and for how long.
+const CACHE_ENTRIES: usize = 100_000;
+const CACHE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Serves KEDA's external scaler over `board` on `listener` (plain gRPC:
+/// KEDA dials it from inside the cluster) until `shutdown` resolves.
+///
+/// # Errors
+/// [`BrokerError::Transport`] when the server fails.
+pub async fn serve_keda(
+    listener: TcpListener,
+    board: crate::keda::DemandBoard,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), BrokerError> {
+    use lardon_proto::keda::external_scaler_server::ExternalScalerServer;
     tonic::transport::Server::builder()
-        .add_service(BrokerServer::new(service))
+        .add_service(ExternalScalerServer::new(crate::keda::Scaler::new(board)))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await?;
     Ok(())
