@@ -19,6 +19,7 @@ mod scratch_tests;
 mod tests;
 mod volumes;
 
+use std::task::Waker;
 use std::time::Duration;
 
 pub(crate) use admission::Hold;
@@ -63,6 +64,15 @@ impl Shared {
     /// Publishes a generation change made under `guard`, then drops the
     /// lock before waking async waiters (their wake code is not ours).
     fn publish(&self, guard: MutexGuard<'_, Ledger>) {
+        self.publish_except(guard, None);
+    }
+
+    /// [`Shared::publish`], except that a registered waker that wakes the
+    /// same task as `scanner` is neither woken nor unregistered: that
+    /// waiter's own scan (or one on its behalf) already saw this change
+    /// under the same lock hold, and waking it would only send it to scan
+    /// again for nothing. It stays registered for the next change.
+    fn publish_except(&self, guard: MutexGuard<'_, Ledger>, scanner: Option<&Waker>) {
         let generation = guard.generation;
         // One read-modify-write rather than load + store (same effect: the
         // atomic is only written under the lock); loom misses interleavings
@@ -75,8 +85,25 @@ impl Shared {
         }
         drop(guard);
         if changed {
-            let wakers = std::mem::take(&mut *sync::lock(&self.wakers));
-            for w in wakers {
+            let mut list = sync::lock(&self.wakers);
+            let fire = match scanner {
+                Some(keep) if list.iter().any(|w| w.will_wake(keep)) => {
+                    // `Vec::new` does not allocate until a waker is kept
+                    // out: the common list is the scanner's waker alone.
+                    let mut fire = Vec::new();
+                    list.retain(|w| {
+                        let keep = w.will_wake(keep);
+                        if !keep {
+                            fire.push(w.clone());
+                        }
+                        keep
+                    });
+                    fire
+                }
+                _ => std::mem::take(&mut *list),
+            };
+            drop(list);
+            for w in fire {
                 w.wake();
             }
         }
@@ -120,9 +147,48 @@ pub(crate) struct Scan<'a> {
     guard: Option<MutexGuard<'a, Ledger>>,
     /// Read before locking: the clock is outside code.
     now: crate::MonoTime,
+    /// The queue dispatcher's waker: the changes of this scan are not news
+    /// to it (see [`Shared::publish_except`]).
+    scanner: Option<&'a Waker>,
 }
 
+/// A reservation released inside a [`Scan`]: the scratch lease it ended, if
+/// any, is cleaned up by [`Governor::after_release`] once no lock is held
+/// (the volume's controller is outside code).
+#[must_use = "hand it to Governor::after_release once the locks are dropped"]
+pub(crate) struct Released(Option<volumes::LeaseEnd>);
+
 impl Scan<'_> {
+    /// Releases `reservation` under this scan's lock, so the evaluations
+    /// that follow count its resources as free (a worker handing its
+    /// thread to the next task). A reservation of another Governor, or one
+    /// already released, is simply dropped.
+    pub(crate) fn release(&mut self, mut reservation: Reservation) -> Released {
+        let Some(guard) = self.guard.as_mut() else {
+            drop(reservation);
+            return Released(None);
+        };
+        if reservation.released || !reservation.belongs_to(&self.governor.shared) {
+            drop(reservation);
+            return Released(None);
+        }
+        // Marked before the ledger call: the handle's drop must not release
+        // a second time (it would re-lock the ledger this scan holds).
+        reservation.released = true;
+        Released(guard.release(reservation.id.seq).flatten())
+    }
+
+    /// Whether every GPU of the host is unified-memory.
+    pub(crate) fn gpus_unified(&self) -> bool {
+        self.guard.as_ref().is_some_and(|g| g.profile.gpus_unified())
+    }
+
+    /// The generation as of now, under the scan's lock: every change up to
+    /// it has been seen by this scan's evaluations.
+    pub(crate) fn generation(&self) -> Option<u64> {
+        self.guard.as_ref().map(|g| g.generation)
+    }
+
     /// Evaluates `envelope` with the queue's own count of running tasks (a
     /// task between sequences holds no reservation but still runs) and an
     /// optional hold for a starved head; reserves on a grant.
@@ -166,7 +232,7 @@ impl Scan<'_> {
 impl Drop for Scan<'_> {
     fn drop(&mut self) {
         if let Some(guard) = self.guard.take() {
-            self.governor.shared.publish(guard);
+            self.governor.shared.publish_except(guard, self.scanner);
         }
     }
 }
@@ -425,12 +491,24 @@ impl Governor {
     /// waiting one could otherwise overtake it in FIFO order).
     pub(crate) fn scan(&self) -> Scan<'_> {
         let now = self.shared.clock.now();
-        Scan { governor: self, guard: Some(self.shared.lock()), now }
+        Scan { governor: self, guard: Some(self.shared.lock()), now, scanner: None }
     }
 
-    /// Whether every GPU of the host is unified-memory.
-    pub(crate) fn gpus_unified(&self) -> bool {
-        self.shared.lock().profile.gpus_unified()
+    /// [`Governor::scan`] on behalf of the queue whose dispatcher waits with
+    /// `scanner`: the changes this scan makes (its releases and grants) do
+    /// not wake that dispatcher, whose next scan would find nothing new.
+    pub(crate) fn scan_for<'a>(&'a self, scanner: &'a Waker) -> Scan<'a> {
+        let now = self.shared.clock.now();
+        Scan { governor: self, guard: Some(self.shared.lock()), now, scanner: Some(scanner) }
+    }
+
+    /// Cleans up after a release made inside a scan: ends its scratch lease
+    /// (and finishes a drain it was the last lease of). Call with no lock
+    /// held.
+    pub(crate) fn after_release(&self, released: Released) {
+        if let Some(end) = released.0 {
+            volumes::after_lease_end(&self.shared, end);
+        }
     }
 
     /// Records one run of `class` (docs/DESIGN.md §6): its shape (unbatched,

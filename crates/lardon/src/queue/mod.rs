@@ -2,9 +2,13 @@
 //!
 //! One dispatcher thread scans pending tasks by priority then FIFO and
 //! starts every task the [`Governor`] admits on a pool of worker threads.
-//! It sleeps until something changes — a release, a submit, a resume, a
-//! cancel, a policy change, a host sample that moved a budget — and
-//! re-samples the host only while some task waits on host state.
+//! A worker whose task ends runs the same scan itself and starts the next
+//! admitted task on its own thread (the hand-off, docs/DESIGN.md §8), so a
+//! busy queue needs no dispatcher round trip per task. The dispatcher
+//! sleeps until something changes from outside — a release by another
+//! thread, a submit, a resume, a cancel, a policy change, a host sample
+//! that moved a budget — and re-samples the host only while some task
+//! waits on host state.
 
 mod context;
 mod dispatch;
@@ -22,6 +26,7 @@ mod worker;
 
 use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, PoisonError};
+use std::task::Waker;
 use std::time::Duration;
 
 use thiserror::Error;
@@ -126,10 +131,20 @@ pub(crate) struct Inner {
     pub(crate) tasks: Arc<Signal>,
     pub(crate) not_full: Condvar,
     pub(crate) pool: Arc<Pool>,
+    /// The dispatcher's Governor waker (wakes `dispatch`), kept so a scan
+    /// can tell the Governor not to wake it for changes it has seen.
+    pub(crate) dispatch_waker: Waker,
+    /// The last host snapshot any scan took (a leaf lock: never held while
+    /// taking another), reused while younger than the sample interval.
+    pub(crate) last_sample: Mutex<Option<crate::Snapshot>>,
     /// Callbacks launched whose `run_callback` has not returned (a test
     /// hook: zero means every wake a task's end sends has been sent).
     #[cfg(test)]
     pub(crate) in_flight: std::sync::atomic::AtomicUsize,
+    /// Scans the dispatcher has run (a test hook: a task started by a
+    /// worker's hand-off costs none).
+    #[cfg(test)]
+    pub(crate) dispatcher_scans: std::sync::atomic::AtomicUsize,
 }
 
 impl Inner {
@@ -188,16 +203,21 @@ impl TaskQueue {
             config.sample_interval.clamp(Duration::from_millis(1), Duration::from_millis(500));
         config.capacity = config.capacity.max(1);
         let pool = Pool::new(config.on_worker_start.clone());
+        let dispatch = Arc::new(Signal::default());
         let inner = Arc::new(Inner {
             governor,
             config,
             state: Mutex::new(QueueState { next_id: 1, ..QueueState::default() }),
-            dispatch: Arc::new(Signal::default()),
+            dispatch_waker: Waker::from(Arc::clone(&dispatch)),
+            dispatch,
+            last_sample: Mutex::new(None),
             tasks: Arc::new(Signal::default()),
             not_full: Condvar::new(),
             pool,
             #[cfg(test)]
             in_flight: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            dispatcher_scans: std::sync::atomic::AtomicUsize::new(0),
         });
         let for_thread = Arc::clone(&inner);
         let dispatcher = thread::Builder::new()

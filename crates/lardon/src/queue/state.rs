@@ -108,6 +108,10 @@ pub(crate) struct QueueState {
     pub(crate) running: usize,
     pub(crate) closing: bool,
     pub(crate) dispatcher_wake: bool,
+    /// The Governor's generation at the end of the latest scan, by the
+    /// dispatcher or by a worker handing off: every change up to it has
+    /// been seen by a scan, so it is not a reason to scan again.
+    pub(crate) scanned_generation: u64,
     /// Callers blocked in `submit` on a full queue (a test hook: lets a
     /// test see a submitter asleep before it makes room).
     #[cfg(test)]
