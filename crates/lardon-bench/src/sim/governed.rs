@@ -207,8 +207,8 @@ pub fn run(host: &Host, tasks: &[SimTask], options: Options) -> Result<Outcome, 
                     };
                     ends.push(Reverse((now + ran, slot)));
                 }
-                Err(d) if d.kind == DecisionKind::Wait => {
-                    host_wait |= d.reason.waits_on_host();
+                Err(d) if d.kind() == DecisionKind::Wait => {
+                    host_wait |= d.reason().waits_on_host();
                     if is_between {
                         still_between.push(i);
                     } else {

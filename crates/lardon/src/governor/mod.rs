@@ -204,7 +204,7 @@ impl Scan<'_> {
             return Err(Decision::wait(ReasonCode::ProbeFailed, "scan already finished"));
         };
         let mut eval = envelopes::evaluate(guard, envelope, snapshot, now, running, hold);
-        if hold.is_some() && eval.decision.kind == crate::DecisionKind::Wait {
+        if hold.is_some() && eval.decision.kind() == crate::DecisionKind::Wait {
             let free = envelopes::evaluate(guard, envelope, snapshot, now, running, None);
             if free.decision.is_granted() {
                 eval.decision = Decision::wait(
@@ -216,16 +216,9 @@ impl Scan<'_> {
         if eval.budgets_changed {
             guard.generation += 1;
         }
-        let mut decision = eval.decision;
-        if !decision.is_granted() {
-            return Err(decision);
-        }
-        let Some(mut contract) = decision.contract.take() else {
-            return Err(decision);
-        };
-        let seq = guard.hold(&mut contract);
-        let shared = &self.governor.shared;
-        Ok(Reservation::held(shared, seq, contract, &decision))
+        let mut grant = eval.decision.into_grant()?;
+        let seq = guard.hold(&mut grant.contract);
+        Ok(Reservation::held(&self.governor.shared, seq, grant))
     }
 }
 
@@ -416,21 +409,22 @@ impl Governor {
 
     /// Turns a granted decision into a reservation under `guard`.
     fn grant(&self, mut guard: MutexGuard<'_, Ledger>, decision: Decision) -> Result<Reservation, Decision> {
-        let mut decision = decision;
-        let contract = if decision.is_granted() { decision.contract.take() } else { None };
-        let Some(mut contract) = contract else {
-            self.shared.publish(guard);
-            return Err(decision);
+        let mut grant = match decision.into_grant() {
+            Ok(grant) => grant,
+            Err(refused) => {
+                self.shared.publish(guard);
+                return Err(refused);
+            }
         };
-        let seq = guard.hold(&mut contract);
+        let seq = guard.hold(&mut grant.contract);
         self.shared.publish(guard);
-        if let Some(grant) = &contract.scratch
-            && let Err(message) = self.prepare_scratch(grant)
+        if let Some(scratch) = &grant.contract.scratch
+            && let Err(message) = self.prepare_scratch(scratch)
         {
             self.shared.release(seq);
             return Err(Decision::wait(ReasonCode::Scratch, message));
         }
-        Ok(Reservation::held(&self.shared, seq, contract, &decision))
+        Ok(Reservation::held(&self.shared, seq, grant))
     }
 
     /// Evaluates a capability envelope: alternatives in order, the first

@@ -166,16 +166,16 @@ impl TaskContext {
                     self.contract = contract.clone();
                     return Ok(contract);
                 }
-                Err(d) if d.kind == DecisionKind::Reject => {
-                    self.inner.lock().record_decision(self.id, d.kind, d.reason, &d.message, now);
-                    return Err(TaskError::Failed(d.message));
+                Err(d) if d.kind() == DecisionKind::Reject => {
+                    self.inner.lock().record_decision(self.id, d.kind(), d.reason(), d.message(), now);
+                    return Err(TaskError::Failed(d.message().to_owned()));
                 }
                 Err(d) => {
-                    self.inner.lock().record_decision(self.id, d.kind, d.reason, &d.message, now);
+                    self.inner.lock().record_decision(self.id, d.kind(), d.reason(), d.message(), now);
                     if !self.inner.governor.register_waker(generation, &waker) {
                         continue;
                     }
-                    let timeout = d.reason.waits_on_host().then_some(self.inner.config.sample_interval);
+                    let timeout = d.reason().waits_on_host().then_some(self.inner.config.sample_interval);
                     signal.wait(epoch, timeout);
                 }
             }

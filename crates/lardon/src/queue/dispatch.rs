@@ -18,7 +18,7 @@
 
 use std::sync::Arc;
 
-use crate::decision::{DecisionKind, ReasonCode};
+use crate::decision::{Decision, DecisionKind, ReasonCode};
 use crate::governor::Hold;
 use crate::progress::Phase;
 use crate::reservation::Reservation;
@@ -375,18 +375,18 @@ fn scan_locked(
                     None => unused.push(reservation),
                 }
             }
-            Err(decision) if decision.kind == DecisionKind::Wait => {
-                host_wait |= decision.reason.waits_on_host();
-                blocked.learn(decision.reason, need.as_ref());
+            Err(Decision::Wait(why)) => {
+                host_wait |= why.code().waits_on_host();
+                blocked.learn(why.code(), need.as_ref());
                 if blocked.all && queue_wait.is_none() {
                     queue_wait = Some(DecisionRecord {
-                        kind: decision.kind,
-                        reason: decision.reason,
-                        message: decision.message.clone(),
+                        kind: DecisionKind::Wait,
+                        reason: why.code(),
+                        message: why.message().to_owned(),
                         at: now,
                     });
                 }
-                st.record_decision(id, decision.kind, decision.reason, &decision.message, now);
+                st.record_decision(id, DecisionKind::Wait, why.code(), why.message(), now);
                 if is_head {
                     head = Some(id);
                     let starving = st
@@ -400,9 +400,11 @@ fn scan_locked(
                     }
                 }
             }
-            Err(decision) => {
-                st.record_decision(id, decision.kind, decision.reason, &decision.message, now);
-                dropped.extend(st.finish(id, TaskState::Failed, Some(decision.message), now));
+            // A REJECT fails the task without calling it (a grant is never
+            // an `Err`).
+            Err(refused) => {
+                st.record_decision(id, refused.kind(), refused.reason(), refused.message(), now);
+                dropped.extend(st.finish(id, TaskState::Failed, Some(refused.message().to_owned()), now));
             }
         }
     }
