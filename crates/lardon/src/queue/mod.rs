@@ -332,6 +332,9 @@ impl TaskQueue {
             sequences: 0,
             bypassed_since: None,
         };
+        for &dep in entry.waiting_on.iter().chain(&entry.waiting_any) {
+            st.dependents.entry(dep).or_default().push(id);
+        }
         st.pending.insert(entry.order_key(), id);
         st.entries.insert(id, entry);
         st.fresh.push(id);

@@ -124,6 +124,10 @@ pub(crate) struct QueueState {
     /// that ended long ago (out of `history`) still resolves. One small
     /// entry per task ever run.
     pub(crate) outcomes: HashMap<TaskId, TaskState>,
+    /// Live tasks waiting on each live task (`after` or `after_any`): the
+    /// reverse of every entry's `waiting_on` and `waiting_any`. A list may
+    /// name a task that has since ended; it is skipped.
+    pub(crate) dependents: HashMap<TaskId, Vec<TaskId>>,
 }
 
 impl QueueState {
@@ -194,14 +198,9 @@ impl QueueState {
                 self.history.pop_front();
             }
             self.history.push_back(e.view(now, true, None));
-            // Dependents.
-            let dependents: Vec<TaskId> = self
-                .entries
-                .values()
-                .filter(|d| d.waiting_on.contains(&id) || d.waiting_any.contains(&id))
-                .map(|d| d.id)
-                .collect();
-            for dep_id in dependents {
+            // Dependents, from the reverse index (a pass over every live
+            // entry per task end made a backlog of N cost O(N²)).
+            for dep_id in self.dependents.remove(&id).unwrap_or_default() {
                 let Some(d) = self.entries.get_mut(&dep_id) else { continue };
                 d.waiting_any.retain(|&x| x != id);
                 if d.waiting_on.contains(&id) {
