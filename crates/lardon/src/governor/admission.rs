@@ -50,59 +50,42 @@ impl Hold {
     }
 }
 
-/// Outcome of evaluation plus whether a new sample changed budgets.
-pub(crate) struct Evaluation {
-    pub(crate) decision: Decision,
-    pub(crate) budgets_changed: bool,
-}
-
 /// Steps 2–3: freshness and validity, then the pressure state machine on a
-/// new sample.
+/// new sample (the ledger moves the generation when it changed a budget).
 /// Returns a WAIT decision when admission must stop here.
-pub(crate) fn observe(ledger: &mut Ledger, snap: &Snapshot, now: MonoTime) -> (Option<Decision>, bool) {
+pub(crate) fn observe(ledger: &mut Ledger, snap: &Snapshot, now: MonoTime) -> Option<Decision> {
     match now.checked_since(snap.captured_at) {
         None => {
-            return (
-                Some(Decision::wait(
-                    ReasonCode::StaleSnapshot,
-                    format!("snapshot taken at {} is in the future (now {now})", snap.captured_at),
-                )),
-                false,
-            );
+            return Some(Decision::wait(
+                ReasonCode::StaleSnapshot,
+                format!("snapshot taken at {} is in the future (now {now})", snap.captured_at),
+            ));
         }
         Some(age) if age > MAX_SNAPSHOT_AGE => {
-            return (
-                Some(Decision::wait(
-                    ReasonCode::StaleSnapshot,
-                    format!(
-                        "snapshot is {} ms old (limit {} ms)",
-                        age.as_millis(),
-                        MAX_SNAPSHOT_AGE.as_millis()
-                    ),
-                )),
-                false,
-            );
+            return Some(Decision::wait(
+                ReasonCode::StaleSnapshot,
+                format!("snapshot is {} ms old (limit {} ms)", age.as_millis(), MAX_SNAPSHOT_AGE.as_millis()),
+            ));
         }
         Some(_) => {}
     }
     // A figure no host produces says the probe is broken: like a stale
     // sample, it must neither admit nor move the pressure state.
     if let Err(e) = snap.validate() {
-        return (Some(Decision::wait(ReasonCode::InvalidSnapshot, format!("invalid snapshot: {e}"))), false);
+        return Some(Decision::wait(ReasonCode::InvalidSnapshot, format!("invalid snapshot: {e}")));
     }
-    let changed = if ledger.is_new_sample(snap) { ledger.observe_sample(snap) } else { false };
+    if ledger.is_new_sample(snap) {
+        ledger.observe_sample(snap);
+    }
     if ledger.pressure.level() == PressureLevel::Red {
         let why = ledger.pressure.reason().to_owned();
-        return (
-            Some(Decision::wait(ReasonCode::PressureRed, format!("host pressure is RED: {why}"))),
-            changed,
-        );
+        return Some(Decision::wait(ReasonCode::PressureRed, format!("host pressure is RED: {why}")));
     }
-    (None, changed)
+    None
 }
 
-/// The whole admission order for one estimate. `force_minimum` grants the
-/// batch minimum (envelopes under pressure).
+/// The whole admission order for one estimate (docs/DESIGN.md §4), with
+/// `hold` kept free for a starving head of the queue.
 pub(crate) fn evaluate(
     ledger: &mut Ledger,
     est: &Estimate,
@@ -110,22 +93,17 @@ pub(crate) fn evaluate(
     now: MonoTime,
     running: usize,
     hold: Option<&Hold>,
-) -> Evaluation {
+) -> Decision {
     // 1. Invalid estimate.
     if let Err(e) = est.validate() {
-        return Evaluation {
-            decision: Decision::reject(ReasonCode::InvalidEstimate, format!("invalid estimate: {e}")),
-            budgets_changed: false,
-        };
+        return Decision::reject(ReasonCode::InvalidEstimate, format!("invalid estimate: {e}"));
     }
-    ledger.largest_batch = ledger.largest_batch.max(est.batch_max);
+    ledger.note_batch_max(est.batch_max);
     // 2–3. Freshness and pressure.
-    let (stop, budgets_changed) = observe(ledger, snap, now);
-    if let Some(decision) = stop {
-        return Evaluation { decision, budgets_changed };
+    if let Some(stop) = observe(ledger, snap, now) {
+        return stop;
     }
-    let decision = admit(ledger, est, snap, running, hold);
-    Evaluation { decision, budgets_changed }
+    admit(ledger, est, snap, running, hold)
 }
 
 /// Steps 4–11 for a valid estimate against a fresh, observed snapshot:
@@ -349,7 +327,7 @@ fn batch_within_target(
                 est.batch_min,
                 learned_note(sizing),
                 format_bytes(fit.memory_available),
-                format_bytes(ledger.totals.memory),
+                format_bytes(ledger.totals().memory),
             )
         };
         return Err(Decision::wait(fit.short, message));
@@ -385,7 +363,7 @@ fn slots(ledger: &Ledger, est: &Estimate, hold: &Hold, running: usize) -> Result
             ),
         ));
     }
-    let io_free = policy.io_slots.saturating_sub(ledger.totals.io_slots).saturating_sub(hold.io_slots);
+    let io_free = policy.io_slots.saturating_sub(ledger.totals().io_slots).saturating_sub(hold.io_slots);
     if est.io_slots > 0 && io_free == 0 {
         return Err(Decision::wait(
             ReasonCode::IoSlot,

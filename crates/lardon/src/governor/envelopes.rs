@@ -10,7 +10,7 @@ use crate::envelope::{Envelope, Ramp, RampTicket};
 use crate::pressure::PressureLevel;
 use crate::snapshot::Snapshot;
 
-use super::admission::{Evaluation, Hold, evaluate as evaluate_estimate};
+use super::admission::{Hold, evaluate as evaluate_estimate};
 use super::ledger::Ledger;
 
 pub(crate) fn evaluate(
@@ -20,8 +20,7 @@ pub(crate) fn evaluate(
     now: MonoTime,
     running: usize,
     hold: Option<&Hold>,
-) -> Evaluation {
-    let mut budgets_changed = false;
+) -> Decision {
     let mut waits: Vec<String> = Vec::new();
     let mut last_reject: Option<Decision> = None;
     for (index, alt) in envelope.alternatives.iter().enumerate() {
@@ -33,9 +32,7 @@ pub(crate) fn evaluate(
         } else {
             alt.estimate.clone()
         };
-        let eval = evaluate_estimate(ledger, &estimate, snap, now, running, hold);
-        budgets_changed |= eval.budgets_changed;
-        let mut decision = eval.decision;
+        let mut decision = evaluate_estimate(ledger, &estimate, snap, now, running, hold);
         match decision.kind() {
             DecisionKind::Wait => {
                 waits.push(format!("{}: {}", alt.name, decision.message()));
@@ -48,7 +45,7 @@ pub(crate) fn evaluate(
                         ReasonCode::StaleSnapshot | ReasonCode::InvalidSnapshot | ReasonCode::PressureRed
                     )
                 {
-                    return Evaluation { decision, budgets_changed };
+                    return decision;
                 }
                 continue;
             }
@@ -64,7 +61,6 @@ pub(crate) fn evaluate(
             ramp.reset();
             let minimum = ramp.operational_estimate(alt);
             let retry = evaluate_estimate(ledger, &minimum, snap, now, running, hold);
-            let retry = retry.decision;
             if !retry.is_granted() {
                 waits.push(format!("{}: {}", alt.name, retry.message()));
                 continue;
@@ -91,15 +87,14 @@ pub(crate) fn evaluate(
                     Some(RampTicket { key, epoch, exercised: cpus_ok && batch_ok && !pressured });
             }
         }
-        return Evaluation { decision, budgets_changed };
+        return decision;
     }
-    let decision = if waits.is_empty() {
+    if waits.is_empty() {
         last_reject.unwrap_or_else(|| Decision::reject(ReasonCode::InvalidEstimate, "empty envelope"))
     } else {
         Decision::wait(
             ReasonCode::AllAlternativesWait,
             format!("every alternative waits: {}", waits.join("; ")),
         )
-    };
-    Evaluation { decision, budgets_changed }
+    }
 }

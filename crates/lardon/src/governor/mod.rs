@@ -39,7 +39,7 @@ use crate::reservation::{ReleaseError, Reservation, ReservationId};
 use crate::snapshot::{Probe, ProbeError, Snapshot};
 use crate::sync::{self, Arc, AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
 
-use ledger::Ledger;
+use ledger::{Change, Ledger};
 
 /// Process-wide source of Governor ids (to refuse foreign reservations).
 static NEXT_GOVERNOR: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -73,14 +73,14 @@ impl Shared {
     /// under the same lock hold, and waking it would only send it to scan
     /// again for nothing. It stays registered for the next change.
     fn publish_except(&self, guard: MutexGuard<'_, Ledger>, scanner: Option<&Waker>) {
-        let generation = guard.generation;
+        let generation = guard.generation();
         // One read-modify-write rather than load + store (same effect: the
         // atomic is only written under the lock); loom misses interleavings
         // after a redundant load (tokio-rs/loom#166).
         let changed = self.generation.swap(generation, Ordering::SeqCst) != generation;
         // Waiters register under the lock, so this count is exact; skipping
         // the notify when nobody waits saves a futex syscall per change.
-        if changed && guard.waiters > 0 {
+        if changed && guard.waiters() > 0 {
             self.changed.notify_all();
         }
         drop(guard);
@@ -114,7 +114,7 @@ impl Shared {
     }
 
     pub(crate) fn is_active(&self, seq: u64) -> bool {
-        self.lock().active.contains_key(&seq)
+        self.lock().is_active(seq)
     }
 
     pub(crate) fn release(&self, seq: u64) -> bool {
@@ -186,7 +186,7 @@ impl Scan<'_> {
     /// The generation as of now, under the scan's lock: every change up to
     /// it has been seen by this scan's evaluations.
     pub(crate) fn generation(&self) -> Option<u64> {
-        self.guard.as_ref().map(|g| g.generation)
+        self.guard.as_ref().map(|g| g.generation())
     }
 
     /// Evaluates `envelope` with the queue's own count of running tasks (a
@@ -203,20 +203,17 @@ impl Scan<'_> {
         let Some(guard) = self.guard.as_mut() else {
             return Err(Decision::wait(ReasonCode::ProbeFailed, "scan already finished"));
         };
-        let mut eval = envelopes::evaluate(guard, envelope, snapshot, now, running, hold);
-        if hold.is_some() && eval.decision.kind() == crate::DecisionKind::Wait {
+        let mut decision = envelopes::evaluate(guard, envelope, snapshot, now, running, hold);
+        if hold.is_some() && decision.kind() == crate::DecisionKind::Wait {
             let free = envelopes::evaluate(guard, envelope, snapshot, now, running, None);
-            if free.decision.is_granted() {
-                eval.decision = Decision::wait(
+            if free.is_granted() {
+                decision = Decision::wait(
                     ReasonCode::HeldForHead,
                     "held back to leave room for a long-waiting task ahead in the queue",
                 );
             }
         }
-        if eval.budgets_changed {
-            guard.generation += 1;
-        }
-        let mut grant = eval.decision.into_grant()?;
+        let mut grant = decision.into_grant()?;
         let seq = guard.hold(&mut grant.contract);
         Ok(Reservation::held(&self.governor.shared, seq, grant))
     }
@@ -320,23 +317,19 @@ impl Governor {
     /// [`PolicyError`], with nothing changed.
     pub fn set_policy(&self, policy: HostPolicy) -> Result<(), PolicyError> {
         let mut guard = self.shared.lock();
-        policy.validate(&guard.profile)?;
-        guard.covers(&policy)?;
-        guard.policy = policy;
-        guard.generation += 1;
-        guard.check();
+        let set = guard.set_policy(policy);
         self.shared.publish(guard);
-        Ok(())
+        set
     }
 
     /// Evaluates `estimate` against `snapshot` without reserving. A new
     /// host sample still feeds the pressure state (once per sample).
     pub fn decide(&self, estimate: &Estimate, snapshot: &Snapshot) -> Decision {
-        let (guard, eval) = self.evaluate_locked(|l, now, running| {
+        let (guard, decision) = self.evaluate_locked(|l, now, running| {
             admission::evaluate(l, estimate, snapshot, now, running, None)
         });
         self.shared.publish(guard);
-        eval.decision
+        decision
     }
 
     /// Evaluates and, on ADMIT or REDUCE_BATCH, reserves.
@@ -344,10 +337,10 @@ impl Governor {
     /// # Errors
     /// The WAIT or REJECT [`Decision`] when nothing was reserved.
     pub fn reserve(&self, estimate: &Estimate, snapshot: &Snapshot) -> Result<Reservation, Decision> {
-        let (guard, eval) = self.evaluate_locked(|l, now, running| {
+        let (guard, decision) = self.evaluate_locked(|l, now, running| {
             admission::evaluate(l, estimate, snapshot, now, running, None)
         });
-        self.grant(guard, eval.decision)
+        self.grant(guard, decision)
     }
 
     /// [`Governor::reserve`] against a fresh snapshot from the probe. A
@@ -376,10 +369,9 @@ impl Governor {
     pub fn observe(&self, snapshot: &Snapshot) {
         let now = self.shared.clock.now();
         let mut guard = self.shared.lock();
-        let (_, changed) = admission::observe(&mut guard, snapshot, now);
-        if changed {
-            guard.generation += 1;
-        }
+        // A WAIT here (stale, RED) concerns no estimate: only the sample's
+        // effect on the ledger matters.
+        let _ = admission::observe(&mut guard, snapshot, now);
         self.shared.publish(guard);
     }
 
@@ -390,21 +382,18 @@ impl Governor {
             .map_err(|e| Decision::wait(ReasonCode::ProbeFailed, format!("cannot observe the host: {e}")))
     }
 
-    /// Reads the clock (outside code, so before the lock), locks, runs one
-    /// evaluation with the number of active reservations as the running
-    /// count, and moves the generation when a new sample changed budgets.
+    /// Reads the clock (outside code, so before the lock), locks and runs
+    /// one evaluation with the number of active reservations as the
+    /// running count.
     fn evaluate_locked(
         &self,
-        evaluate: impl FnOnce(&mut Ledger, crate::MonoTime, usize) -> admission::Evaluation,
-    ) -> (MutexGuard<'_, Ledger>, admission::Evaluation) {
+        evaluate: impl FnOnce(&mut Ledger, crate::MonoTime, usize) -> Decision,
+    ) -> (MutexGuard<'_, Ledger>, Decision) {
         let now = self.shared.clock.now();
         let mut guard = self.shared.lock();
-        let running = guard.active.len();
-        let eval = evaluate(&mut guard, now, running);
-        if eval.budgets_changed {
-            guard.generation += 1;
-        }
-        (guard, eval)
+        let running = guard.reservations();
+        let decision = evaluate(&mut guard, now, running);
+        (guard, decision)
     }
 
     /// Turns a granted decision into a reservation under `guard`.
@@ -430,11 +419,11 @@ impl Governor {
     /// Evaluates a capability envelope: alternatives in order, the first
     /// granted wins; WAIT if any alternative waits, else the last REJECT.
     pub fn decide_envelope(&self, envelope: &Envelope, snapshot: &Snapshot) -> Decision {
-        let (guard, eval) = self.evaluate_locked(|l, now, running| {
+        let (guard, decision) = self.evaluate_locked(|l, now, running| {
             envelopes::evaluate(l, envelope, snapshot, now, running, None)
         });
         self.shared.publish(guard);
-        eval.decision
+        decision
     }
 
     /// Evaluates a capability envelope and reserves the chosen alternative
@@ -447,10 +436,10 @@ impl Governor {
         envelope: &Envelope,
         snapshot: &Snapshot,
     ) -> Result<Reservation, Decision> {
-        let (guard, eval) = self.evaluate_locked(|l, now, running| {
+        let (guard, decision) = self.evaluate_locked(|l, now, running| {
             envelopes::evaluate(l, envelope, snapshot, now, running, None)
         });
-        self.grant(guard, eval.decision)
+        self.grant(guard, decision)
     }
 
     /// [`Governor::reserve_envelope`] against a fresh snapshot.
@@ -533,7 +522,7 @@ impl Governor {
         let mut guard = self.shared.lock();
         let changed = guard.history.record(class, &record);
         if changed {
-            guard.generation += 1;
+            guard.changed(Change::History);
         }
         self.shared.publish(guard);
         changed
@@ -594,7 +583,7 @@ impl Governor {
             None => false,
         };
         if used {
-            guard.generation += 1;
+            guard.changed(Change::Ramp);
         }
         self.shared.publish(guard);
         used
@@ -652,10 +641,10 @@ impl Governor {
     /// Blocks the calling thread on a condition variable; never polls.
     pub fn wait_for_change(&self, seen: u64, timeout: Option<Duration>) -> u64 {
         let mut guard = self.shared.lock();
-        guard.waiters += 1;
+        guard.count_waiter(true);
         match timeout {
             None => {
-                while guard.generation == seen {
+                while guard.generation() == seen {
                     guard =
                         self.shared.changed.wait(guard).unwrap_or_else(std::sync::PoisonError::into_inner);
                 }
@@ -663,7 +652,7 @@ impl Governor {
             #[cfg(not(loom))]
             Some(timeout) => {
                 let deadline = std::time::Instant::now() + timeout;
-                while guard.generation == seen {
+                while guard.generation() == seen {
                     let left = deadline.saturating_duration_since(std::time::Instant::now());
                     if left.is_zero() {
                         break;
@@ -679,8 +668,8 @@ impl Governor {
             #[cfg(loom)]
             Some(_) => {}
         }
-        guard.waiters -= 1;
-        guard.generation
+        guard.count_waiter(false);
+        guard.generation()
     }
 
     /// Threads blocked in [`Governor::wait_for_change`] now. A test hook:
@@ -688,7 +677,7 @@ impl Governor {
     /// can see a waiter asleep before it makes the change that wakes it.
     #[cfg(all(test, not(loom)))]
     pub(crate) fn blocked_waiters(&self) -> usize {
-        self.shared.lock().waiters
+        self.shared.lock().waiters()
     }
 
     /// Pressure level and why.
