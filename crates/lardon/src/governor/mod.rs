@@ -37,7 +37,7 @@ use crate::policy::{HostPolicy, HostProfile, PolicyError};
 use crate::pressure::PressureLevel;
 use crate::reservation::{ReleaseError, Reservation, ReservationId};
 use crate::snapshot::{Probe, ProbeError, Snapshot};
-use crate::sync::{self, Arc, AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
+use crate::sync::{self, Arc, AtomicBool, AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
 
 use ledger::{Change, Ledger};
 
@@ -54,6 +54,14 @@ pub(crate) struct Shared {
     probe: Box<dyn Probe>,
     clock: std::sync::Arc<dyn Clock>,
     wakers: Mutex<Vec<std::task::Waker>>,
+    /// Whether `wakers` may hold a waker, so a change with none registered
+    /// (the common case outside a queue) skips that lock. Written under the
+    /// `wakers` lock; a registration sets it *before* reading the
+    /// generation, and `publish` moves the generation before reading it
+    /// (both SeqCst), so one of the two always sees the other: either the
+    /// publisher wakes the new waker, or the registration sees the new
+    /// generation and declines.
+    has_wakers: AtomicBool,
 }
 
 impl Shared {
@@ -84,7 +92,7 @@ impl Shared {
             self.changed.notify_all();
         }
         drop(guard);
-        if changed {
+        if changed && self.has_wakers.load(Ordering::SeqCst) {
             let mut list = sync::lock(&self.wakers);
             let fire = match scanner {
                 Some(keep) if list.iter().any(|w| w.will_wake(keep)) => {
@@ -102,6 +110,7 @@ impl Shared {
                 }
                 _ => std::mem::take(&mut *list),
             };
+            self.has_wakers.store(!list.is_empty(), Ordering::SeqCst);
             drop(list);
             for w in fire {
                 w.wake();
@@ -290,6 +299,7 @@ impl Governor {
                 probe: Box::new(probe),
                 clock,
                 wakers: Mutex::new(Vec::new()),
+                has_wakers: AtomicBool::new(false),
             }),
         })
     }
@@ -696,8 +706,11 @@ impl Governor {
     /// the generation already differs from `seen` (then returns false).
     pub(crate) fn register_waker(&self, seen: u64, waker: &std::task::Waker) -> bool {
         let mut wakers = sync::lock(&self.shared.wakers);
-        // Checked under the waker lock: a publish after this sees our waker.
+        // Announced before the generation is read (see `has_wakers`): a
+        // publish that moved it after this read sees the flag and wakes us.
+        self.shared.has_wakers.store(true, Ordering::SeqCst);
         if self.generation() != seen {
+            self.shared.has_wakers.store(!wakers.is_empty(), Ordering::SeqCst);
             return false;
         }
         if !wakers.iter().any(|w| w.will_wake(waker)) {
