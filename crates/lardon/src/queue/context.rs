@@ -83,7 +83,7 @@ impl TaskContext {
         let mut st = self.inner.lock();
         if let Some(e) = st.entries.get_mut(&self.id) {
             e.progress.report(progress, now)?;
-            st.emit(QueueEvent::Progress { id: self.id, progress });
+            st.emit(|| QueueEvent::Progress { id: self.id, progress });
         }
         Ok(())
     }
@@ -107,7 +107,7 @@ impl TaskContext {
                     e.state = next;
                     let phase = if next == TaskState::Paused { Phase::Paused } else { Phase::Running };
                     let _ = e.progress.set_phase(phase, now);
-                    st.emit(QueueEvent::StateChanged { id: self.id, state: next });
+                    st.emit(|| QueueEvent::StateChanged { id: self.id, state: next });
                 }
                 if next == TaskState::Running {
                     return Ok(());
@@ -160,7 +160,7 @@ impl TaskContext {
                         e.contract = Some(contract.clone());
                         e.sequences += 1;
                     }
-                    st.emit(QueueEvent::Sequence { id: self.id, contract: contract.clone() });
+                    st.emit(|| QueueEvent::Sequence { id: self.id, contract: contract.clone() });
                     drop(st);
                     self.reservation = Some(reservation);
                     self.contract = contract.clone();

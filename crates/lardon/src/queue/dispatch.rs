@@ -453,10 +453,9 @@ fn start(
     e.sequences = 1;
     e.bypassed_since = None;
     let _ = e.progress.set_phase(Phase::Running, now);
-    let contract = r.contract().clone();
     st.pending.remove(&key);
     st.running += 1;
-    st.emit(QueueEvent::Started { id, contract });
+    st.emit(|| QueueEvent::Started { id, contract: r.contract().clone() });
     Some(callback)
 }
 

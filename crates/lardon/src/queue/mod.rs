@@ -338,7 +338,7 @@ impl TaskQueue {
         st.pending.insert(entry.order_key(), id);
         st.entries.insert(id, entry);
         st.fresh.push(id);
-        st.emit(QueueEvent::Submitted { id, name: task.name });
+        st.emit(|| QueueEvent::Submitted { id, name: task.name });
         let dropped = match failed_dep {
             Some((dep, state)) => {
                 st.finish(id, TaskState::Failed, Some(format!("dependency {dep} ended {state}")), now)
@@ -387,7 +387,7 @@ impl TaskQueue {
         let changed = !e.started && e.state == TaskState::Pending;
         if changed {
             e.state = TaskState::Paused;
-            st.emit(QueueEvent::StateChanged { id, state: TaskState::Paused });
+            st.emit(|| QueueEvent::StateChanged { id, state: TaskState::Paused });
         }
         Ok(())
     }
@@ -403,7 +403,7 @@ impl TaskQueue {
         let changed = !e.started && e.state == TaskState::Paused;
         if changed {
             e.state = TaskState::Pending;
-            st.emit(QueueEvent::StateChanged { id, state: TaskState::Pending });
+            st.emit(|| QueueEvent::StateChanged { id, state: TaskState::Pending });
         }
         drop(st);
         self.inner.tasks.bump();
@@ -422,7 +422,7 @@ impl TaskQueue {
         let mut st = self.inner.lock();
         let Some(e) = st.entries.get_mut(&id) else { return Err(self.missing(&st, id)) };
         e.progress.report(progress, now).map_err(|err| QueueError::BadProgress(err.to_string()))?;
-        st.emit(QueueEvent::Progress { id, progress });
+        st.emit(|| QueueEvent::Progress { id, progress });
         Ok(())
     }
 
@@ -447,7 +447,7 @@ impl TaskQueue {
             e.state = next;
             let phase = if paused { crate::progress::Phase::Paused } else { crate::progress::Phase::Running };
             let _ = e.progress.set_phase(phase, now);
-            st.emit(QueueEvent::StateChanged { id, state: next });
+            st.emit(|| QueueEvent::StateChanged { id, state: next });
         }
         drop(st);
         self.inner.tasks.bump();

@@ -131,7 +131,13 @@ pub(crate) struct QueueState {
 }
 
 impl QueueState {
-    pub(crate) fn emit(&mut self, event: QueueEvent) {
+    /// Sends the event `make` builds to every subscriber. With none, the
+    /// event is never built (its strings and contract are not copied).
+    pub(crate) fn emit(&mut self, make: impl FnOnce() -> QueueEvent) {
+        if self.subscribers.is_empty() {
+            return;
+        }
+        let event = make();
         self.subscribers.retain(|s| s.send(event.clone()).is_ok());
     }
 
@@ -155,7 +161,7 @@ impl QueueState {
             }
         }
         if changed {
-            self.emit(QueueEvent::Decision { id, kind, reason, message: message.to_owned() });
+            self.emit(|| QueueEvent::Decision { id, kind, reason, message: message.to_owned() });
         }
     }
 
@@ -192,7 +198,7 @@ impl QueueState {
             if let Some(cb) = e.callback.take() {
                 dropped.push(cb);
             }
-            self.emit(QueueEvent::Finished { id, state, message: message.clone() });
+            self.emit(|| QueueEvent::Finished { id, state, message: message.clone() });
             self.outcomes.insert(id, state);
             if self.history.len() == HISTORY {
                 self.history.pop_front();
