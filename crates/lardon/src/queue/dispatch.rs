@@ -224,8 +224,10 @@ fn scan(inner: &Arc<Inner>, force: bool) -> Option<bool> {
     };
     let mut gov_scan = inner.governor.scan_for(&inner.dispatch_waker);
     let outcome = scan_locked(inner, &mut st, &mut gov_scan, &snap, now);
-    drop(gov_scan);
+    // The queue lock goes first: ending the scan runs registered wakers
+    // (async code's), which must never run under the queue lock.
     drop(st);
+    drop(gov_scan);
     let (starts, host_wait) = outcome.settle();
     for start in starts {
         launch(inner, start);
@@ -276,8 +278,10 @@ pub(crate) fn end_and_hand_off(
         Ok(_) => Outcome::nothing(false),
         Err(_) => Outcome::nothing(true),
     };
-    drop(gov_scan);
+    // The queue lock goes first: ending the scan runs registered wakers
+    // (async code's), which must never run under the queue lock.
     drop(st);
+    drop(gov_scan);
     if let Some(released) = released {
         inner.governor.after_release(released);
     }
