@@ -162,11 +162,18 @@ pub(crate) fn run(inner: &Arc<Inner>) {
         // Sleep until a change no scan has seen yet: a worker that handed
         // its thread to the next task scanned after its own release, so
         // that release (and everything before it) is not news.
-        let seen = generation.max(inner.lock().scanned_generation);
+        // Re-sample on a timer while some task waits on host state: one
+        // this scan left, or one a hand-off left since.
+        let (seen, timed) = {
+            let mut st = inner.lock();
+            let timed = host_wait || std::mem::take(&mut st.hand_off_host_wait);
+            st.dispatcher_timed = timed;
+            (generation.max(st.scanned_generation), timed)
+        };
         if !inner.governor.register_waker(seen, &inner.dispatch_waker) {
             continue;
         }
-        let timeout = host_wait.then_some(inner.config.sample_interval);
+        let timeout = timed.then_some(inner.config.sample_interval);
         if !inner.dispatch.wait(epoch, timeout) {
             // Timed out while waiting on the host: force a fresh sample.
             force = true;
@@ -280,15 +287,22 @@ pub(crate) fn end_and_hand_off(
     };
     // The queue lock goes first: ending the scan runs registered wakers
     // (async code's), which must never run under the queue lock.
+    // A task left waiting on host state needs the dispatcher's timer: wake
+    // it only if it is not already re-sampling (it reads the flag after
+    // every scan, so it cannot miss it on its way to sleep).
+    let wake_dispatcher = outcome.host_wait && {
+        st.hand_off_host_wait = true;
+        !st.dispatcher_timed
+    };
     drop(st);
     drop(gov_scan);
     if let Some(released) = released {
         inner.governor.after_release(released);
     }
     drop(dropped);
-    let (starts, host_wait) = outcome.settle();
+    let (starts, _) = outcome.settle();
     inner.tasks.bump();
-    if host_wait {
+    if wake_dispatcher {
         inner.wake_dispatcher();
     }
     let mut starts = starts.into_iter();

@@ -112,6 +112,12 @@ pub(crate) struct QueueState {
     /// dispatcher or by a worker handing off: every change up to it has
     /// been seen by a scan, so it is not a reason to scan again.
     pub(crate) scanned_generation: u64,
+    /// The dispatcher sleeps with the sample interval (it re-samples the
+    /// host on its own), as of its last scan.
+    pub(crate) dispatcher_timed: bool,
+    /// A hand-off left a task waiting on host state since the dispatcher's
+    /// last scan (it then sleeps timed).
+    pub(crate) hand_off_host_wait: bool,
     /// Callers blocked in `submit` on a full queue (a test hook: lets a
     /// test see a submitter asleep before it makes room).
     #[cfg(test)]

@@ -212,3 +212,49 @@ fn hand_off_bypasses_a_waiting_head_and_keeps_its_hold() {
     r.queue.wait_idle();
     assert_eq!(r.reserved(), (0, 0));
 }
+
+/// A hand-off that leaves a task waiting on host state hands the
+/// re-sampling to the dispatcher: asleep untimed (nothing waited on the
+/// host), it is woken and sleeps with the sample interval, so the task
+/// starts once the host clears, with no other event. Here `a` holds every
+/// CPU of the pool, so `b` first waits for a CPU (not a host wait); the
+/// host's 1-minute load is 4.5, all of it `a`'s own. When `a` ends, the
+/// same sample reads as 4.5 of foreign load, so `b` waits on the load
+/// gate (a host wait) — with no new sample and a quiet release, only the
+/// hand-off can tell the dispatcher.
+///
+/// To see it fail, drop the dispatcher wake at the end of
+/// `dispatch::end_and_hand_off`: the dispatcher sleeps on untimed and `b`
+/// never starts.
+#[test]
+fn a_hand_off_leaving_a_host_wait_starts_the_dispatchers_timer() {
+    let r =
+        rig_with(QueueConfig { sample_interval: Duration::from_millis(1), ..QueueConfig::default() }, |p| {
+            p.max_load_ratio = Some(1.0)
+        });
+    let every_cpu = Estimate::builder().memory(GIB).cpus(4).cpus_exact().build();
+    let (gate, a_cb) = gated();
+    let a = r.queue.submit(Task::new("a", every_cpu, a_cb)).unwrap();
+    r.started(a);
+    let b =
+        r.queue.submit(Task::new("b", Estimate::builder().memory(GIB).cpus(1).build(), |_| Ok(()))).unwrap();
+    r.until(
+        "b waits for a CPU",
+        |e| matches!(e, QueueEvent::Decision { id, reason: ReasonCode::Cpu, .. } if *id == b),
+    );
+    // The load `a` causes shows up; a fresh sample sees it, but as ours.
+    r.probe.update(|s| s.load.one = 4.5);
+    r.queue.resources_changed();
+    r.dispatcher_settled();
+    assert_eq!(r.queue.get(b).unwrap().last_decision.unwrap().reason, ReasonCode::Cpu);
+    gate.send(()).unwrap();
+    r.until(
+        "b waits on the load gate",
+        |e| matches!(e, QueueEvent::Decision { id, reason: ReasonCode::CpuLoad, .. } if *id == b),
+    );
+    let inner = &r.queue.inner;
+    eventually("the dispatcher re-samples on its timer", || inner.dispatch.asleep() == Some(true));
+    r.probe.update(|s| s.load.one = 0.0);
+    assert_eq!(r.finished(b), TaskState::Completed);
+    r.queue.wait_idle();
+}
