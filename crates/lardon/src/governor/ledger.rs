@@ -16,6 +16,7 @@
 //!   reservation without it.
 
 use std::collections::HashMap;
+use std::task::Waker;
 
 use crate::contract::Contract;
 use crate::envelope::{MAX_RAMPS, Ramp};
@@ -125,6 +126,9 @@ pub(crate) struct Ledger {
     /// Threads blocked in `wait_for_change` (they count themselves in and
     /// out under the lock).
     waiters: usize,
+    /// Async waiters (and the queue dispatcher) to wake at the next change,
+    /// registered under the lock that every change is made under.
+    wakers: Vec<Waker>,
 }
 
 /// What a host sample changes about budgets; a new sample bumps the
@@ -159,6 +163,7 @@ impl Ledger {
             ramp_clock: 0,
             volumes: Vec::new(),
             waiters: 0,
+            wakers: Vec::new(),
         }
     }
 
@@ -209,6 +214,36 @@ impl Ledger {
         } else {
             debug_assert!(self.waiters > 0, "a waiter left that never came");
             self.waiters = self.waiters.saturating_sub(1);
+        }
+    }
+
+    /// Registers `waker` for the next change (once: a waker that wakes the
+    /// same task is not added twice).
+    pub(crate) fn register_waker(&mut self, waker: &Waker) {
+        if !self.wakers.iter().any(|w| w.will_wake(waker)) {
+            self.wakers.push(waker.clone());
+        }
+    }
+
+    /// The wakers to wake for a change, unregistered, except one that wakes
+    /// the same task as `scanner`: it stays registered (that waiter's own
+    /// scan saw the change, see `Shared::publish_except`).
+    pub(crate) fn take_wakers(&mut self, scanner: Option<&Waker>) -> Vec<Waker> {
+        match scanner {
+            Some(keep) if self.wakers.iter().any(|w| w.will_wake(keep)) => {
+                // `Vec::new` does not allocate until a waker is kept out:
+                // the common list is the scanner's waker alone.
+                let mut fire = Vec::new();
+                self.wakers.retain(|w| {
+                    let keep = w.will_wake(keep);
+                    if !keep {
+                        fire.push(w.clone());
+                    }
+                    keep
+                });
+                fire
+            }
+            _ => std::mem::take(&mut self.wakers),
         }
     }
 

@@ -37,7 +37,7 @@ use crate::policy::{HostPolicy, HostProfile, PolicyError};
 use crate::pressure::PressureLevel;
 use crate::reservation::{ReleaseError, Reservation, ReservationId};
 use crate::snapshot::{Probe, ProbeError, Snapshot};
-use crate::sync::{self, Arc, AtomicBool, AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
+use crate::sync::{self, Arc, AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
 
 use ledger::{Change, Ledger};
 
@@ -53,15 +53,6 @@ pub(crate) struct Shared {
     generation: AtomicU64,
     probe: Box<dyn Probe>,
     clock: std::sync::Arc<dyn Clock>,
-    wakers: Mutex<Vec<std::task::Waker>>,
-    /// Whether `wakers` may hold a waker, so a change with none registered
-    /// (the common case outside a queue) skips that lock. Written under the
-    /// `wakers` lock; a registration sets it *before* reading the
-    /// generation, and `publish` moves the generation before reading it
-    /// (both SeqCst), so one of the two always sees the other: either the
-    /// publisher wakes the new waker, or the registration sees the new
-    /// generation and declines.
-    has_wakers: AtomicBool,
 }
 
 impl Shared {
@@ -80,7 +71,7 @@ impl Shared {
     /// waiter's own scan (or one on its behalf) already saw this change
     /// under the same lock hold, and waking it would only send it to scan
     /// again for nothing. It stays registered for the next change.
-    fn publish_except(&self, guard: MutexGuard<'_, Ledger>, scanner: Option<&Waker>) {
+    fn publish_except(&self, mut guard: MutexGuard<'_, Ledger>, scanner: Option<&Waker>) {
         let generation = guard.generation();
         // One read-modify-write rather than load + store (same effect: the
         // atomic is only written under the lock); loom misses interleavings
@@ -91,30 +82,13 @@ impl Shared {
         if changed && guard.waiters() > 0 {
             self.changed.notify_all();
         }
+        // Wakers register under this lock too, so taking them here misses
+        // none, and with none registered (the common case outside a
+        // queue) this costs nothing more. They are woken after the unlock.
+        let fire = if changed { guard.take_wakers(scanner) } else { Vec::new() };
         drop(guard);
-        if changed && self.has_wakers.load(Ordering::SeqCst) {
-            let mut list = sync::lock(&self.wakers);
-            let fire = match scanner {
-                Some(keep) if list.iter().any(|w| w.will_wake(keep)) => {
-                    // `Vec::new` does not allocate until a waker is kept
-                    // out: the common list is the scanner's waker alone.
-                    let mut fire = Vec::new();
-                    list.retain(|w| {
-                        let keep = w.will_wake(keep);
-                        if !keep {
-                            fire.push(w.clone());
-                        }
-                        keep
-                    });
-                    fire
-                }
-                _ => std::mem::take(&mut *list),
-            };
-            self.has_wakers.store(!list.is_empty(), Ordering::SeqCst);
-            drop(list);
-            for w in fire {
-                w.wake();
-            }
+        for w in fire {
+            w.wake();
         }
     }
 
@@ -298,8 +272,6 @@ impl Governor {
                 generation: AtomicU64::new(0),
                 probe: Box::new(probe),
                 clock,
-                wakers: Mutex::new(Vec::new()),
-                has_wakers: AtomicBool::new(false),
             }),
         })
     }
@@ -705,17 +677,13 @@ impl Governor {
     /// Registers `waker` to be woken at the next generation change, unless
     /// the generation already differs from `seen` (then returns false).
     pub(crate) fn register_waker(&self, seen: u64, waker: &std::task::Waker) -> bool {
-        let mut wakers = sync::lock(&self.shared.wakers);
-        // Announced before the generation is read (see `has_wakers`): a
-        // publish that moved it after this read sees the flag and wakes us.
-        self.shared.has_wakers.store(true, Ordering::SeqCst);
-        if self.generation() != seen {
-            self.shared.has_wakers.store(!wakers.is_empty(), Ordering::SeqCst);
+        let mut guard = self.shared.lock();
+        // Checked under the ledger lock every change is published under: a
+        // change after this takes our waker.
+        if guard.generation() != seen {
             return false;
         }
-        if !wakers.iter().any(|w| w.will_wake(waker)) {
-            wakers.push(waker.clone());
-        }
+        guard.register_waker(waker);
         true
     }
 }
