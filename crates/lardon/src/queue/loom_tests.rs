@@ -248,9 +248,7 @@ fn cancel_wakes_a_paused_checkpoint() {
 /// To see it fail, make `dispatch::end_and_hand_off` skip its scan
 /// (`Ok(_) if !st.closing => Outcome::nothing(false)`): the release wakes
 /// nobody (the scan's publish spares the dispatcher's waker) and loom
-/// reports a deadlock; with the scan but without the release inside it
-/// (release before locking), `waits` may be started by the dispatcher on
-/// another thread and the thread assertion fails.
+/// reports a deadlock.
 #[test]
 fn a_finishing_worker_hands_its_thread_to_the_waiting_task() {
     model(|| {
@@ -286,9 +284,9 @@ fn a_finishing_worker_hands_its_thread_to_the_waiting_task() {
 /// by the dispatcher, whose waker the hand-off's quiet publish kept
 /// registered. A lost wake-up is a loom deadlock.
 ///
-/// To see it fail, make `Shared::publish_except` drop the spared waker
-/// instead of keeping it registered (`list.clear()` after taking the
-/// others): the outside release then wakes nobody.
+/// To see it fail, make `Ledger::take_wakers` drop the spared waker
+/// instead of keeping it registered (`self.wakers.clear()` after taking
+/// the others): the outside release then wakes nobody (a loom deadlock).
 #[test]
 fn hand_off_racing_an_outside_release_loses_no_wake() {
     model(|| {
