@@ -20,6 +20,7 @@ mod estimate;
 mod fake;
 mod governor;
 mod history;
+mod idhash;
 mod learned;
 pub mod parallel;
 mod policy;

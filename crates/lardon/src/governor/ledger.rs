@@ -22,38 +22,12 @@ use crate::contract::Contract;
 use crate::envelope::{MAX_RAMPS, Ramp};
 use crate::estimate::Class;
 use crate::history::History;
+use crate::idhash::Ids;
 use crate::policy::{HostPolicy, HostProfile, PolicyError};
 use crate::pressure::{Floors, PressureLevel, PressureMachine, PsiSignal};
 use crate::snapshot::Snapshot;
 
 use super::load::{LoadFigures, OwnLoad};
-
-/// Hashes reservation ids: sequential numbers the ledger issues itself,
-/// never chosen from outside, so a multiplicative hash spreads them well
-/// at a fraction of SipHash's cost on the hottest path (every reserve and
-/// release).
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct IdHasher(u64);
-
-const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(GOLDEN);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0 ^ n).wrapping_mul(GOLDEN);
-    }
-}
-
-type Ids = std::hash::BuildHasherDefault<IdHasher>;
 
 /// What one active reservation holds.
 #[derive(Debug, Clone)]

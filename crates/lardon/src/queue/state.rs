@@ -17,6 +17,7 @@ use crate::clock::MonoTime;
 use crate::contract::Contract;
 use crate::decision::{DecisionKind, ReasonCode};
 use crate::envelope::Envelope;
+use crate::idhash::Ids;
 use crate::progress::{Outcome, ProgressTracker};
 
 use super::events::{DecisionRecord, QueueEvent, TaskView};
@@ -97,7 +98,7 @@ impl Entry {
 
 #[derive(Default)]
 pub(crate) struct QueueState {
-    pub(crate) entries: HashMap<TaskId, Entry>,
+    pub(crate) entries: HashMap<TaskId, Entry, Ids>,
     pub(crate) pending: BTreeMap<(i64, u64), TaskId>,
     /// The queue- or host-wide wait that stopped the last scan early, if
     /// one did (see [`Entry::view`]).
@@ -129,11 +130,11 @@ pub(crate) struct QueueState {
     /// Terminal outcome of every task that ended, so a dependency on a task
     /// that ended long ago (out of `history`) still resolves. One small
     /// entry per task ever run.
-    pub(crate) outcomes: HashMap<TaskId, TaskState>,
+    pub(crate) outcomes: HashMap<TaskId, TaskState, Ids>,
     /// Live tasks waiting on each live task (`after` or `after_any`): the
     /// reverse of every entry's `waiting_on` and `waiting_any`. A list may
     /// name a task that has since ended; it is skipped.
-    pub(crate) dependents: HashMap<TaskId, Vec<TaskId>>,
+    pub(crate) dependents: HashMap<TaskId, Vec<TaskId>, Ids>,
 }
 
 impl QueueState {
