@@ -442,14 +442,50 @@ fn scan_locked(
     Outcome { starts, host_wait, dropped, unused }
 }
 
+/// "batch N, X memory, Y CPUs", written under the locks of every start
+/// (a hand-off's too), so in one allocation and without float formatting.
 fn admitted_message(r: &Reservation) -> String {
+    use std::fmt::Write;
     let c = r.contract();
-    format!(
-        "batch {}, {} memory, {} CPUs",
-        c.batch,
-        crate::units::format_bytes(c.memory),
-        crate::units::format_cpus(c.cpu_millis)
-    )
+    let mut m = String::with_capacity(48);
+    let _ = write!(m, "batch {}, ", c.batch);
+    write_bytes(&mut m, c.memory);
+    if c.cpu_millis.is_multiple_of(crate::MILLIS_PER_CPU) {
+        let _ = write!(m, " memory, {} CPUs", c.cpu_millis / crate::MILLIS_PER_CPU);
+    } else {
+        let _ = write!(m, " memory, {} CPUs", crate::units::format_cpus(c.cpu_millis));
+    }
+    m
+}
+
+/// Writes exactly what [`crate::units::format_bytes`] returns, in integer
+/// arithmetic: `{:.1}` of the exact quotient, ties to even (the quotient
+/// of an integer by a power of two is exact in an `f64` up to 2^53 bytes;
+/// above, the float version is used).
+fn write_bytes(out: &mut String, bytes: u64) {
+    use std::fmt::Write;
+    const NAMES: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        let _ = write!(out, "{bytes} B");
+        return;
+    }
+    if bytes >= 1 << 53 {
+        out.push_str(&crate::units::format_bytes(bytes));
+        return;
+    }
+    let mut unit = 0;
+    while unit + 1 < NAMES.len() && bytes >> (10 * (unit + 2)) > 0 {
+        unit += 1;
+    }
+    let shift = 10 * (unit as u32 + 1);
+    let scaled = u128::from(bytes) * 10;
+    let mut tenths = scaled >> shift;
+    let rest = scaled & ((1u128 << shift) - 1);
+    let half = 1u128 << (shift - 1);
+    if rest > half || (rest == half && tenths % 2 == 1) {
+        tenths += 1;
+    }
+    let _ = write!(out, "{}.{} {}", tenths / 10, tenths % 10, NAMES[unit]);
 }
 
 /// PENDING → RUNNING under the lock; returns the callback to run.
@@ -509,5 +545,35 @@ pub(crate) fn run_chain(inner: &Arc<Inner>, start: Start) {
         }
         let ctx = TaskContext::new(Arc::clone(inner), id, reservation);
         next = run_callback(ctx, callback);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::write_bytes;
+
+    /// The integer writer says exactly what `format_bytes` says: unit
+    /// boundaries, ties (1280 B = 1.25 KiB), and a spread of other values.
+    #[test]
+    fn write_bytes_matches_format_bytes() {
+        let mut values: Vec<u64> = vec![0, 1, 1023, 1024, 1075, 1126, 1280, 1331, 1_048_575, 1_048_576];
+        for k in 1..=5u32 {
+            let unit = 1u64 << (10 * k);
+            for m in [1u64, 3, 5, 7, 999, 1023, 1024] {
+                values.extend([unit * m, unit * m - 1, unit * m + unit / 20, unit * m + unit / 2]);
+            }
+        }
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            values.push(x >> (x % 50));
+        }
+        for v in values {
+            let mut mine = String::new();
+            write_bytes(&mut mine, v);
+            assert_eq!(mine, crate::units::format_bytes(v), "{v} bytes");
+        }
     }
 }
