@@ -16,6 +16,7 @@
 //! - a task moves PENDING → RUNNING only inside a scan, holding the
 //!   reservation the scan just granted.
 
+use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::decision::{Decision, DecisionKind, ReasonCode};
@@ -118,6 +119,9 @@ impl Blocked {
         }
     }
 }
+
+/// Pending tasks read per descent of the pending order during a scan.
+const WALK_BATCH: usize = 64;
 
 /// A task a scan moved to RUNNING, to launch once every lock is dropped.
 pub(crate) struct Start {
@@ -338,7 +342,11 @@ fn scan_locked(
     // Walk the pending order with a cursor (tasks leave it as they start);
     // once a queue- or host-wide reason blocks everything, only tasks never
     // evaluated are still looked at (so an impossible one is rejected now).
+    // The cursor is read in batches (one tree descent per batch, not per
+    // task): a task the walk started or ended meanwhile is still in the
+    // batch, and is skipped below as started or gone.
     let mut cursor: Option<(i64, u64)> = None;
+    let mut batch: Vec<TaskId> = Vec::new();
     let mut fresh = fresh.into_iter();
     loop {
         let id = if blocked.all {
@@ -347,17 +355,16 @@ fn scan_locked(
                 None => break,
             }
         } else {
-            let next = match cursor {
-                None => st.pending.iter().next(),
-                Some(c) => {
-                    st.pending.range((std::ops::Bound::Excluded(c), std::ops::Bound::Unbounded)).next()
-                }
-            };
-            match next {
-                Some((key, id)) => {
+            if batch.is_empty() {
+                let from = cursor.map_or(Bound::Unbounded, Bound::Excluded);
+                for (key, id) in st.pending.range((from, Bound::Unbounded)).take(WALK_BATCH) {
                     cursor = Some(*key);
-                    *id
+                    batch.push(*id);
                 }
+                batch.reverse();
+            }
+            match batch.pop() {
+                Some(id) => id,
                 None => break,
             }
         };
