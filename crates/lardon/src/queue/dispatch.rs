@@ -163,11 +163,11 @@ pub(crate) fn run(inner: &Arc<Inner>) {
         let epoch = inner.dispatch.epoch();
         let generation = inner.governor.generation();
         let Some(host_wait) = scan(inner, std::mem::take(&mut force)) else { return };
-        // Sleep until a change no scan has seen yet: a worker that handed
+        // Sleep until a change no scan has seen yet (a worker that handed
         // its thread to the next task scanned after its own release, so
-        // that release (and everything before it) is not news.
-        // Re-sample on a timer while some task waits on host state: one
-        // this scan left, or one a hand-off left since.
+        // that release, and everything before it, is not news), on a timer
+        // while some task waits on host state: one this scan left, or one
+        // a hand-off left since.
         let (seen, timed) = {
             let mut st = inner.lock();
             let timed = host_wait || std::mem::take(&mut st.hand_off_host_wait);
