@@ -264,6 +264,17 @@ pub(crate) fn end_and_hand_off(
     message: Option<String>,
     reservation: Option<Reservation>,
 ) -> Option<Start> {
+    // A reservation holding a scratch lease is released first, outside
+    // the scan, as a dropped one is: its lease directory is removed (and a
+    // drain it was the last lease of is finished) before the task is seen
+    // to end, so whoever sees the end sees the volume settled.
+    let reservation = match reservation {
+        Some(r) if r.contract().scratch.is_some() => {
+            drop(r);
+            None
+        }
+        other => other,
+    };
     // The probe and the clock are outside code: read before any lock.
     let snap = snapshot(inner, false);
     let now = inner.governor.now();

@@ -258,3 +258,35 @@ fn a_hand_off_leaving_a_host_wait_starts_the_dispatchers_timer() {
     assert_eq!(r.finished(b), TaskState::Completed);
     r.queue.wait_idle();
 }
+
+/// A task's scratch lease is cleaned up before the task is seen to end:
+/// when its `Finished` event arrives, its lease directory is gone and a
+/// drain it was the last lease of is complete (SAFE_TO_UNPLUG), hand-off
+/// or not.
+///
+/// To see it fail, let `dispatch::end_and_hand_off` release a reservation
+/// with a scratch lease inside its scan like any other: the cleanup then
+/// runs after the task ended, and the volume is still DRAINING here.
+#[test]
+fn a_scratch_lease_is_settled_before_its_task_is_seen_to_end() {
+    let r = rig();
+    let volume = Arc::new(crate::FakeVolume::new("/mnt/fast", 42, 100 << 20));
+    r.queue.governor().add_volume("fast", volume.clone(), None).unwrap();
+    let (gate, rx) = channel::<()>();
+    let (entered_tx, entered) = channel::<()>();
+    let task = Task::new("leases", Estimate::builder().memory(GIB).scratch(1 << 20).build(), move |_| {
+        entered_tx.send(()).unwrap();
+        let _ = rx.recv();
+        Ok(())
+    });
+    let id = r.queue.submit(task).unwrap();
+    // The callback runs once its lease directory exists.
+    entered.recv().unwrap();
+    assert_eq!(volume.lease_dirs().len(), 1);
+    assert_eq!(r.queue.governor().drain("fast").unwrap().state, crate::VolumeState::Draining);
+    gate.send(()).unwrap();
+    assert_eq!(r.finished(id), TaskState::Completed);
+    assert!(volume.lease_dirs().is_empty(), "the lease directory is gone");
+    assert_eq!(r.queue.governor().volume("fast").unwrap().state, crate::VolumeState::SafeToUnplug);
+    r.queue.wait_idle();
+}
