@@ -42,9 +42,9 @@ fuzz_target!(|input: ([u64; 8], [u32; 4], bool)| {
         }
         Err(d) => {
             if estimate.validate().is_err() {
-                assert_eq!(d.kind, DecisionKind::Reject);
+                assert_eq!(d.kind(), DecisionKind::Reject);
             }
-            assert!(!d.message.is_empty());
+            assert!(!d.message().is_empty());
         }
     }
     let av = gov.availability();

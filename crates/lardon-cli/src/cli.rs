@@ -264,7 +264,6 @@ pub(crate) enum Command {
     Cert(CertCommand),
 }
 
-
 /// How a broker and its peers authenticate each other (`lardon cert`).
 #[derive(Debug, Args, Clone, Default)]
 pub(crate) struct ClusterSecurity {

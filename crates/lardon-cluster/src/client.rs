@@ -362,7 +362,10 @@ pub enum StatusError {
 ///
 /// # Errors
 /// [`StatusError`].
-pub async fn status(broker: &str, dial: &crate::dial::Dial) -> Result<pb::ClusterStatusResponse, StatusError> {
+pub async fn status(
+    broker: &str,
+    dial: &crate::dial::Dial,
+) -> Result<pb::ClusterStatusResponse, StatusError> {
     broker_uri(broker)?;
     let mut client = dial
         .connect(broker)

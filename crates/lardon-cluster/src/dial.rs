@@ -48,7 +48,8 @@ impl Dial {
         let host_port = broker.split("://").last().unwrap_or(broker);
         let channel = match &self.tls {
             Some(id) => {
-                let domain = host_port.rsplit_once(':').map_or(host_port, |(h, _)| h).trim_matches(['[', ']']);
+                let domain =
+                    host_port.rsplit_once(':').map_or(host_port, |(h, _)| h).trim_matches(['[', ']']);
                 Endpoint::from_shared(format!("https://{host_port}"))?
                     .tls_config(id.client_config(domain))?
                     .connect()

@@ -112,7 +112,7 @@ impl Future for Acquire {
                 Request::Envelope(e) => this.governor.reserve_envelope_available(e),
             };
             match outcome {
-                Err(decision) if decision.kind == DecisionKind::Wait => {
+                Err(decision) if decision.kind() == DecisionKind::Wait => {
                     if this.governor.register_waker(seen, cx.waker()) {
                         return Poll::Pending;
                     }

@@ -158,48 +158,141 @@ impl fmt::Display for ReasonCode {
     }
 }
 
-/// The answer of admission for one estimate and one snapshot.
+/// Why a decision was taken: a machine-readable code and a human message
+/// with the figures behind it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
-    /// Admit, reduce, wait or reject.
-    pub kind: DecisionKind,
-    /// Machine-readable reason.
-    pub reason: ReasonCode,
-    /// Human explanation, with figures. Empty for ADMIT, whose contract
-    /// says it all (`Display` then summarises the contract).
-    pub message: String,
-    /// The contract granted (for `Admit` and `ReduceBatch` only).
-    pub contract: Option<Contract>,
+pub struct Reason {
+    code: ReasonCode,
+    message: String,
+}
+
+impl Reason {
+    /// `code` with `message`.
+    pub fn new(code: ReasonCode, message: impl Into<String>) -> Self {
+        Reason { code, message: message.into() }
+    }
+
+    /// The stable code.
+    pub fn code(&self) -> ReasonCode {
+        self.code
+    }
+
+    /// The human explanation.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+/// The answer of admission for one estimate and one snapshot
+/// (docs/DESIGN.md §4). A contract exists exactly when one was granted:
+/// ADMIT and REDUCE_BATCH carry it, WAIT and REJECT carry only why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Start with everything the target asks for (reason `admitted`; the
+    /// contract says it all, so there is no message).
+    Admit(Contract),
+    /// Start with a smaller batch, or fewer CPUs/slots, than wanted.
+    ReduceBatch(Contract, Reason),
+    /// Not now; try again when something changes.
+    Wait(Reason),
+    /// Never on this host (or the estimate is invalid).
+    Reject(Reason),
 }
 
 impl Decision {
     pub(crate) fn wait(reason: ReasonCode, message: impl Into<String>) -> Self {
-        Decision { kind: DecisionKind::Wait, reason, message: message.into(), contract: None }
+        Decision::Wait(Reason::new(reason, message))
     }
 
     pub(crate) fn reject(reason: ReasonCode, message: impl Into<String>) -> Self {
-        Decision { kind: DecisionKind::Reject, reason, message: message.into(), contract: None }
+        Decision::Reject(Reason::new(reason, message))
+    }
+
+    /// Admit, reduce, wait or reject.
+    pub fn kind(&self) -> DecisionKind {
+        match self {
+            Decision::Admit(_) => DecisionKind::Admit,
+            Decision::ReduceBatch(..) => DecisionKind::ReduceBatch,
+            Decision::Wait(_) => DecisionKind::Wait,
+            Decision::Reject(_) => DecisionKind::Reject,
+        }
+    }
+
+    /// The machine-readable reason (`admitted` for ADMIT).
+    pub fn reason(&self) -> ReasonCode {
+        match self {
+            Decision::Admit(_) => ReasonCode::Admitted,
+            Decision::ReduceBatch(_, r) | Decision::Wait(r) | Decision::Reject(r) => r.code,
+        }
+    }
+
+    /// The human explanation, with figures; empty for ADMIT, whose
+    /// contract says it all (`Display` then summarises the contract).
+    pub fn message(&self) -> &str {
+        match self {
+            Decision::Admit(_) => "",
+            Decision::ReduceBatch(_, r) | Decision::Wait(r) | Decision::Reject(r) => &r.message,
+        }
+    }
+
+    /// The contract granted, for ADMIT and REDUCE_BATCH.
+    pub fn contract(&self) -> Option<&Contract> {
+        match self {
+            Decision::Admit(c) | Decision::ReduceBatch(c, _) => Some(c),
+            Decision::Wait(_) | Decision::Reject(_) => None,
+        }
+    }
+
+    pub(crate) fn contract_mut(&mut self) -> Option<&mut Contract> {
+        match self {
+            Decision::Admit(c) | Decision::ReduceBatch(c, _) => Some(c),
+            Decision::Wait(_) | Decision::Reject(_) => None,
+        }
     }
 
     /// True when a contract was granted.
     pub fn is_granted(&self) -> bool {
-        self.kind.is_granted()
+        matches!(self, Decision::Admit(_) | Decision::ReduceBatch(..))
     }
+
+    /// The granted contract with the kind and reason of the grant, or the
+    /// WAIT/REJECT decision back.
+    // Moved, never boxed: boxing the refusal would allocate on every WAIT,
+    // the common answer of a queue scan.
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn into_grant(self) -> Result<Grant, Decision> {
+        match self {
+            Decision::Admit(contract) => {
+                Ok(Grant { contract, kind: DecisionKind::Admit, reason: ReasonCode::Admitted })
+            }
+            Decision::ReduceBatch(contract, r) => {
+                Ok(Grant { contract, kind: DecisionKind::ReduceBatch, reason: r.code })
+            }
+            refused @ (Decision::Wait(_) | Decision::Reject(_)) => Err(refused),
+        }
+    }
+}
+
+/// A granted decision taken apart to become a reservation.
+pub(crate) struct Grant {
+    pub(crate) contract: Contract,
+    pub(crate) kind: DecisionKind,
+    pub(crate) reason: ReasonCode,
 }
 
 impl fmt::Display for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (&self.contract, self.message.is_empty()) {
-            (Some(c), true) => write!(
+        match self {
+            Decision::Admit(c) => write!(
                 f,
                 "{} ({}): batch {}, {} memory, {} CPUs",
-                self.kind,
-                self.reason,
+                self.kind(),
+                self.reason(),
                 c.batch,
                 crate::format_bytes(c.memory),
                 crate::format_cpus(c.cpu_millis)
             ),
-            _ => write!(f, "{} ({}): {}", self.kind, self.reason, self.message),
+            _ => write!(f, "{} ({}): {}", self.kind(), self.reason(), self.message()),
         }
     }
 }

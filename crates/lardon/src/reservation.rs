@@ -58,19 +58,14 @@ pub struct Reservation {
 }
 
 impl Reservation {
-    /// The handle of `seq`, just held in `shared`'s ledger for `decision`.
-    pub(crate) fn held(
-        shared: &Arc<Shared>,
-        seq: u64,
-        contract: Contract,
-        decision: &crate::Decision,
-    ) -> Self {
+    /// The handle of `seq`, just held in `shared`'s ledger for `grant`.
+    pub(crate) fn held(shared: &Arc<Shared>, seq: u64, grant: crate::decision::Grant) -> Self {
         Reservation {
             shared: Arc::clone(shared),
             id: ReservationId { governor: shared.id(), seq },
-            contract,
-            kind: decision.kind,
-            reason: decision.reason,
+            contract: grant.contract,
+            kind: grant.kind,
+            reason: grant.reason,
             released: false,
         }
     }

@@ -97,10 +97,10 @@ fn a_rejected_estimate_resolves_at_once_with_the_reject() {
     let g = gov.generation();
     let (invalid, polls) = block_on(gov.acquire(Estimate::builder().batch(0, 1).build()));
     let d = invalid.unwrap_err();
-    assert_eq!((d.kind, d.reason, polls), (DecisionKind::Reject, ReasonCode::InvalidEstimate, 1));
+    assert_eq!((d.kind(), d.reason(), polls), (DecisionKind::Reject, ReasonCode::InvalidEstimate, 1));
     let (impossible, _) = block_on(gov.acquire(memory(15 * GIB)));
     let d = impossible.unwrap_err();
-    assert_eq!((d.kind, d.reason), (DecisionKind::Reject, ReasonCode::Impossible));
+    assert_eq!((d.kind(), d.reason()), (DecisionKind::Reject, ReasonCode::Impossible));
     assert_eq!(gov.availability().reservations, 0);
     assert_eq!(gov.generation(), g, "REJECT never moves the generation");
 }

@@ -80,7 +80,7 @@ fn two_reservers_one_budget() {
         assert_eq!(granted.len(), 1, "exactly one of two 8 GiB reservations fits 14 GiB");
         for r in &results {
             if let Err(d) = r {
-                assert_eq!((d.kind, d.reason), (DecisionKind::Wait, ReasonCode::Memory));
+                assert_eq!((d.kind(), d.reason()), (DecisionKind::Wait, ReasonCode::Memory));
             }
         }
         let a = gov.availability();
@@ -128,7 +128,7 @@ fn waiting_reserver_gets_in_after_a_release() {
                     match gov.reserve_available(&memory(8 * GIB)) {
                         Ok(r) => return (r.contract().memory, waits),
                         Err(d) => {
-                            assert_eq!((d.kind, d.reason), (DecisionKind::Wait, ReasonCode::Memory));
+                            assert_eq!((d.kind(), d.reason()), (DecisionKind::Wait, ReasonCode::Memory));
                             waits += 1;
                             gov.wait_for_change(seen, None);
                         }
@@ -170,7 +170,7 @@ fn set_policy_races_a_reserve() {
                 assert_eq!(gov.policy().memory_reserve, 2 * GIB);
             }
             (Err(d), Ok(())) => {
-                assert_eq!((d.kind, d.reason), (DecisionKind::Reject, ReasonCode::Impossible));
+                assert_eq!((d.kind(), d.reason()), (DecisionKind::Reject, ReasonCode::Impossible));
                 assert_eq!(gov.policy().memory_reserve, 8 * GIB);
             }
             other => panic!("reserve and set_policy must not both succeed or both fail: {other:?}"),
@@ -248,7 +248,7 @@ fn two_waiters_both_admitted_after_two_releases() {
                     match gov.reserve_available(&memory(7 * GIB)) {
                         Ok(r) => return r,
                         Err(d) => {
-                            assert_eq!(d.kind, DecisionKind::Wait);
+                            assert_eq!(d.kind(), DecisionKind::Wait);
                             gov.wait_for_change(seen, None);
                         }
                     }

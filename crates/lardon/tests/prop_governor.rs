@@ -627,10 +627,10 @@ impl World {
                 self.held.push(r);
             }
             Err(d) => {
-                assert!(matches!(d.kind, DecisionKind::Wait | DecisionKind::Reject), "{d}");
-                assert!(d.contract.is_none());
+                assert!(matches!(d.kind(), DecisionKind::Wait | DecisionKind::Reject), "{d}");
+                assert!(d.contract().is_none());
                 if !valid {
-                    assert_eq!(d.kind, DecisionKind::Reject, "an invalid estimate must be rejected: {d}");
+                    assert_eq!(d.kind(), DecisionKind::Reject, "an invalid estimate must be rejected: {d}");
                 }
                 self.unchanged(&before, "a WAIT/REJECT");
             }

@@ -61,7 +61,7 @@ fn worker(gov: &Governor, seed: u64) -> Tally {
                 held.push(r);
             }
             Err(d) => {
-                assert_eq!(d.kind, DecisionKind::Wait, "{d}");
+                assert_eq!(d.kind(), DecisionKind::Wait, "{d}");
                 tally.waits += 1;
             }
         }

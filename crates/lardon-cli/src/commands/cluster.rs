@@ -14,7 +14,9 @@ use crate::error::{Failure, usage};
 
 pub(crate) async fn run(command: &ClusterCommand) -> Result<u8> {
     match command {
-        ClusterCommand::Status { broker, json, security } => status(broker, *json, &security.dial("agent")?).await,
+        ClusterCommand::Status { broker, json, security } => {
+            status(broker, *json, &security.dial("agent")?).await
+        }
         ClusterCommand::Submit(args) => submit(args).await,
     }
 }

@@ -24,10 +24,10 @@ use std::time::Duration;
 
 use lardon_proto::cluster::broker_server::BrokerServer;
 use thiserror::Error;
-use tonic::service::interceptor::InterceptedService;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::service::interceptor::InterceptedService;
 
 use crate::store::{Store, StoreError};
 
@@ -150,7 +150,10 @@ pub async fn serve(
         router = router
             .add_service(InterceptedService::new(CapabilitiesServer::new(cache.clone()), check.clone()))
             .add_service(InterceptedService::new(ActionCacheServer::new(cache.clone()), check.clone()))
-            .add_service(InterceptedService::new(ContentAddressableStorageServer::new(cache.clone()), check.clone()))
+            .add_service(InterceptedService::new(
+                ContentAddressableStorageServer::new(cache.clone()),
+                check.clone(),
+            ))
             .add_service(InterceptedService::new(ByteStreamServer::new(cache), check));
     }
     router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown).await?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::clock::MonoTime;
 use crate::contract::Contract;
-use crate::decision::{Decision, DecisionKind, ReasonCode};
+use crate::decision::{Decision, Reason, ReasonCode};
 use crate::estimate::Estimate;
 use crate::learned::{self, Declared, Learned};
 use crate::pressure::PressureLevel;
@@ -51,59 +51,42 @@ impl Hold {
     }
 }
 
-/// Outcome of evaluation plus whether a new sample changed budgets.
-pub(crate) struct Evaluation {
-    pub(crate) decision: Decision,
-    pub(crate) budgets_changed: bool,
-}
-
 /// Steps 2–3: freshness and validity, then the pressure state machine on a
-/// new sample.
+/// new sample (the ledger moves the generation when it changed a budget).
 /// Returns a WAIT decision when admission must stop here.
-pub(crate) fn observe(ledger: &mut Ledger, snap: &Snapshot, now: MonoTime) -> (Option<Decision>, bool) {
+pub(crate) fn observe(ledger: &mut Ledger, snap: &Snapshot, now: MonoTime) -> Option<Decision> {
     match now.checked_since(snap.captured_at) {
         None => {
-            return (
-                Some(Decision::wait(
-                    ReasonCode::StaleSnapshot,
-                    format!("snapshot taken at {} is in the future (now {now})", snap.captured_at),
-                )),
-                false,
-            );
+            return Some(Decision::wait(
+                ReasonCode::StaleSnapshot,
+                format!("snapshot taken at {} is in the future (now {now})", snap.captured_at),
+            ));
         }
         Some(age) if age > MAX_SNAPSHOT_AGE => {
-            return (
-                Some(Decision::wait(
-                    ReasonCode::StaleSnapshot,
-                    format!(
-                        "snapshot is {} ms old (limit {} ms)",
-                        age.as_millis(),
-                        MAX_SNAPSHOT_AGE.as_millis()
-                    ),
-                )),
-                false,
-            );
+            return Some(Decision::wait(
+                ReasonCode::StaleSnapshot,
+                format!("snapshot is {} ms old (limit {} ms)", age.as_millis(), MAX_SNAPSHOT_AGE.as_millis()),
+            ));
         }
         Some(_) => {}
     }
     // A figure no host produces says the probe is broken: like a stale
     // sample, it must neither admit nor move the pressure state.
     if let Err(e) = snap.validate() {
-        return (Some(Decision::wait(ReasonCode::InvalidSnapshot, format!("invalid snapshot: {e}"))), false);
+        return Some(Decision::wait(ReasonCode::InvalidSnapshot, format!("invalid snapshot: {e}")));
     }
-    let changed = if ledger.is_new_sample(snap) { ledger.observe_sample(snap) } else { false };
+    if ledger.is_new_sample(snap) {
+        ledger.observe_sample(snap);
+    }
     if ledger.pressure.level() == PressureLevel::Red {
         let why = ledger.pressure.reason().to_owned();
-        return (
-            Some(Decision::wait(ReasonCode::PressureRed, format!("host pressure is RED: {why}"))),
-            changed,
-        );
+        return Some(Decision::wait(ReasonCode::PressureRed, format!("host pressure is RED: {why}")));
     }
-    (None, changed)
+    None
 }
 
-/// The whole admission order for one estimate. `force_minimum` grants the
-/// batch minimum (envelopes under pressure).
+/// The whole admission order for one estimate (docs/DESIGN.md §4), with
+/// `hold` kept free for a starving head of the queue.
 pub(crate) fn evaluate(
     ledger: &mut Ledger,
     est: &Estimate,
@@ -111,29 +94,29 @@ pub(crate) fn evaluate(
     now: MonoTime,
     running: usize,
     hold: Option<&Hold>,
-) -> Evaluation {
+) -> Decision {
     // 1. Invalid estimate.
     if let Err(e) = est.validate() {
-        return Evaluation {
-            decision: Decision::reject(ReasonCode::InvalidEstimate, format!("invalid estimate: {e}")),
-            budgets_changed: false,
-        };
+        return Decision::reject(ReasonCode::InvalidEstimate, format!("invalid estimate: {e}"));
     }
-    ledger.largest_batch = ledger.largest_batch.max(est.batch_max);
+    ledger.note_batch_max(est.batch_max);
     // 2–3. Freshness and pressure.
-    let (stop, budgets_changed) = observe(ledger, snap, now);
-    if let Some(decision) = stop {
-        return Evaluation { decision, budgets_changed };
+    if let Some(stop) = observe(ledger, snap, now) {
+        return stop;
     }
     let decision = admit(ledger, est, snap, now, running, hold);
-    if decision.kind == DecisionKind::Wait && decision.reason == ReasonCode::Memory {
+    // Packing (step 9) caps batches while some estimate waits for memory.
+    if decision.kind() == crate::DecisionKind::Wait && decision.reason() == ReasonCode::Memory {
         ledger.contention.note_memory_wait(est, now);
-    } else if decision.contract.is_some() {
+    } else if decision.contract().is_some() {
         ledger.contention.note_grant(est);
     }
-    Evaluation { decision, budgets_changed }
+    decision
 }
 
+/// Steps 4–11 for a valid estimate against a fresh, observed snapshot:
+/// one function per step, each either passing what the next step needs or
+/// answering WAIT/REJECT.
 fn admit(
     ledger: &Ledger,
     est: &Estimate,
@@ -143,43 +126,62 @@ fn admit(
     hold: Option<&Hold>,
 ) -> Decision {
     let hold = hold.copied().unwrap_or_default();
-    let profile = &ledger.profile;
-    let policy = &ledger.policy;
-    // 4. GPU wanted on a host without one.
-    if est.wants_gpu() && profile.gpus.is_empty() {
-        return Decision::reject(ReasonCode::NoGpu, "the task wants a GPU and this host has none");
+    let steps = || -> Result<Decision, Decision> {
+        let sizing = gpu_and_sizing(ledger, est)?;
+        never_fits(ledger, est, &sizing)?;
+        host_gates(ledger, est, snap)?;
+        let fit = memory_fit(ledger, est, snap, &sizing, &hold)?;
+        // Capped while memory is contended (packing), then pressure.
+        let target = pressure_target(ledger, est, packed_target(ledger, est, &sizing, now));
+        let batch = batch_within_target(ledger, est, &sizing, &fit, target)?;
+        let slots = slots(ledger, est, &hold, running)?;
+        Ok(grant(ledger, est, &sizing, fit, batch, target, slots))
+    };
+    steps().unwrap_or_else(|refused| refused)
+}
+
+/// Steps 4–5: a GPU wanted on a host without one is REJECTed; on a
+/// unified-memory host GPU bytes are host bytes; then what the class
+/// learned sizes the memory (docs/DESIGN.md §6, `learned.rs`).
+fn gpu_and_sizing(ledger: &Ledger, est: &Estimate) -> Result<Learned, Decision> {
+    if est.wants_gpu() && ledger.profile.gpus.is_empty() {
+        return Err(Decision::reject(ReasonCode::NoGpu, "the task wants a GPU and this host has none"));
     }
-    // 5. Unified memory: GPU bytes are host bytes. Then what the class
-    // learned sizes the memory (docs/DESIGN.md §6, `learned.rs`).
-    let unified = profile.gpus_unified();
-    let Some(sizing) = sizing(ledger, est) else {
-        return Decision::reject(
+    sizing(ledger, est).ok_or_else(|| {
+        Decision::reject(
             ReasonCode::InvalidEstimate,
             "invalid estimate: memory plus GPU memory overflows on this unified-memory host",
-        );
-    };
-    let (mem_fixed, mem_per_item) = (sizing.fixed, sizing.per_item);
-    let gpu_bytes_wanted = !unified && (est.gpu_memory_fixed > 0 || est.gpu_memory_per_item > 0);
-    let dedicated: Vec<_> = profile.gpus.iter().filter(|g| !g.unified).collect();
+        )
+    })
+}
 
-    // 6. Impossible even on the idle host.
-    let idle = capacity(ledger.static_memory_budget(), mem_fixed, mem_per_item);
+/// Whether `est` wants GPU bytes of its own (dedicated VRAM, not folded
+/// into host memory).
+fn wants_gpu_bytes(ledger: &Ledger, est: &Estimate) -> bool {
+    !ledger.profile.gpus_unified() && (est.gpu_memory_fixed > 0 || est.gpu_memory_per_item > 0)
+}
+
+/// Step 6: could never fit, even on the idle host → REJECT.
+fn never_fits(ledger: &Ledger, est: &Estimate, sizing: &Learned) -> Result<(), Decision> {
+    let (profile, policy) = (&ledger.profile, &ledger.policy);
+    let idle = capacity(ledger.static_memory_budget(), sizing.fixed, sizing.per_item);
     if idle < est.batch_min {
-        return Decision::reject(
+        return Err(Decision::reject(
             ReasonCode::Impossible,
             format!(
                 "impossible on this host: {} for {} item(s){} but at most {} can ever be reserved ({} RAM − {} reserve)",
                 format_bytes(sizing.memory_for(est.batch_min)),
                 est.batch_min,
-                learned_note(&sizing),
+                learned_note(sizing),
                 format_bytes(ledger.static_memory_budget()),
                 format_bytes(profile.total_memory),
                 format_bytes(policy.memory_reserve),
             ),
-        );
+        ));
     }
-    if gpu_bytes_wanted {
-        let fits = dedicated.iter().filter(|g| {
+    if wants_gpu_bytes(ledger, est) {
+        let mut dedicated = profile.gpus.iter().filter(|g| !g.unified);
+        let fits = dedicated.any(|g| {
             g.vram_total.is_none_or(|v| {
                 capacity(
                     v.saturating_sub(ledger.gpu_reserve(g.index)),
@@ -188,35 +190,39 @@ fn admit(
                 ) >= est.batch_min
             })
         });
-        if fits.count() == 0 {
-            return Decision::reject(
+        if !fits {
+            return Err(Decision::reject(
                 ReasonCode::Impossible,
                 format!(
                     "impossible on this host: {} of GPU memory for {} item(s) exceeds every GPU's VRAM minus its reserve",
                     format_bytes(est.gpu_memory_for(est.batch_min).unwrap_or(u64::MAX)),
                     est.batch_min
                 ),
-            );
+            ));
         }
     }
     let pool = ledger.cpu_pool_millis();
     if !est.cpus_reducible && u64::from(est.cpus) > pool {
-        return Decision::reject(
+        return Err(Decision::reject(
             ReasonCode::Impossible,
             format!(
                 "impossible on this host: wants exactly {} CPUs, the compute pool has {}",
                 format_cpus(est.cpus),
                 format_cpus(pool as u32)
             ),
-        );
+        ));
     }
+    Ok(())
+}
 
-    // 7. Load and PSI gates. Only foreign load counts: Lardon's own
-    // running tasks are never the reason the next one waits.
+/// Step 7: load and PSI gates → WAIT. Only foreign load counts: Lardon's
+/// own running tasks are never the reason the next one waits.
+fn host_gates(ledger: &Ledger, est: &Estimate, snap: &Snapshot) -> Result<(), Decision> {
+    let policy = &ledger.policy;
     let [load, cpu_psi, mem_psi, io_psi] = ledger.gates(snap);
     if load {
         let f = ledger.load_figures(snap);
-        return Decision::wait(
+        return Err(Decision::wait(
             ReasonCode::CpuLoad,
             format!(
                 "foreign load {:.2} (1-minute load {:.2} − {:.2} CPUs of Lardon's own tasks) ≥ {:.2} (max_load_ratio {} × {}-CPU pool)",
@@ -225,173 +231,230 @@ fn admit(
                 f.own,
                 f.threshold.unwrap_or(0.0),
                 policy.max_load_ratio.unwrap_or(0.0),
-                policy.compute_cpus(profile),
+                policy.compute_cpus(&ledger.profile),
             ),
-        );
+        ));
     }
     if cpu_psi {
-        return Decision::wait(
+        return Err(Decision::wait(
             ReasonCode::CpuPressure,
             format!("CPU PSI {:.1} ≥ {}", snap.pressure.cpu.unwrap_or(0.0), policy.psi_cpu),
-        );
+        ));
     }
     if mem_psi {
-        return Decision::wait(
+        return Err(Decision::wait(
             ReasonCode::MemoryPressure,
             format!("memory PSI {:.1} ≥ {}", snap.pressure.memory.unwrap_or(0.0), policy.psi_memory),
-        );
+        ));
     }
     if io_psi && est.io_slots > 0 {
-        return Decision::wait(
+        return Err(Decision::wait(
             ReasonCode::IoPressure,
             format!("IO PSI {:.1} ≥ {}", snap.pressure.io.unwrap_or(0.0), policy.psi_io),
-        );
+        ));
     }
+    Ok(())
+}
 
-    // 8. Memory and GPU memory available now.
-    let mem_available = ledger.memory_available(snap).saturating_sub(hold.memory);
-    let mut batch = capacity(mem_available, mem_fixed, mem_per_item);
-    let mut short = ReasonCode::Memory;
-    let mut devices: Vec<(u32, u64)> = Vec::new();
-    if est.gpu_slots > 0 {
-        let candidates: Vec<_> = if dedicated.is_empty() { profile.gpus.iter().collect() } else { dedicated };
-        for gpu in candidates {
-            if !ledger.gpu_slot_free(gpu.index) {
-                continue;
-            }
-            let cap = if gpu_bytes_wanted {
-                match ledger.gpu_available(gpu.index, snap) {
-                    Some(free) => capacity(free, est.gpu_memory_fixed, est.gpu_memory_per_item),
-                    None => {
-                        return Decision::wait(
-                            ReasonCode::GpuMemoryUnknown,
-                            format!("free memory of GPU {} is unknown", gpu.index),
-                        );
-                    }
-                }
-            } else {
-                u64::MAX
+/// What memory and GPU memory allow now (step 8).
+struct Fit {
+    /// Memory available to this task (after a starving head's hold).
+    memory_available: u64,
+    /// The largest batch memory and the chosen GPUs allow.
+    batch: u64,
+    /// What bounds `batch`: `Memory` or `GpuMemory`.
+    short: ReasonCode,
+    /// Chosen GPUs (index, capacity in items), most free first.
+    devices: Vec<(u32, u64)>,
+}
+
+/// Step 8: the batch available memory allows, and per GPU likewise
+/// (unknown GPU availability → WAIT).
+fn memory_fit(
+    ledger: &Ledger,
+    est: &Estimate,
+    snap: &Snapshot,
+    sizing: &Learned,
+    hold: &Hold,
+) -> Result<Fit, Decision> {
+    let memory_available = ledger.memory_available(snap).saturating_sub(hold.memory);
+    let mut fit = Fit {
+        memory_available,
+        batch: capacity(memory_available, sizing.fixed, sizing.per_item),
+        short: ReasonCode::Memory,
+        devices: Vec::new(),
+    };
+    if est.gpu_slots == 0 {
+        return Ok(fit);
+    }
+    let gpu_bytes = wants_gpu_bytes(ledger, est);
+    let gpus = &ledger.profile.gpus;
+    let any_dedicated = gpus.iter().any(|g| !g.unified);
+    for gpu in gpus.iter().filter(|g| !any_dedicated || !g.unified) {
+        if !ledger.gpu_slot_free(gpu.index) {
+            continue;
+        }
+        let cap = if gpu_bytes {
+            let Some(free) = ledger.gpu_available(gpu.index, snap) else {
+                return Err(Decision::wait(
+                    ReasonCode::GpuMemoryUnknown,
+                    format!("free memory of GPU {} is unknown", gpu.index),
+                ));
             };
-            if cap >= est.batch_min {
-                devices.push((gpu.index, cap));
-            }
-        }
-        // Most free first: the batch is bounded by the tightest chosen device.
-        devices.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        devices.truncate(est.gpu_slots as usize);
-        if let Some(&(_, tightest)) = devices.last()
-            && tightest < batch
-        {
-            batch = tightest;
-            short = ReasonCode::GpuMemory;
+            capacity(free, est.gpu_memory_fixed, est.gpu_memory_per_item)
+        } else {
+            u64::MAX
+        };
+        if cap >= est.batch_min {
+            fit.devices.push((gpu.index, cap));
         }
     }
+    // Most free first: the batch is bounded by the tightest chosen device.
+    fit.devices.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    fit.devices.truncate(est.gpu_slots as usize);
+    if let Some(&(_, tightest)) = fit.devices.last()
+        && tightest < fit.batch
+    {
+        fit.batch = tightest;
+        fit.short = ReasonCode::GpuMemory;
+    }
+    Ok(fit)
+}
 
-    // 9. Target: history, capped while memory is contended, then the
-    // target pressure sets (YELLOW halved it, RED dropped it to 1, GREEN
-    // regrows it), never below batch_min.
-    let target = pressure_target(ledger, est, packed_target(ledger, est, &sizing, now));
-    let batch = batch.min(target);
+/// Step 9: the batch within the target (history, then the target
+/// pressure sets: YELLOW halved it, RED dropped it to 1, GREEN regrows it,
+/// never below `batch_min`); below `batch_min` → WAIT, as is a GPU task
+/// with no GPU chosen.
+fn batch_within_target(
+    ledger: &Ledger,
+    est: &Estimate,
+    sizing: &Learned,
+    fit: &Fit,
+    target: u64,
+) -> Result<u64, Decision> {
+    let batch = fit.batch.min(target);
     if batch < est.batch_min {
-        let message = if short == ReasonCode::GpuMemory {
+        let message = if fit.short == ReasonCode::GpuMemory {
             format!("not enough free GPU memory for {} item(s)", est.batch_min)
         } else {
             format!(
                 "needs {} for {} item(s){}, {} available now ({} reserved by running tasks)",
                 format_bytes(sizing.memory_for(est.batch_min)),
                 est.batch_min,
-                learned_note(&sizing),
-                format_bytes(mem_available),
-                format_bytes(ledger.totals.memory),
+                learned_note(sizing),
+                format_bytes(fit.memory_available),
+                format_bytes(ledger.totals().memory),
             )
         };
-        return Decision::wait(short, message);
+        return Err(Decision::wait(fit.short, message));
     }
-    if est.gpu_slots > 0 && devices.is_empty() {
-        let why = if gpu_bytes_wanted { ReasonCode::GpuMemory } else { ReasonCode::GpuSlot };
-        return Decision::wait(why, "no GPU has a free slot and enough memory");
+    if est.gpu_slots > 0 && fit.devices.is_empty() {
+        let why = if wants_gpu_bytes(ledger, est) { ReasonCode::GpuMemory } else { ReasonCode::GpuSlot };
+        return Err(Decision::wait(why, "no GPU has a free slot and enough memory"));
     }
+    Ok(batch)
+}
 
-    // 10. CPUs, slots, running cap.
+/// What step 10 found free.
+struct Slots {
+    cpu_free: u64,
+    io_free: u32,
+    scratch: Option<crate::scratch::ScratchGrant>,
+}
+
+/// Step 10: a free CPU (all of them for a non-reducible task), a wanted IO
+/// slot, a scratch lease, and room under the running cap → else WAIT.
+fn slots(ledger: &Ledger, est: &Estimate, hold: &Hold, running: usize) -> Result<Slots, Decision> {
+    let policy = &ledger.policy;
     let cpu_free = ledger.cpu_available_millis().saturating_sub(hold.cpu_millis);
     let cpu_needed = if est.cpus_reducible { u64::from(est.cpus.min(1000)) } else { u64::from(est.cpus) };
     if cpu_free < cpu_needed {
-        return Decision::wait(
+        return Err(Decision::wait(
             ReasonCode::Cpu,
             format!(
                 "needs {} CPU(s), {} free of a {}-CPU pool",
                 format_cpus(cpu_needed as u32),
                 format_cpus(cpu_free as u32),
-                format_cpus(pool as u32)
+                format_cpus(ledger.cpu_pool_millis() as u32)
             ),
-        );
+        ));
     }
-    let io_free = policy.io_slots.saturating_sub(ledger.totals.io_slots).saturating_sub(hold.io_slots);
+    let io_free = policy.io_slots.saturating_sub(ledger.totals().io_slots).saturating_sub(hold.io_slots);
     if est.io_slots > 0 && io_free == 0 {
-        return Decision::wait(ReasonCode::IoSlot, format!("all {} IO slot(s) are taken", policy.io_slots));
+        return Err(Decision::wait(
+            ReasonCode::IoSlot,
+            format!("all {} IO slot(s) are taken", policy.io_slots),
+        ));
     }
-    let scratch = if est.scratch_bytes > 0 {
-        match ledger.scratch_candidate(est.scratch_bytes) {
-            Some(vol) => Some(crate::scratch::ScratchGrant {
-                volume: vol.name.clone(),
-                path: std::path::PathBuf::new(),
-                bytes: est.scratch_bytes,
-            }),
-            None if ledger.volumes.is_empty() => {
-                return Decision::wait(
-                    ReasonCode::Scratch,
-                    format!(
-                        "needs {} of scratch space and no scratch volume is registered",
-                        format_bytes(est.scratch_bytes)
-                    ),
-                );
-            }
-            None => {
-                let best = ledger.volumes.iter().map(|v| v.room()).max().unwrap_or(0);
-                return Decision::wait(
-                    ReasonCode::Scratch,
-                    format!(
-                        "needs {} of scratch space; the roomiest volume taking leases has {}",
-                        format_bytes(est.scratch_bytes),
-                        format_bytes(best)
-                    ),
-                );
-            }
-        }
-    } else {
-        None
-    };
+    let scratch = if est.scratch_bytes > 0 { Some(scratch_lease(ledger, est)?) } else { None };
     if let Some(cap) = policy.max_running
         && running >= cap as usize
     {
-        return Decision::wait(
+        return Err(Decision::wait(
             ReasonCode::MaxRunning,
             format!("{running} task(s) running, the cap is {cap}"),
-        );
+        ));
     }
+    Ok(Slots { cpu_free, io_free, scratch })
+}
 
-    // 11. Grant.
-    let cpu_millis = u32::try_from(cpu_free.min(u64::from(est.cpus))).unwrap_or(est.cpus);
-    let io_slots = est.io_slots.min(io_free);
-    let gpu_devices: Vec<u32> = devices.iter().map(|d| d.0).collect();
+/// Step 10, scratch: the volume to lease from (the path is filled in when
+/// the lease is taken), or WAIT.
+fn scratch_lease(ledger: &Ledger, est: &Estimate) -> Result<crate::scratch::ScratchGrant, Decision> {
+    if let Some(vol) = ledger.scratch_candidate(est.scratch_bytes) {
+        return Ok(crate::scratch::ScratchGrant {
+            volume: vol.name.clone(),
+            path: std::path::PathBuf::new(),
+            bytes: est.scratch_bytes,
+        });
+    }
+    let message = if ledger.volumes.is_empty() {
+        format!(
+            "needs {} of scratch space and no scratch volume is registered",
+            format_bytes(est.scratch_bytes)
+        )
+    } else {
+        let best = ledger.volumes.iter().map(|v| v.room()).max().unwrap_or(0);
+        format!(
+            "needs {} of scratch space; the roomiest volume taking leases has {}",
+            format_bytes(est.scratch_bytes),
+            format_bytes(best)
+        )
+    };
+    Err(Decision::wait(ReasonCode::Scratch, message))
+}
+
+/// Step 11: grant CPUs/slots up to what is desired. REDUCE_BATCH when the
+/// batch is below the target or a grant is below what was desired, else
+/// ADMIT. The grant is what was learned: fixed + batch × per-item at the
+/// learned sizes; on a unified-memory host the GPU bytes are charged to
+/// host RAM but are not part of the host-memory grant.
+fn grant(
+    ledger: &Ledger,
+    est: &Estimate,
+    sizing: &Learned,
+    fit: Fit,
+    batch: u64,
+    target: u64,
+    slots: Slots,
+) -> Decision {
+    let cpu_millis = u32::try_from(slots.cpu_free.min(u64::from(est.cpus))).unwrap_or(est.cpus);
+    let io_slots = est.io_slots.min(slots.io_free);
+    let gpu_devices: Vec<u32> = fit.devices.iter().map(|d| d.0).collect();
     let reduced_resources =
         cpu_millis < est.cpus || io_slots < est.io_slots || gpu_devices.len() < est.gpu_slots as usize;
-    // The grant is what was learned: fixed + batch × per-item at the
-    // learned sizes. On a unified-memory host the GPU bytes are charged to
-    // host RAM but are not part of the host-memory grant.
     let charged_memory = sizing.memory_for(batch);
-    let gpu_folded = if unified { est.gpu_memory_for(batch).unwrap_or(u64::MAX) } else { 0 };
+    let gpu_folded =
+        if ledger.profile.gpus_unified() { est.gpu_memory_for(batch).unwrap_or(u64::MAX) } else { 0 };
     let memory = charged_memory.saturating_sub(gpu_folded).max(est.memory_for(batch).unwrap_or(u64::MAX));
     let gpu_memory = if gpu_devices.is_empty() { 0 } else { est.gpu_memory_for(batch).unwrap_or(u64::MAX) };
-    let (kind, reason, message) = if batch < target {
-        (
-            DecisionKind::ReduceBatch,
+    let reduction = if batch < target {
+        Some(Reason::new(
             ReasonCode::BatchReduced,
-            format!("batch {batch} of {target}: only {} available", format_bytes(mem_available)),
-        )
+            format!("batch {batch} of {target}: only {} available", format_bytes(fit.memory_available)),
+        ))
     } else if reduced_resources {
-        (
-            DecisionKind::ReduceBatch,
+        Some(Reason::new(
             ReasonCode::ResourcesReduced,
             format!(
                 "granted {} of {} CPUs, {} of {} IO slots, {} of {} GPUs",
@@ -402,30 +465,29 @@ fn admit(
                 gpu_devices.len(),
                 est.gpu_slots
             ),
-        )
+        ))
     } else {
         // No message: the contract says it all, and formatting figures
         // would triple the cost of the hottest path (see BENCHMARKS.md).
-        (DecisionKind::Admit, ReasonCode::Admitted, String::new())
+        None
     };
-    Decision {
-        kind,
-        reason,
-        message,
-        contract: Some(Contract {
-            batch,
-            memory,
-            gpu_memory,
-            gpu_devices,
-            cpu_millis,
-            io_slots,
-            scratch,
-            class: est.class.clone(),
-            alternative: None,
-            inflight: 1,
-            charged_memory,
-            ramp_ticket: None,
-        }),
+    let contract = Contract {
+        batch,
+        memory,
+        gpu_memory,
+        gpu_devices,
+        cpu_millis,
+        io_slots,
+        scratch: slots.scratch,
+        class: est.class.clone(),
+        alternative: None,
+        inflight: 1,
+        charged_memory,
+        ramp_ticket: None,
+    };
+    match reduction {
+        None => Decision::Admit(contract),
+        Some(why) => Decision::ReduceBatch(contract, why),
     }
 }
 

@@ -69,19 +69,19 @@ pub struct Availability {
 
 impl Availability {
     pub(crate) fn of(l: &Ledger) -> Self {
-        let snap = l.last_sample.as_ref();
+        let snap = l.last_sample();
         Availability {
-            generation: l.generation,
+            generation: l.generation(),
             memory_total: l.profile.total_memory,
             memory_reserve: l.policy.memory_reserve,
-            memory_reserved: l.totals.memory,
+            memory_reserved: l.totals().memory,
             memory_available: snap.map_or(0, |s| l.memory_available(s)),
             memory_host_available: snap.map(|s| s.effective_memory_available()),
             cpu_pool_millis: l.cpu_pool_millis(),
-            cpu_reserved_millis: l.totals.cpu_millis,
+            cpu_reserved_millis: l.totals().cpu_millis,
             cpu_available_millis: l.cpu_available_millis(),
             io_slots: l.policy.io_slots,
-            io_reserved: l.totals.io_slots,
+            io_reserved: l.totals().io_slots,
             gpus: l
                 .profile
                 .gpus
@@ -90,17 +90,17 @@ impl Availability {
                     index: g.index,
                     vram_total: g.vram_total,
                     reserve: l.gpu_reserve(g.index),
-                    reserved: l.totals.gpu_memory.get(g.index as usize).copied().unwrap_or(0),
+                    reserved: l.totals().gpu_memory.get(g.index as usize).copied().unwrap_or(0),
                     available: snap.and_then(|s| l.gpu_available(g.index, s)),
                     unified: g.unified,
-                    slots_used: l.totals.gpu_slots.get(g.index as usize).copied().unwrap_or(0),
+                    slots_used: l.totals().gpu_slots.get(g.index as usize).copied().unwrap_or(0),
                     slots: l.policy.gpu_slots,
                 })
                 .collect(),
             pressure: l.pressure.level(),
             pressure_reason: l.pressure.reason().to_owned(),
             slow_start: l.pressure.batch_target(),
-            reservations: l.active.len(),
+            reservations: l.reservations(),
             last_sample_at: snap.map(|s| s.captured_at),
         }
     }

@@ -5,12 +5,12 @@
 //! its minimums and its ramp reset.
 
 use crate::clock::MonoTime;
-use crate::decision::{Decision, DecisionKind, ReasonCode};
+use crate::decision::{Decision, DecisionKind, Reason, ReasonCode};
 use crate::envelope::{Envelope, Ramp, RampTicket};
 use crate::pressure::PressureLevel;
 use crate::snapshot::Snapshot;
 
-use super::admission::{Evaluation, Hold, evaluate as evaluate_estimate};
+use super::admission::{Hold, evaluate as evaluate_estimate};
 use super::ledger::Ledger;
 
 pub(crate) fn evaluate(
@@ -20,8 +20,7 @@ pub(crate) fn evaluate(
     now: MonoTime,
     running: usize,
     hold: Option<&Hold>,
-) -> Evaluation {
-    let mut budgets_changed = false;
+) -> Decision {
     let mut waits: Vec<String> = Vec::new();
     let mut last_reject: Option<Decision> = None;
     for (index, alt) in envelope.alternatives.iter().enumerate() {
@@ -33,22 +32,20 @@ pub(crate) fn evaluate(
         } else {
             alt.estimate.clone()
         };
-        let eval = evaluate_estimate(ledger, &estimate, snap, now, running, hold);
-        budgets_changed |= eval.budgets_changed;
-        let mut decision = eval.decision;
-        match decision.kind {
+        let mut decision = evaluate_estimate(ledger, &estimate, snap, now, running, hold);
+        match decision.kind() {
             DecisionKind::Wait => {
-                waits.push(format!("{}: {}", alt.name, decision.message));
+                waits.push(format!("{}: {}", alt.name, decision.message()));
                 // Stale snapshots and RED pressure stop every alternative
                 // alike, and a lone alternative's reason is the reason.
                 let single = envelope.alternatives.len() == 1;
                 if single
                     || matches!(
-                        decision.reason,
+                        decision.reason(),
                         ReasonCode::StaleSnapshot | ReasonCode::InvalidSnapshot | ReasonCode::PressureRed
                     )
                 {
-                    return Evaluation { decision, budgets_changed };
+                    return decision;
                 }
                 continue;
             }
@@ -64,21 +61,23 @@ pub(crate) fn evaluate(
             ramp.reset();
             let minimum = ramp.operational_estimate(alt);
             let retry = evaluate_estimate(ledger, &minimum, snap, now, running, hold);
-            decision = retry.decision;
-            if decision.is_granted() {
-                decision.kind = DecisionKind::ReduceBatch;
-                decision.reason = ReasonCode::PressureDecrease;
-                decision.message = format!("host pressure: started at minimum ({})", decision.message);
-            } else {
-                waits.push(format!("{}: {}", alt.name, decision.message));
+            if !retry.is_granted() {
+                waits.push(format!("{}: {}", alt.name, retry.message()));
                 continue;
             }
+            let why = format!("host pressure: started at minimum ({})", retry.message());
+            decision = match retry.into_grant() {
+                Ok(grant) => {
+                    Decision::ReduceBatch(grant.contract, Reason::new(ReasonCode::PressureDecrease, why))
+                }
+                Err(refused) => refused,
+            };
         }
         let (epoch, inflight, limits) = match ledger.ramps.get(&key) {
             Some(r) if ramped => (r.epoch(), r.limits().inflight, Some(r.limits())),
             _ => (0, u64::from(alt.inflight.1), None),
         };
-        if let Some(contract) = decision.contract.as_mut() {
+        if let Some(contract) = decision.contract_mut() {
             contract.alternative = Some(index);
             contract.inflight = u32::try_from(inflight).unwrap_or(u32::MAX);
             if let Some(l) = limits {
@@ -88,15 +87,14 @@ pub(crate) fn evaluate(
                     Some(RampTicket { key, epoch, exercised: cpus_ok && batch_ok && !pressured });
             }
         }
-        return Evaluation { decision, budgets_changed };
+        return decision;
     }
-    let decision = if waits.is_empty() {
+    if waits.is_empty() {
         last_reject.unwrap_or_else(|| Decision::reject(ReasonCode::InvalidEstimate, "empty envelope"))
     } else {
         Decision::wait(
             ReasonCode::AllAlternativesWait,
             format!("every alternative waits: {}", waits.join("; ")),
         )
-    };
-    Evaluation { decision, budgets_changed }
+    }
 }

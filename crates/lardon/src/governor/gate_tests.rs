@@ -41,7 +41,7 @@ fn lardons_own_running_tasks_are_never_the_load_gates_reason() {
     let b = r.gov.reserve(&one_cpu(), &r.snap_with(|_| {})).unwrap();
     // Load 2.0 is exactly our two running 1-CPU tasks.
     let d = r.gov.decide(&one_cpu(), &r.snap_with(|s| s.load.one = 2.0));
-    assert_eq!((d.kind, d.reason), (DecisionKind::Wait, ReasonCode::Cpu), "{d}");
+    assert_eq!((d.kind(), d.reason()), (DecisionKind::Wait, ReasonCode::Cpu), "{d}");
     let reducible = Estimate::builder().memory(100 * MIB).cpu_millis(250).build();
     drop(b);
     // One CPU free: 2.0 − 1 granted = 1.0 foreign, below 0.9 × 2.
@@ -54,16 +54,16 @@ fn lardons_own_running_tasks_are_never_the_load_gates_reason() {
 fn two_foreign_busy_cpus_hold_the_next_task_on_cpu_load() {
     let r = two_cpu_pool();
     let d = r.gov.decide(&one_cpu(), &r.snap_with(|s| s.load.one = 2.0));
-    assert_eq!((d.kind, d.reason), (DecisionKind::Wait, ReasonCode::CpuLoad), "{d}");
+    assert_eq!((d.kind(), d.reason()), (DecisionKind::Wait, ReasonCode::CpuLoad), "{d}");
     for figure in ["foreign load 2.00", "− 0.00 CPUs of Lardon's own tasks", "≥ 1.80", "0.9 × 2-CPU pool"]
     {
-        assert!(d.message.contains(figure), "{figure:?} not in {:?}", d.message);
+        assert!(d.message().contains(figure), "{figure:?} not in {:?}", d.message());
     }
     // With one task of ours running, load 3.0 still has 2.0 foreign.
     let _a = r.gov.reserve(&one_cpu(), &r.snap_with(|_| {})).unwrap();
     let d = r.gov.decide(&one_cpu(), &r.snap_with(|s| s.load.one = 3.0));
-    assert_eq!(d.reason, ReasonCode::CpuLoad, "{d}");
-    assert!(d.message.contains("− 1.00 CPUs of Lardon's own tasks"), "{}", d.message);
+    assert_eq!(d.reason(), ReasonCode::CpuLoad, "{d}");
+    assert!(d.message().contains("− 1.00 CPUs of Lardon's own tasks"), "{}", d.message());
 }
 
 #[test]
@@ -71,7 +71,7 @@ fn load_gate_threshold_is_the_ratio_times_the_pool_above_one_or_off() {
     let r = Rig::with(HostProfile::new(16 * GIB, 8), |p| p.max_load_ratio = Some(1.5));
     // Pool 4 (8 CPUs, 4 reserved): 1.5 × 4 = 6.
     assert!(r.gov.decide(&one_cpu(), &r.snap_with(|s| s.load.one = 5.99)).is_granted());
-    assert_eq!(r.gov.decide(&one_cpu(), &r.snap_with(|s| s.load.one = 6.0)).reason, ReasonCode::CpuLoad);
+    assert_eq!(r.gov.decide(&one_cpu(), &r.snap_with(|s| s.load.one = 6.0)).reason(), ReasonCode::CpuLoad);
     let off = Rig::with(HostProfile::new(16 * GIB, 8), |p| p.max_load_ratio = None);
     assert!(off.gov.decide(&one_cpu(), &off.snap_with(|s| s.load.one = 1000.0)).is_granted());
 }
@@ -94,7 +94,7 @@ fn load_left_behind_by_our_finished_tasks_is_not_foreign() {
         r.gov.observe(&r.after(Duration::from_secs(1), |s| s.load.one = 2.0));
     }
     let d = r.gov.decide(&one_cpu(), &r.after(Duration::from_secs(1), |s| s.load.one = 2.0));
-    assert_eq!(d.reason, ReasonCode::CpuLoad, "{d}");
+    assert_eq!(d.reason(), ReasonCode::CpuLoad, "{d}");
 }
 
 // ---- CPU PSI is a gate, not a pressure signal ------------------------------
@@ -105,20 +105,20 @@ fn cpu_psi_waits_with_its_figure_and_never_moves_pressure() {
     let e = Estimate::builder().memory(GIB).memory_per_item(100 * MIB).batch(1, 8).build();
     for _ in 0..10 {
         let d = r.gov.decide(&e, &r.snap_with(|s| s.pressure.cpu = Some(34.1)));
-        assert_eq!((d.kind, d.reason), (DecisionKind::Wait, ReasonCode::CpuPressure), "{d}");
-        assert_eq!(d.message, "CPU PSI 34.1 ≥ 20");
+        assert_eq!((d.kind(), d.reason()), (DecisionKind::Wait, ReasonCode::CpuPressure), "{d}");
+        assert_eq!(d.message(), "CPU PSI 34.1 ≥ 20");
     }
     assert_eq!(r.gov.pressure().0, PressureLevel::Green, "ten CPU-PSI samples are no signal");
     let d = r.gov.decide(&e, &r.snap_with(|_| {}));
-    assert_eq!(d.contract.unwrap().batch, 8, "and no slow start afterwards");
+    assert_eq!(d.contract().unwrap().batch, 8, "and no slow start afterwards");
 }
 
 #[test]
 fn memory_psi_names_its_figure_in_the_wait_and_the_pressure_reason() {
     let r = Rig::with(HostProfile::new(16 * GIB, 8), |_| {});
     let d = r.gov.decide(&one_cpu(), &r.snap_with(|s| s.pressure.memory = Some(3.2)));
-    assert_eq!(d.reason, ReasonCode::MemoryPressure);
-    assert_eq!(d.message, "memory PSI 3.2 ≥ 1");
+    assert_eq!(d.reason(), ReasonCode::MemoryPressure);
+    assert_eq!(d.message(), "memory PSI 3.2 ≥ 1");
     assert_eq!(r.gov.pressure(), (PressureLevel::Yellow, "memory PSI 3.2 ≥ 1".to_owned()));
 }
 
@@ -137,7 +137,7 @@ fn batch_8_yellow_4_red_waits_green_1_2_4_8() {
     // Each step: one host sample and one reservation (released at once).
     let run = |r: &Rig, s: Snapshot| match r.gov.reserve(&e, &s) {
         Ok(res) => format!("{}", res.contract().batch),
-        Err(d) => d.reason.to_string(),
+        Err(d) => d.reason().to_string(),
     };
     let mut seen = vec![run(&r, sample(&r, false))];
     seen.push(run(&r, sample(&r, true)));
@@ -165,7 +165,7 @@ fn yellow_never_halves_below_batch_min() {
     let _a = r.gov.reserve(&e, &r.snap_with(|s| s.swap = Some(SwapCounters::default()))).unwrap();
     let d = r.gov.decide(&e, &r.snap_with(|s| s.swap = Some(SwapCounters { pages_in: 0, pages_out: 1 })));
     assert_eq!(r.gov.pressure().0, PressureLevel::Yellow);
-    assert_eq!((d.kind, d.contract.unwrap().batch), (DecisionKind::Admit, 6), "4 is below batch_min");
+    assert_eq!((d.kind(), d.contract().unwrap().batch), (DecisionKind::Admit, 6), "4 is below batch_min");
 }
 
 // ---- Invalid snapshots ----------------------------------------------------
@@ -194,11 +194,11 @@ fn negative_or_non_finite_load_or_psi_waits_without_touching_pressure() {
             s.memory_available = MIB;
         });
         let d = r.gov.decide(&one_cpu(), &bad);
-        assert_eq!((d.kind, d.reason), (DecisionKind::Wait, ReasonCode::InvalidSnapshot), "{field}: {d}");
-        assert!(d.message.contains(field), "{field} not named in {:?}", d.message);
+        assert_eq!((d.kind(), d.reason()), (DecisionKind::Wait, ReasonCode::InvalidSnapshot), "{field}: {d}");
+        assert!(d.message().contains(field), "{field} not named in {:?}", d.message());
         assert_eq!(r.gov.pressure(), (PressureLevel::Green, String::new()), "{field}");
         assert_eq!(r.gov.generation(), generation, "{field}");
-        assert_eq!(r.gov.reserve(&one_cpu(), &bad).unwrap_err().reason, ReasonCode::InvalidSnapshot);
+        assert_eq!(r.gov.reserve(&one_cpu(), &bad).unwrap_err().reason(), ReasonCode::InvalidSnapshot);
         // The next valid sample is the first to count.
         assert!(r.gov.decide(&one_cpu(), &r.snap_with(|_| {})).is_granted(), "{field}");
     }
@@ -229,7 +229,7 @@ proptest::proptest! {
         let d = r.gov.decide(&one_cpu(), &s);
         proptest::prop_assert_eq!(d.is_granted(), valid, "{}", d);
         if !valid {
-            proptest::prop_assert_eq!(d.reason, ReasonCode::InvalidSnapshot);
+            proptest::prop_assert_eq!(d.reason(), ReasonCode::InvalidSnapshot);
         }
         proptest::prop_assert_eq!(r.gov.pressure().0, PressureLevel::Green);
     }
@@ -243,7 +243,7 @@ fn an_8_gib_laptop_with_3_5_gib_available_runs_a_1_gib_task_under_the_default_po
     let task = Estimate::builder().memory(GIB).build();
     for _ in 0..5 {
         let d = r.gov.decide(&task, &r.snap_with(|s| s.memory_available = 3 * GIB + GIB / 2));
-        assert_eq!((d.kind, d.reason), (DecisionKind::Admit, ReasonCode::Admitted), "{d}");
+        assert_eq!((d.kind(), d.reason()), (DecisionKind::Admit, ReasonCode::Admitted), "{d}");
     }
     assert_eq!(r.gov.pressure().0, PressureLevel::Green);
 }
@@ -256,6 +256,6 @@ fn a_512_gib_server_does_not_keep_a_quarter_of_its_ram_idle() {
         &Estimate::builder().memory(500 * GIB).build(),
         &r.snap_with(|s| s.memory_available = 506 * GIB),
     );
-    assert_eq!(d.kind, DecisionKind::Admit, "{d}");
+    assert_eq!(d.kind(), DecisionKind::Admit, "{d}");
     assert_eq!(r.gov.pressure().0, PressureLevel::Green);
 }

@@ -43,7 +43,7 @@ impl Rig {
     fn grant(&self, e: &Estimate) -> Contract {
         let d = self.gov.decide(e, &self.snap());
         assert!(d.is_granted(), "{d:?}");
-        d.contract.unwrap()
+        d.contract().unwrap().clone()
     }
 
     fn kill(&self, class: &str, items: Option<u64>, limit: u64) -> bool {
@@ -121,8 +121,8 @@ fn a_need_beyond_the_host_is_rejected_with_the_learned_reason() {
     assert_eq!(r.grant(&liar()).memory, BUDGET, "capped at what the host could ever grant");
     r.kill("liar", None, BUDGET + 64 * MIB);
     let d = r.gov.decide(&liar(), &r.snap());
-    assert_eq!((d.kind, d.reason), (DecisionKind::Reject, ReasonCode::Impossible));
-    assert!(d.message.contains("lower bound after kill at"), "{}", d.message);
+    assert_eq!((d.kind(), d.reason()), (DecisionKind::Reject, ReasonCode::Impossible));
+    assert!(d.message().contains("lower bound after kill at"), "{}", d.message());
 }
 
 #[test]

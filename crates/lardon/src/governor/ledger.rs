@@ -3,18 +3,26 @@
 //! The Governor's state, touched only under its one lock: policy, active
 //! reservations and their totals, pressure, history and ramps.
 //!
-//! # Invariants (checked by `check` in debug builds)
+//! # Invariants (checked by `check` and `debug_assert!`s in debug builds,
+//! loom models included)
 //! - every total equals the sum over active reservations;
 //! - reserved host memory never exceeds the static budget
 //!   (`total − reserve`), reserved CPUs never exceed the compute pool,
-//!   slots never exceed their capacity.
+//!   slots never exceed their capacity;
+//! - a reservation id is issued once and released at most once (a second
+//!   release finds nothing and changes nothing);
+//! - the generation moves only in `Ledger::changed`, which names what
+//!   changed; the accounting fields are private, so no caller can change a
+//!   reservation without it.
 
 use std::collections::HashMap;
+use std::task::Waker;
 
 use crate::contract::Contract;
 use crate::envelope::{MAX_RAMPS, Ramp};
 use crate::estimate::Class;
 use crate::history::History;
+use crate::idhash::Ids;
 use crate::policy::{HostPolicy, HostProfile, PolicyError};
 use crate::pressure::{Floors, PressureLevel, PressureMachine, PsiSignal};
 use crate::snapshot::Snapshot;
@@ -50,29 +58,54 @@ pub(crate) struct Totals {
     pub(crate) gpu_slots: Vec<u32>,
 }
 
+/// What changed, for [`Ledger::changed`]: every generation bump names one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// A reservation was made or released, or its usage report changed
+    /// what is available (bumped by the ledger itself).
+    Reservations,
+    /// A new host sample changed a budget (bumped by the ledger itself).
+    Sample,
+    /// The policy was replaced (bumped by the ledger itself).
+    Policy,
+    /// A run was recorded and changed what a class has learned.
+    History,
+    /// A sequence's throughput moved a capability ramp.
+    Ramp,
+    /// A scratch volume was added, removed, drained or changed state.
+    Volume,
+}
+
+/// The accounting fields (`active`, `totals`, `next_id`, `generation`) are
+/// private: reservations change only through [`Ledger::hold`],
+/// [`Ledger::release`] and [`Ledger::report_usage`], and the generation
+/// moves only in [`Ledger::changed`].
 #[derive(Debug)]
 pub(crate) struct Ledger {
     pub(crate) policy: HostPolicy,
     pub(crate) profile: HostProfile,
-    pub(crate) active: HashMap<u64, Held>,
-    pub(crate) totals: Totals,
-    pub(crate) next_id: u64,
-    pub(crate) generation: u64,
+    active: HashMap<u64, Held, Ids>,
+    totals: Totals,
+    next_id: u64,
+    generation: u64,
     pub(crate) pressure: PressureMachine,
-    pub(crate) last_sample: Option<Snapshot>,
-    pub(crate) budget_fingerprint: Option<Fingerprint>,
-    pub(crate) largest_batch: u64,
+    last_sample: Option<Snapshot>,
+    budget_fingerprint: Option<Fingerprint>,
+    largest_batch: u64,
     /// Lardon's own CPUs averaged like the 1-minute load (the load gate).
-    pub(crate) own_load: OwnLoad,
+    own_load: OwnLoad,
     pub(crate) history: History,
     /// The estimates waiting for memory (batch choice, `packing.rs`).
     pub(crate) contention: Contention,
     pub(crate) ramps: HashMap<(Class, usize), Ramp>,
-    pub(crate) ramp_clock: u64,
+    ramp_clock: u64,
     pub(crate) volumes: Vec<super::volumes::Volume>,
     /// Threads blocked in `wait_for_change` (they count themselves in and
     /// out under the lock).
-    pub(crate) waiters: usize,
+    waiters: usize,
+    /// Async waiters (and the queue dispatcher) to wake at the next change,
+    /// registered under the lock that every change is made under.
+    wakers: Vec<Waker>,
 }
 
 /// What a host sample changes about budgets; a new sample bumps the
@@ -93,7 +126,7 @@ impl Ledger {
         Ledger {
             policy,
             profile,
-            active: HashMap::new(),
+            active: HashMap::default(),
             totals: Totals { gpu_memory: vec![0; gpus], gpu_slots: vec![0; gpus], ..Totals::default() },
             next_id: 1,
             generation: 0,
@@ -108,7 +141,104 @@ impl Ledger {
             ramp_clock: 0,
             volumes: Vec::new(),
             waiters: 0,
+            wakers: Vec::new(),
         }
+    }
+
+    /// The one place the generation moves (docs/DESIGN.md §4: on every
+    /// reservation made or released, recorded batch, policy change, scratch
+    /// change and host sample that changes a budget; never on WAIT or
+    /// REJECT).
+    pub(crate) fn changed(&mut self, what: Change) {
+        let _ = what; // named at every call site, for the reader
+        self.generation += 1;
+    }
+
+    /// The generation (every change up to it is in this ledger).
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Reservations active now.
+    pub(crate) fn reservations(&self) -> usize {
+        self.active.len()
+    }
+
+    /// Whether reservation `id` is active.
+    pub(crate) fn is_active(&self, id: u64) -> bool {
+        self.active.contains_key(&id)
+    }
+
+    /// Sums over the active reservations.
+    pub(crate) fn totals(&self) -> &Totals {
+        &self.totals
+    }
+
+    /// The last host sample observed.
+    pub(crate) fn last_sample(&self) -> Option<&Snapshot> {
+        self.last_sample.as_ref()
+    }
+
+    /// Notes the largest `batch_max` seen (the YELLOW halving starts from
+    /// the largest batch granted since the last GREEN, docs/DESIGN.md §5).
+    pub(crate) fn note_batch_max(&mut self, batch_max: u64) {
+        self.largest_batch = self.largest_batch.max(batch_max);
+    }
+
+    /// A thread starts (`true`) or stops blocking in `wait_for_change`.
+    pub(crate) fn count_waiter(&mut self, waiting: bool) {
+        if waiting {
+            self.waiters += 1;
+        } else {
+            debug_assert!(self.waiters > 0, "a waiter left that never came");
+            self.waiters = self.waiters.saturating_sub(1);
+        }
+    }
+
+    /// Registers `waker` for the next change (once: a waker that wakes the
+    /// same task is not added twice).
+    pub(crate) fn register_waker(&mut self, waker: &Waker) {
+        if !self.wakers.iter().any(|w| w.will_wake(waker)) {
+            self.wakers.push(waker.clone());
+        }
+    }
+
+    /// The wakers to wake for a change, unregistered, except one that wakes
+    /// the same task as `scanner`: it stays registered (that waiter's own
+    /// scan saw the change, see `Shared::publish_except`).
+    pub(crate) fn take_wakers(&mut self, scanner: Option<&Waker>) -> Vec<Waker> {
+        match scanner {
+            Some(keep) if self.wakers.iter().any(|w| w.will_wake(keep)) => {
+                // `Vec::new` does not allocate until a waker is kept out:
+                // the common list is the scanner's waker alone.
+                let mut fire = Vec::new();
+                self.wakers.retain(|w| {
+                    let keep = w.will_wake(keep);
+                    if !keep {
+                        fire.push(w.clone());
+                    }
+                    keep
+                });
+                fire
+            }
+            _ => std::mem::take(&mut self.wakers),
+        }
+    }
+
+    /// Threads blocked in `wait_for_change` now.
+    pub(crate) fn waiters(&self) -> usize {
+        self.waiters
+    }
+
+    /// Replaces the policy if it is valid for the host and still covers
+    /// every active reservation.
+    pub(crate) fn set_policy(&mut self, policy: HostPolicy) -> Result<(), PolicyError> {
+        policy.validate(&self.profile)?;
+        self.covers(&policy)?;
+        self.policy = policy;
+        self.changed(Change::Policy);
+        self.check();
+        Ok(())
     }
 
     /// Host memory that may ever be reserved: `RAM − reserve`. (Our
@@ -213,9 +343,9 @@ impl Ledger {
         ]
     }
 
-    /// Feeds a new host sample to the pressure machine; returns whether
-    /// budgets changed (the caller bumps the generation).
-    pub(crate) fn observe_sample(&mut self, snap: &Snapshot) -> bool {
+    /// Feeds a new host sample to the pressure machine; moves the
+    /// generation when budgets changed.
+    pub(crate) fn observe_sample(&mut self, snap: &Snapshot) {
         self.own_load.advance(snap.captured_at, self.granted_cpus());
         let gates = self.gates(snap);
         // Only memory PSI is a pressure signal. CPU PSI gates admission
@@ -242,7 +372,9 @@ impl Ledger {
         }
         let changed = self.budget_fingerprint.as_ref() != Some(&fp);
         self.budget_fingerprint = Some(fp);
-        changed
+        if changed {
+            self.changed(Change::Sample);
+        }
     }
 
     /// Whether `snap` is a host sample not yet observed.
@@ -278,8 +410,9 @@ impl Ledger {
                 *s += 1;
             }
         }
-        self.active.insert(id, held);
-        self.generation += 1;
+        let fresh = self.active.insert(id, held).is_none();
+        debug_assert!(fresh, "reservation ids are never reused");
+        self.changed(Change::Reservations);
         self.check();
         id
     }
@@ -287,6 +420,8 @@ impl Ledger {
     /// Releases `id`; `None` when it is not active (nothing changes), else
     /// the scratch lease that ended with it, to clean up outside the lock.
     pub(crate) fn release(&mut self, id: u64) -> Option<Option<super::volumes::LeaseEnd>> {
+        debug_assert!(id < self.next_id, "released an id never issued");
+        // Released once: a second release finds nothing and changes nothing.
         let held = self.active.remove(&id)?;
         let lease = self.end_lease(id);
         let t = &mut self.totals;
@@ -302,7 +437,7 @@ impl Ledger {
                 *s -= 1;
             }
         }
-        self.generation += 1;
+        self.changed(Change::Reservations);
         self.check();
         Some(lease)
     }
@@ -315,7 +450,7 @@ impl Ledger {
         let after = held.unmaterialised();
         self.totals.unmaterialised = self.totals.unmaterialised - before + after;
         if before != after {
-            self.generation += 1;
+            self.changed(Change::Reservations);
         }
         self.check();
         true

@@ -16,17 +16,20 @@ mod load;
 mod packing;
 #[cfg(all(test, not(loom)))]
 mod packing_tests;
+mod scan;
 #[cfg(all(test, not(loom)))]
 mod scratch_tests;
 #[cfg(all(test, not(loom)))]
 mod tests;
 mod volumes;
 
+use std::task::Waker;
 use std::time::Duration;
 
 pub(crate) use admission::Hold;
 pub use admission::MAX_SNAPSHOT_AGE;
 pub use availability::{Availability, GpuAvailability};
+pub(crate) use scan::Scan;
 
 use crate::clock::{Clock, SystemClock};
 use crate::contract::Contract;
@@ -41,7 +44,7 @@ use crate::reservation::{ReleaseError, Reservation, ReservationId};
 use crate::snapshot::{Probe, ProbeError, Snapshot};
 use crate::sync::{self, Arc, AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
 
-use ledger::Ledger;
+use ledger::{Change, Ledger};
 
 /// Process-wide source of Governor ids (to refuse foreign reservations).
 static NEXT_GOVERNOR: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -55,7 +58,6 @@ pub(crate) struct Shared {
     generation: AtomicU64,
     probe: Box<dyn Probe>,
     clock: std::sync::Arc<dyn Clock>,
-    wakers: Mutex<Vec<std::task::Waker>>,
 }
 
 impl Shared {
@@ -66,22 +68,32 @@ impl Shared {
     /// Publishes a generation change made under `guard`, then drops the
     /// lock before waking async waiters (their wake code is not ours).
     fn publish(&self, guard: MutexGuard<'_, Ledger>) {
-        let generation = guard.generation;
+        self.publish_except(guard, None);
+    }
+
+    /// [`Shared::publish`], except that a registered waker that wakes the
+    /// same task as `scanner` is neither woken nor unregistered: that
+    /// waiter's own scan (or one on its behalf) already saw this change
+    /// under the same lock hold, and waking it would only send it to scan
+    /// again for nothing. It stays registered for the next change.
+    fn publish_except(&self, mut guard: MutexGuard<'_, Ledger>, scanner: Option<&Waker>) {
+        let generation = guard.generation();
         // One read-modify-write rather than load + store (same effect: the
         // atomic is only written under the lock); loom misses interleavings
         // after a redundant load (tokio-rs/loom#166).
         let changed = self.generation.swap(generation, Ordering::SeqCst) != generation;
         // Waiters register under the lock, so this count is exact; skipping
         // the notify when nobody waits saves a futex syscall per change.
-        if changed && guard.waiters > 0 {
+        if changed && guard.waiters() > 0 {
             self.changed.notify_all();
         }
+        // Wakers register under this lock too, so taking them here misses
+        // none, and with none registered (the common case outside a
+        // queue) this costs nothing more. They are woken after the unlock.
+        let fire = if changed { guard.take_wakers(scanner) } else { Vec::new() };
         drop(guard);
-        if changed {
-            let wakers = std::mem::take(&mut *sync::lock(&self.wakers));
-            for w in wakers {
-                w.wake();
-            }
+        for w in fire {
+            w.wake();
         }
     }
 
@@ -90,7 +102,7 @@ impl Shared {
     }
 
     pub(crate) fn is_active(&self, seq: u64) -> bool {
-        self.lock().active.contains_key(&seq)
+        self.lock().is_active(seq)
     }
 
     pub(crate) fn release(&self, seq: u64) -> bool {
@@ -113,64 +125,6 @@ impl Shared {
         let ok = guard.report_usage(seq, bytes);
         self.publish(guard);
         ok
-    }
-}
-
-/// A queue scan: several admissions under one hold of the Governor's lock.
-/// Reservations made here must not be dropped before the scan ends.
-pub(crate) struct Scan<'a> {
-    governor: &'a Governor,
-    guard: Option<MutexGuard<'a, Ledger>>,
-    /// Read before locking: the clock is outside code.
-    now: crate::MonoTime,
-}
-
-impl Scan<'_> {
-    /// Evaluates `envelope` with the queue's own count of running tasks (a
-    /// task between sequences holds no reservation but still runs) and an
-    /// optional hold for a starved head; reserves on a grant.
-    pub(crate) fn reserve(
-        &mut self,
-        envelope: &Envelope,
-        snapshot: &Snapshot,
-        running: usize,
-        hold: Option<&Hold>,
-    ) -> Result<Reservation, Decision> {
-        let now = self.now;
-        let Some(guard) = self.guard.as_mut() else {
-            return Err(Decision::wait(ReasonCode::ProbeFailed, "scan already finished"));
-        };
-        let mut eval = envelopes::evaluate(guard, envelope, snapshot, now, running, hold);
-        if hold.is_some() && eval.decision.kind == crate::DecisionKind::Wait {
-            let free = envelopes::evaluate(guard, envelope, snapshot, now, running, None);
-            if free.decision.is_granted() {
-                eval.decision = Decision::wait(
-                    ReasonCode::HeldForHead,
-                    "held back to leave room for a long-waiting task ahead in the queue",
-                );
-            }
-        }
-        if eval.budgets_changed {
-            guard.generation += 1;
-        }
-        let mut decision = eval.decision;
-        if !decision.is_granted() {
-            return Err(decision);
-        }
-        let Some(mut contract) = decision.contract.take() else {
-            return Err(decision);
-        };
-        let seq = guard.hold(&mut contract);
-        let shared = &self.governor.shared;
-        Ok(Reservation::held(shared, seq, contract, &decision))
-    }
-}
-
-impl Drop for Scan<'_> {
-    fn drop(&mut self) {
-        if let Some(guard) = self.guard.take() {
-            self.governor.shared.publish(guard);
-        }
     }
 }
 
@@ -236,7 +190,6 @@ impl Governor {
                 generation: AtomicU64::new(0),
                 probe: Box::new(probe),
                 clock,
-                wakers: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -264,23 +217,19 @@ impl Governor {
     /// [`PolicyError`], with nothing changed.
     pub fn set_policy(&self, policy: HostPolicy) -> Result<(), PolicyError> {
         let mut guard = self.shared.lock();
-        policy.validate(&guard.profile)?;
-        guard.covers(&policy)?;
-        guard.policy = policy;
-        guard.generation += 1;
-        guard.check();
+        let set = guard.set_policy(policy);
         self.shared.publish(guard);
-        Ok(())
+        set
     }
 
     /// Evaluates `estimate` against `snapshot` without reserving. A new
     /// host sample still feeds the pressure state (once per sample).
     pub fn decide(&self, estimate: &Estimate, snapshot: &Snapshot) -> Decision {
-        let (guard, eval) = self.evaluate_locked(|l, now, running| {
+        let (guard, decision) = self.evaluate_locked(|l, now, running| {
             admission::evaluate(l, estimate, snapshot, now, running, None)
         });
         self.shared.publish(guard);
-        eval.decision
+        decision
     }
 
     /// Evaluates and, on ADMIT or REDUCE_BATCH, reserves.
@@ -288,10 +237,10 @@ impl Governor {
     /// # Errors
     /// The WAIT or REJECT [`Decision`] when nothing was reserved.
     pub fn reserve(&self, estimate: &Estimate, snapshot: &Snapshot) -> Result<Reservation, Decision> {
-        let (guard, eval) = self.evaluate_locked(|l, now, running| {
+        let (guard, decision) = self.evaluate_locked(|l, now, running| {
             admission::evaluate(l, estimate, snapshot, now, running, None)
         });
-        self.grant(guard, eval.decision)
+        self.grant(guard, decision)
     }
 
     /// [`Governor::reserve`] against a fresh snapshot from the probe. A
@@ -320,10 +269,9 @@ impl Governor {
     pub fn observe(&self, snapshot: &Snapshot) {
         let now = self.shared.clock.now();
         let mut guard = self.shared.lock();
-        let (_, changed) = admission::observe(&mut guard, snapshot, now);
-        if changed {
-            guard.generation += 1;
-        }
+        // A WAIT here (stale, RED) concerns no estimate: only the sample's
+        // effect on the ledger matters.
+        let _ = admission::observe(&mut guard, snapshot, now);
         self.shared.publish(guard);
     }
 
@@ -334,50 +282,48 @@ impl Governor {
             .map_err(|e| Decision::wait(ReasonCode::ProbeFailed, format!("cannot observe the host: {e}")))
     }
 
-    /// Reads the clock (outside code, so before the lock), locks, runs one
-    /// evaluation with the number of active reservations as the running
-    /// count, and moves the generation when a new sample changed budgets.
+    /// Reads the clock (outside code, so before the lock), locks and runs
+    /// one evaluation with the number of active reservations as the
+    /// running count.
     fn evaluate_locked(
         &self,
-        evaluate: impl FnOnce(&mut Ledger, crate::MonoTime, usize) -> admission::Evaluation,
-    ) -> (MutexGuard<'_, Ledger>, admission::Evaluation) {
+        evaluate: impl FnOnce(&mut Ledger, crate::MonoTime, usize) -> Decision,
+    ) -> (MutexGuard<'_, Ledger>, Decision) {
         let now = self.shared.clock.now();
         let mut guard = self.shared.lock();
-        let running = guard.active.len();
-        let eval = evaluate(&mut guard, now, running);
-        if eval.budgets_changed {
-            guard.generation += 1;
-        }
-        (guard, eval)
+        let running = guard.reservations();
+        let decision = evaluate(&mut guard, now, running);
+        (guard, decision)
     }
 
     /// Turns a granted decision into a reservation under `guard`.
     fn grant(&self, mut guard: MutexGuard<'_, Ledger>, decision: Decision) -> Result<Reservation, Decision> {
-        let mut decision = decision;
-        let contract = if decision.is_granted() { decision.contract.take() } else { None };
-        let Some(mut contract) = contract else {
-            self.shared.publish(guard);
-            return Err(decision);
+        let mut grant = match decision.into_grant() {
+            Ok(grant) => grant,
+            Err(refused) => {
+                self.shared.publish(guard);
+                return Err(refused);
+            }
         };
-        let seq = guard.hold(&mut contract);
+        let seq = guard.hold(&mut grant.contract);
         self.shared.publish(guard);
-        if let Some(grant) = &contract.scratch
-            && let Err(message) = self.prepare_scratch(grant)
+        if let Some(scratch) = &grant.contract.scratch
+            && let Err(message) = self.prepare_scratch(scratch)
         {
             self.shared.release(seq);
             return Err(Decision::wait(ReasonCode::Scratch, message));
         }
-        Ok(Reservation::held(&self.shared, seq, contract, &decision))
+        Ok(Reservation::held(&self.shared, seq, grant))
     }
 
     /// Evaluates a capability envelope: alternatives in order, the first
     /// granted wins; WAIT if any alternative waits, else the last REJECT.
     pub fn decide_envelope(&self, envelope: &Envelope, snapshot: &Snapshot) -> Decision {
-        let (guard, eval) = self.evaluate_locked(|l, now, running| {
+        let (guard, decision) = self.evaluate_locked(|l, now, running| {
             envelopes::evaluate(l, envelope, snapshot, now, running, None)
         });
         self.shared.publish(guard);
-        eval.decision
+        decision
     }
 
     /// Evaluates a capability envelope and reserves the chosen alternative
@@ -390,10 +336,10 @@ impl Governor {
         envelope: &Envelope,
         snapshot: &Snapshot,
     ) -> Result<Reservation, Decision> {
-        let (guard, eval) = self.evaluate_locked(|l, now, running| {
+        let (guard, decision) = self.evaluate_locked(|l, now, running| {
             envelopes::evaluate(l, envelope, snapshot, now, running, None)
         });
-        self.grant(guard, eval.decision)
+        self.grant(guard, decision)
     }
 
     /// [`Governor::reserve_envelope`] against a fresh snapshot.
@@ -403,37 +349,6 @@ impl Governor {
     pub fn reserve_envelope_available(&self, envelope: &Envelope) -> Result<Reservation, Decision> {
         let snapshot = self.take_snapshot()?;
         self.reserve_envelope(envelope, &snapshot)
-    }
-
-    /// Queue admission of one envelope (see [`Scan::reserve`]).
-    pub(crate) fn reserve_queued(
-        &self,
-        envelope: &Envelope,
-        snapshot: &Snapshot,
-        running: usize,
-        hold: Option<&Hold>,
-    ) -> Result<Reservation, Decision> {
-        let reservation = self.scan().reserve(envelope, snapshot, running, hold)?;
-        if let Some(grant) = &reservation.contract.scratch
-            && let Err(message) = self.prepare_scratch(grant)
-        {
-            drop(reservation);
-            return Err(Decision::wait(ReasonCode::Scratch, message));
-        }
-        Ok(reservation)
-    }
-
-    /// Holds the Governor's lock for a whole queue scan, so that no
-    /// release lands between two evaluations of one scan (a task behind a
-    /// waiting one could otherwise overtake it in FIFO order).
-    pub(crate) fn scan(&self) -> Scan<'_> {
-        let now = self.shared.clock.now();
-        Scan { governor: self, guard: Some(self.shared.lock()), now }
-    }
-
-    /// Whether every GPU of the host is unified-memory.
-    pub(crate) fn gpus_unified(&self) -> bool {
-        self.shared.lock().profile.gpus_unified()
     }
 
     /// Records one run of `class` (docs/DESIGN.md §6): its shape (unbatched,
@@ -464,7 +379,7 @@ impl Governor {
         let mut guard = self.shared.lock();
         let changed = guard.history.record(class, &record);
         if changed {
-            guard.generation += 1;
+            guard.changed(Change::History);
         }
         self.shared.publish(guard);
         changed
@@ -529,7 +444,7 @@ impl Governor {
             None => false,
         };
         if used {
-            guard.generation += 1;
+            guard.changed(Change::Ramp);
         }
         self.shared.publish(guard);
         used
@@ -587,10 +502,10 @@ impl Governor {
     /// Blocks the calling thread on a condition variable; never polls.
     pub fn wait_for_change(&self, seen: u64, timeout: Option<Duration>) -> u64 {
         let mut guard = self.shared.lock();
-        guard.waiters += 1;
+        guard.count_waiter(true);
         match timeout {
             None => {
-                while guard.generation == seen {
+                while guard.generation() == seen {
                     guard =
                         self.shared.changed.wait(guard).unwrap_or_else(std::sync::PoisonError::into_inner);
                 }
@@ -598,7 +513,7 @@ impl Governor {
             #[cfg(not(loom))]
             Some(timeout) => {
                 let deadline = std::time::Instant::now() + timeout;
-                while guard.generation == seen {
+                while guard.generation() == seen {
                     let left = deadline.saturating_duration_since(std::time::Instant::now());
                     if left.is_zero() {
                         break;
@@ -614,8 +529,8 @@ impl Governor {
             #[cfg(loom)]
             Some(_) => {}
         }
-        guard.waiters -= 1;
-        guard.generation
+        guard.count_waiter(false);
+        guard.generation()
     }
 
     /// Threads blocked in [`Governor::wait_for_change`] now. A test hook:
@@ -623,7 +538,7 @@ impl Governor {
     /// can see a waiter asleep before it makes the change that wakes it.
     #[cfg(all(test, not(loom)))]
     pub(crate) fn blocked_waiters(&self) -> usize {
-        self.shared.lock().waiters
+        self.shared.lock().waiters()
     }
 
     /// Pressure level and why.
@@ -641,14 +556,13 @@ impl Governor {
     /// Registers `waker` to be woken at the next generation change, unless
     /// the generation already differs from `seen` (then returns false).
     pub(crate) fn register_waker(&self, seen: u64, waker: &std::task::Waker) -> bool {
-        let mut wakers = sync::lock(&self.shared.wakers);
-        // Checked under the waker lock: a publish after this sees our waker.
-        if self.generation() != seen {
+        let mut guard = self.shared.lock();
+        // Checked under the ledger lock every change is published under: a
+        // change after this takes our waker.
+        if guard.generation() != seen {
             return false;
         }
-        if !wakers.iter().any(|w| w.will_wake(waker)) {
-            wakers.push(waker.clone());
-        }
+        guard.register_waker(waker);
         true
     }
 }

@@ -36,7 +36,7 @@ fn while_memory_is_contended_a_batch_holds_about_its_fixed_part_in_items() {
     let r = rig();
     let granted = |r: &Rig| {
         let d = r.gov.decide(&batched(), &r.snap_with(|_| {}));
-        (d.kind, d.contract.map(|c| c.batch))
+        (d.kind(), d.contract().map(|c| c.batch))
     };
     // Nothing waits: the full target.
     assert_eq!(granted(&r), (DecisionKind::Admit, Some(64)));
@@ -44,7 +44,7 @@ fn while_memory_is_contended_a_batch_holds_about_its_fixed_part_in_items() {
     // 8 GiB held; a 10 GiB task waits for memory.
     let _held = r.gov.reserve(&big(8 * GIB), &r.snap_with(|_| {})).unwrap();
     let d = r.gov.decide(&big(10 * GIB), &r.snap_with(|_| {}));
-    assert_eq!((d.kind, d.reason), (DecisionKind::Wait, ReasonCode::Memory), "{d}");
+    assert_eq!((d.kind(), d.reason()), (DecisionKind::Wait, ReasonCode::Memory), "{d}");
     // 6 GiB would hold (6 − 1) GiB / 100 MiB = 51 items; contended, the
     // batch stops at ceil(1 GiB / 100 MiB) = 11, which is its target.
     assert_eq!(r.gov.batch_target(&batched()), 11);
@@ -64,11 +64,11 @@ fn only_a_wait_for_memory_contends_and_only_batched_work_with_a_fixed_part_is_ca
     let _cpu = r.gov.reserve(&one_cpu, &r.snap_with(|_| {})).unwrap();
     let four_cpus = Estimate::builder().memory(MIB).cpus(4).cpus_exact().build();
     let d = r.gov.decide(&four_cpus, &r.snap_with(|_| {}));
-    assert_eq!((d.kind, d.reason), (DecisionKind::Wait, ReasonCode::Cpu), "{d}");
+    assert_eq!((d.kind(), d.reason()), (DecisionKind::Wait, ReasonCode::Cpu), "{d}");
     assert_eq!(r.gov.batch_target(&batched()), 64);
     // Now memory is contended.
     let _held = r.gov.reserve(&big(8 * GIB), &r.snap_with(|_| {})).unwrap();
-    assert_eq!(r.gov.decide(&big(10 * GIB), &r.snap_with(|_| {})).reason, ReasonCode::Memory);
+    assert_eq!(r.gov.decide(&big(10 * GIB), &r.snap_with(|_| {})).reason(), ReasonCode::Memory);
     assert_eq!(r.gov.batch_target(&batched()), 11);
     // No per-item memory, no fixed memory, or nothing to reduce: uncapped.
     let free_items = Estimate::builder().memory(GIB).batch(1, 64).build();
@@ -96,9 +96,9 @@ fn the_cap_uses_the_learned_per_item_cost() {
     );
     assert_eq!(r.gov.batch_target(&e), 32, "uncontended: the history target 64 × 100 / 200");
     let _held = r.gov.reserve(&big(8 * GIB), &r.snap_with(|_| {})).unwrap();
-    assert_eq!(r.gov.decide(&big(10 * GIB), &r.snap_with(|_| {})).reason, ReasonCode::Memory);
+    assert_eq!(r.gov.decide(&big(10 * GIB), &r.snap_with(|_| {})).reason(), ReasonCode::Memory);
     assert_eq!(r.gov.batch_target(&e), 6);
-    let c = r.gov.decide(&e, &r.snap_with(|_| {})).contract.unwrap();
+    let c = r.gov.decide(&e, &r.snap_with(|_| {})).contract().cloned().unwrap();
     assert_eq!((c.batch, c.memory), (6, GIB + 6 * 200 * MIB), "granted at the learned size");
 }
 
@@ -106,7 +106,7 @@ fn the_cap_uses_the_learned_per_item_cost() {
 fn the_cap_lifts_as_soon_as_the_waiter_is_granted() {
     let r = rig();
     let held = r.gov.reserve(&big(8 * GIB), &r.snap_with(|_| {})).unwrap();
-    assert_eq!(r.gov.decide(&big(10 * GIB), &r.snap_with(|_| {})).reason, ReasonCode::Memory);
+    assert_eq!(r.gov.decide(&big(10 * GIB), &r.snap_with(|_| {})).reason(), ReasonCode::Memory);
     assert_eq!(r.gov.batch_target(&batched()), 11);
     // Memory comes back and the waiter is admitted: nobody waits any more,
     // so the next batched task gets its full target within the same second.
@@ -114,6 +114,6 @@ fn the_cap_lifts_as_soon_as_the_waiter_is_granted() {
     let _waiter = r.gov.reserve(&big(10 * GIB), &r.snap_with(|_| {})).unwrap();
     assert_eq!(r.gov.batch_target(&batched()), 64);
     // Another estimate's WAIT is its own: a second waiter keeps it contended.
-    assert_eq!(r.gov.decide(&big(5 * GIB), &r.snap_with(|_| {})).reason, ReasonCode::Memory);
+    assert_eq!(r.gov.decide(&big(5 * GIB), &r.snap_with(|_| {})).reason(), ReasonCode::Memory);
     assert_eq!(r.gov.batch_target(&batched()), 11);
 }

@@ -36,7 +36,7 @@ fn leases_up_to_free_space_then_wait_with_a_scratch_reason() {
     assert_eq!(vol.lease_dirs(), vec![grant.path.clone()], "the lease directory exists");
     assert_eq!(gov.volume("fast").unwrap().state, VolumeState::InUse);
     let d = gov.reserve_available(&scratch(50 * MIB)).unwrap_err();
-    assert_eq!((d.kind, d.reason), (DecisionKind::Wait, ReasonCode::Scratch));
+    assert_eq!((d.kind(), d.reason()), (DecisionKind::Wait, ReasonCode::Scratch));
     let b = gov.reserve_available(&scratch(40 * MIB)).unwrap();
     assert_ne!(a.contract().scratch.as_ref().unwrap().path, b.contract().scratch.as_ref().unwrap().path);
     drop(a);
@@ -49,7 +49,7 @@ fn leases_up_to_free_space_then_wait_with_a_scratch_reason() {
 fn capacity_caps_leases() {
     let gov = governor();
     gov.add_volume("fast", volume(100 * GIB), Some(10 * MIB)).unwrap();
-    assert_eq!(gov.reserve_available(&scratch(11 * MIB)).unwrap_err().reason, ReasonCode::Scratch);
+    assert_eq!(gov.reserve_available(&scratch(11 * MIB)).unwrap_err().reason(), ReasonCode::Scratch);
     assert!(gov.reserve_available(&scratch(10 * MIB)).is_ok());
 }
 
@@ -64,7 +64,7 @@ fn drain_refuses_new_leases_waits_for_current_ones_and_finishes_by_itself() {
     assert_eq!(view.state, VolumeState::Draining);
     assert!(view.reason.unwrap().contains("1 lease"));
     assert!(gov.generation() > g, "every state change bumps the generation");
-    assert_eq!(gov.reserve_available(&scratch(MIB)).unwrap_err().reason, ReasonCode::Scratch);
+    assert_eq!(gov.reserve_available(&scratch(MIB)).unwrap_err().reason(), ReasonCode::Scratch);
     assert_eq!(vol.calls(), (0, 0), "nothing synced while a lease is held");
     drop(a);
     assert_eq!(vol.calls(), (1, 1), "sync and hook ran once the last lease ended");
@@ -94,7 +94,7 @@ fn hook_failure_leaves_error_with_the_hooks_message() {
     let view = gov.drain("fast").unwrap();
     assert_eq!(view.state, VolumeState::Error);
     assert!(view.reason.unwrap().contains("umount: target is busy"));
-    assert_eq!(gov.reserve_available(&scratch(MIB)).unwrap_err().reason, ReasonCode::Scratch);
+    assert_eq!(gov.reserve_available(&scratch(MIB)).unwrap_err().reason(), ReasonCode::Scratch);
     vol.fail_hook(None);
     assert_eq!(gov.cancel_drain("fast").unwrap().state, VolumeState::Available);
 }
@@ -190,7 +190,7 @@ fn an_unleased_volume_unplugged_is_absent_and_a_bare_mount_point_is_not_the_volu
     vol.set_identity(Some(VolumeIdentity { fs_id: 1, path: "/mnt/fast".into() }));
     gov.refresh_volumes();
     assert_eq!(gov.volume("fast").unwrap().state, VolumeState::Absent);
-    assert_eq!(gov.reserve_available(&scratch(MIB)).unwrap_err().reason, ReasonCode::Scratch);
+    assert_eq!(gov.reserve_available(&scratch(MIB)).unwrap_err().reason(), ReasonCode::Scratch);
     vol.set_identity(Some(VolumeIdentity { fs_id: 42, path: "/mnt/fast".into() }));
     gov.refresh_volumes();
     assert_eq!(gov.volume("fast").unwrap().state, VolumeState::Available);

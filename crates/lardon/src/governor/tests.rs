@@ -73,10 +73,10 @@ fn est(mem: u64, per_item: u64, min: u64, max: u64) -> Estimate {
 fn invalid_estimate_is_rejected_with_the_field() {
     let r = Rig::new();
     let d = r.gov.decide(&Estimate::builder().batch(0, 1).build(), &r.snap());
-    assert_eq!((d.kind, d.reason), (DecisionKind::Reject, ReasonCode::InvalidEstimate));
-    assert!(d.message.contains("batch_min"), "{}", d.message);
+    assert_eq!((d.kind(), d.reason()), (DecisionKind::Reject, ReasonCode::InvalidEstimate));
+    assert!(d.message().contains("batch_min"), "{}", d.message());
     let d = r.gov.decide(&Estimate::builder().gpu_memory(1).build(), &r.snap());
-    assert_eq!(d.reason, ReasonCode::InvalidEstimate);
+    assert_eq!(d.reason(), ReasonCode::InvalidEstimate);
 }
 
 // ---- Step 2: freshness ---------------------------------------------------
@@ -92,7 +92,7 @@ fn snapshot_exactly_1000ms_old_admits_and_one_ns_more_waits_without_touching_pre
     let s = r.snap_with(|s| s.swap = Some(SwapCounters { pages_in: 0, pages_out: 0 }));
     r.clock.advance(Duration::from_millis(1000));
     let d = r.gov.decide(&est(GIB, 0, 1, 1), &s);
-    assert_eq!(d.kind, DecisionKind::Admit, "{d}");
+    assert_eq!(d.kind(), DecisionKind::Admit, "{d}");
 
     // A signalled snapshot that is stale must not be fed to the pressure state.
     let mut stale = r.snap();
@@ -101,7 +101,7 @@ fn snapshot_exactly_1000ms_old_admits_and_one_ns_more_waits_without_touching_pre
     r.clock.advance(Duration::from_millis(1000) + Duration::from_nanos(1));
     let g1 = r.gov.generation();
     let d = r.gov.decide(&est(GIB, 0, 1, 1), &stale);
-    assert_eq!((d.kind, d.reason), (DecisionKind::Wait, ReasonCode::StaleSnapshot));
+    assert_eq!((d.kind(), d.reason()), (DecisionKind::Wait, ReasonCode::StaleSnapshot));
     assert_eq!(r.gov.pressure().0, PressureLevel::Green);
     assert_eq!(r.gov.generation(), g1);
     // The rule, through the swap baseline: the sample exactly 1000 ms old
@@ -121,8 +121,8 @@ fn snapshot_from_the_future_waits() {
     let mut s = r.snap();
     s.captured_at = r.clock.now() + Duration::from_nanos(1);
     let d = r.gov.decide(&est(GIB, 0, 1, 1), &s);
-    assert_eq!(d.reason, ReasonCode::StaleSnapshot);
-    assert!(d.message.contains("future"));
+    assert_eq!(d.reason(), ReasonCode::StaleSnapshot);
+    assert!(d.message().contains("future"));
 }
 
 // ---- Step 3: pressure ----------------------------------------------------
@@ -139,21 +139,21 @@ fn red_pressure_waits_and_is_counted_per_sample_not_per_attempt() {
     assert_eq!(r.gov.pressure().0, PressureLevel::Yellow);
     let s2 = r.snap_with(|s| s.swap = Some(SwapCounters { pages_in: 0, pages_out: 2 }));
     let d = r.gov.decide(&est(GIB, 0, 1, 1), &s2);
-    assert_eq!((d.kind, d.reason), (DecisionKind::Wait, ReasonCode::PressureRed));
+    assert_eq!((d.kind(), d.reason()), (DecisionKind::Wait, ReasonCode::PressureRed));
 }
 
 #[test]
 fn emergency_floor_is_red_at_once() {
     let r = Rig::new();
     let d = r.gov.decide(&est(MIB, 0, 1, 1), &r.snap_with(|s| s.memory_available = GIB));
-    assert_eq!(d.reason, ReasonCode::PressureRed);
+    assert_eq!(d.reason(), ReasonCode::PressureRed);
 }
 
 #[test]
 fn yellow_halves_the_batch_and_slow_start_ramps_back() {
     let r = Rig::new();
     let e = est(0, 100 * MIB, 1, 8);
-    assert_eq!(r.gov.decide(&e, &r.snap()).contract.unwrap().batch, 8, "cold start is not slow");
+    assert_eq!(r.gov.decide(&e, &r.snap()).contract().unwrap().batch, 8, "cold start is not slow");
     let mut out = 0;
     let mut swap = |r: &Rig, bump: bool| {
         if bump {
@@ -165,16 +165,16 @@ fn yellow_halves_the_batch_and_slow_start_ramps_back() {
     let d = r.gov.decide(&e, &swap(&r, true));
     assert_eq!(r.gov.pressure().0, PressureLevel::Yellow);
     // Entering YELLOW halves the target (docs/DESIGN.md §5).
-    assert_eq!(d.contract.unwrap().batch, 4);
-    assert_eq!(d.kind, DecisionKind::Admit, "a lowered target is the new normal");
-    assert_eq!(r.gov.decide(&e, &swap(&r, true)).reason, ReasonCode::PressureRed);
+    assert_eq!(d.contract().unwrap().batch, 4);
+    assert_eq!(d.kind(), DecisionKind::Admit, "a lowered target is the new normal");
+    assert_eq!(r.gov.decide(&e, &swap(&r, true)).reason(), ReasonCode::PressureRed);
     for _ in 0..6 {
         r.gov.decide(&e, &swap(&r, false));
     }
     assert_eq!(r.gov.pressure().0, PressureLevel::Green);
     let mut batches = Vec::new();
     for _ in 0..9 {
-        batches.push(r.gov.decide(&e, &swap(&r, false)).contract.unwrap().batch);
+        batches.push(r.gov.decide(&e, &swap(&r, false)).contract().unwrap().batch);
     }
     assert_eq!(batches, vec![1, 1, 2, 2, 2, 4, 4, 4, 8]);
 }
@@ -185,7 +185,7 @@ fn yellow_halves_the_batch_and_slow_start_ramps_back() {
 fn gpu_on_a_host_without_one_is_rejected() {
     let r = Rig::new();
     let d = r.gov.decide(&Estimate::builder().gpu_slots(1).build(), &r.snap());
-    assert_eq!((d.kind, d.reason), (DecisionKind::Reject, ReasonCode::NoGpu));
+    assert_eq!((d.kind(), d.reason()), (DecisionKind::Reject, ReasonCode::NoGpu));
 }
 
 #[test]
@@ -202,7 +202,7 @@ fn unified_gpu_bytes_are_charged_to_host_ram() {
     // 16 − 2 − 5 = 9 GiB left: a 10 GiB unified request waits on memory.
     let big = Estimate::builder().gpu_memory(10 * GIB).gpu_slots(1).build();
     let d = r.gov.decide(&big, &r.snap());
-    assert!(d.reason == ReasonCode::Memory || d.reason == ReasonCode::GpuSlot, "{d}");
+    assert!(d.reason() == ReasonCode::Memory || d.reason() == ReasonCode::GpuSlot, "{d}");
 }
 
 #[test]
@@ -210,24 +210,24 @@ fn impossible_on_the_idle_host_is_rejected() {
     let r = Rig::new();
     // 16 GiB − 2 GiB reserve = 14 GiB: 15 GiB can never fit.
     let d = r.gov.decide(&est(15 * GIB, 0, 1, 1), &r.snap());
-    assert_eq!((d.kind, d.reason), (DecisionKind::Reject, ReasonCode::Impossible));
+    assert_eq!((d.kind(), d.reason()), (DecisionKind::Reject, ReasonCode::Impossible));
     let d = r.gov.decide(&est(GIB, GIB, 14, 20), &r.snap());
-    assert_eq!(d.reason, ReasonCode::Impossible, "batch_min of 14 × 1 GiB + 1 GiB cannot fit");
+    assert_eq!(d.reason(), ReasonCode::Impossible, "batch_min of 14 × 1 GiB + 1 GiB cannot fit");
     let d = r.gov.decide(&est(GIB, GIB, 13, 20), &r.snap());
     assert!(d.is_granted());
     let exact = Estimate::builder().cpus(5).cpus_exact().build();
-    assert_eq!(r.gov.decide(&exact, &r.snap()).reason, ReasonCode::Impossible, "pool is 4 CPUs");
+    assert_eq!(r.gov.decide(&exact, &r.snap()).reason(), ReasonCode::Impossible, "pool is 4 CPUs");
     let reducible = Estimate::builder().cpus(5).build();
     let d = r.gov.decide(&reducible, &r.snap());
-    assert_eq!((d.kind, d.reason), (DecisionKind::ReduceBatch, ReasonCode::ResourcesReduced));
-    assert_eq!(d.contract.unwrap().cpu_millis, 4000);
+    assert_eq!((d.kind(), d.reason()), (DecisionKind::ReduceBatch, ReasonCode::ResourcesReduced));
+    assert_eq!(d.contract().unwrap().cpu_millis, 4000);
 }
 
 #[test]
 fn gpu_too_small_for_batch_min_is_impossible() {
     let r = Rig::with(HostProfile::new(64 * GIB, 8).with_gpu(Some(8 * GIB), false), |_| {});
     let d = r.gov.decide(&Estimate::builder().gpu_memory(8 * GIB).gpu_slots(1).build(), &r.snap());
-    assert_eq!(d.reason, ReasonCode::Impossible, "8 GiB − 1 GiB reserve < 8 GiB");
+    assert_eq!(d.reason(), ReasonCode::Impossible, "8 GiB − 1 GiB reserve < 8 GiB");
 }
 
 // ---- Step 7: load and PSI ------------------------------------------------
@@ -238,15 +238,15 @@ fn load_and_psi_gates_wait() {
     let e = est(GIB, 0, 1, 1);
     // 0.9 × the 4-CPU pool (not the 8 logical CPUs), nothing of ours running.
     let d = r.gov.decide(&e, &r.snap_with(|s| s.load.one = 0.9 * 4.0));
-    assert_eq!(d.reason, ReasonCode::CpuLoad);
+    assert_eq!(d.reason(), ReasonCode::CpuLoad);
     assert!(r.gov.decide(&e, &r.snap_with(|s| s.load.one = 3.59)).is_granted());
     assert_eq!(
-        r.gov.decide(&e, &r.snap_with(|s| s.pressure.cpu = Some(20.0))).reason,
+        r.gov.decide(&e, &r.snap_with(|s| s.pressure.cpu = Some(20.0))).reason(),
         ReasonCode::CpuPressure
     );
     let r = Rig::new();
     assert_eq!(
-        r.gov.decide(&e, &r.snap_with(|s| s.pressure.memory = Some(1.0))).reason,
+        r.gov.decide(&e, &r.snap_with(|s| s.pressure.memory = Some(1.0))).reason(),
         ReasonCode::MemoryPressure
     );
     let r = Rig::new();
@@ -255,7 +255,7 @@ fn load_and_psi_gates_wait() {
     assert!(r.gov.decide(&e, &r.snap_with(io_psi)).is_granted(), "and is no pressure signal");
     assert_eq!(r.gov.pressure().0, PressureLevel::Green);
     let io = Estimate::builder().io_slots(1).build();
-    assert_eq!(r.gov.decide(&io, &r.snap_with(io_psi)).reason, ReasonCode::IoPressure);
+    assert_eq!(r.gov.decide(&io, &r.snap_with(io_psi)).reason(), ReasonCode::IoPressure);
 }
 
 #[test]
@@ -272,9 +272,9 @@ fn memory_is_the_smaller_of_static_and_host_figures() {
     let r = Rig::new();
     // Static: 14 GiB free. Host: MemAvailable 6 GiB − 2 GiB reserve = 4 GiB.
     let d = r.gov.decide(&est(0, GIB, 1, 100), &r.snap_with(|s| s.memory_available = 6 * GIB));
-    assert_eq!(d.contract.unwrap().batch, 4);
-    assert_eq!(d.kind, DecisionKind::ReduceBatch);
-    assert_eq!(d.reason, ReasonCode::BatchReduced);
+    assert_eq!(d.contract().unwrap().batch, 4);
+    assert_eq!(d.kind(), DecisionKind::ReduceBatch);
+    assert_eq!(d.reason(), ReasonCode::BatchReduced);
 }
 
 #[test]
@@ -284,14 +284,14 @@ fn reported_usage_is_not_subtracted_twice() {
     // The task has materialised 3 of its 4 GiB: MemAvailable dropped by 3.
     let after = |r: &Rig| r.snap_with(|s| s.memory_available = 13 * GIB);
     let d = r.gov.decide(&est(0, GIB, 1, 100), &after(&r));
-    assert_eq!(d.contract.unwrap().batch, 7, "13 − 2 reserve − 4 unmaterialised");
+    assert_eq!(d.contract().unwrap().batch, 7, "13 − 2 reserve − 4 unmaterialised");
     a.report_usage(3 * GIB).unwrap();
     let d = r.gov.decide(&est(0, GIB, 1, 100), &after(&r));
-    assert_eq!(d.contract.unwrap().batch, 10, "13 − 2 reserve − 1 unmaterialised");
+    assert_eq!(d.contract().unwrap().batch, 10, "13 − 2 reserve − 1 unmaterialised");
     // The static side still bounds it: 14 − 4 reserved = 10.
     a.report_usage(4 * GIB).unwrap();
     let d = r.gov.decide(&est(0, GIB, 1, 100), &r.snap_with(|s| s.memory_available = 16 * GIB));
-    assert_eq!(d.contract.unwrap().batch, 10);
+    assert_eq!(d.contract().unwrap().batch, 10);
 }
 
 #[test]
@@ -306,7 +306,7 @@ fn cgroup_limit_lowers_available_memory() {
         })
     });
     let d = r.gov.decide(&Estimate::builder().memory_per_item(GIB).batch(1, 100).cpus(4).build(), &s);
-    let c = d.contract.unwrap();
+    let c = d.contract().unwrap();
     assert_eq!(c.batch, 5, "min(16, 8 − 1) − 2 reserve");
     assert_eq!(c.cpu_millis, 2000, "cpu.max quota of 2 CPUs");
 }
@@ -319,7 +319,7 @@ fn gpu_memory_unknown_waits_and_devices_are_separate_budgets() {
     let e = Estimate::builder().gpu_memory(GIB).gpu_memory_per_item(GIB).batch(1, 100).gpu_slots(1).build();
     let unknown = r
         .snap_with(|s| s.gpus = vec![GpuSample { index: 0, free: None }, GpuSample { index: 1, free: None }]);
-    assert_eq!(r.gov.decide(&e, &unknown).reason, ReasonCode::GpuMemoryUnknown);
+    assert_eq!(r.gov.decide(&e, &unknown).reason(), ReasonCode::GpuMemoryUnknown);
     let s = r.snap_with(|s| {
         s.gpus =
             vec![GpuSample { index: 0, free: Some(10 * GIB) }, GpuSample { index: 1, free: Some(16 * GIB) }]
@@ -331,7 +331,7 @@ fn gpu_memory_unknown_waits_and_devices_are_separate_budgets() {
     assert_eq!(b.contract().gpu_devices, vec![0], "device 1's only slot is taken");
     assert_eq!(b.contract().batch, 7, "10 − 2 reserve = 8 GiB → 7 items");
     let d = r.gov.decide(&e, &r.snap_with(|x| x.gpus = s.gpus.clone()));
-    assert_eq!((d.kind, d.reason), (DecisionKind::Wait, ReasonCode::GpuMemory));
+    assert_eq!((d.kind(), d.reason()), (DecisionKind::Wait, ReasonCode::GpuMemory));
     drop(a);
     let two = Estimate::builder().gpu_memory(GIB).batch(1, 1).gpu_slots(2).build();
     let c = r.gov.reserve(&two, &r.snap_with(|x| x.gpus = s.gpus.clone())).unwrap();
@@ -347,9 +347,9 @@ fn history_lowers_the_target_and_still_admits() {
     let e = Estimate::builder().memory_per_item(100 * MIB).batch(1, 8).class("import").build();
     r.gov.record_batch(&Class::new("import"), 8, Duration::from_secs(1), Some(1600 * MIB));
     let d = r.gov.decide(&e, &r.snap());
-    assert_eq!((d.kind, d.contract.unwrap().batch), (DecisionKind::Admit, 4));
+    assert_eq!((d.kind(), d.contract().unwrap().batch), (DecisionKind::Admit, 4));
     r.gov.record_batch(&Class::new("other"), 8, Duration::from_secs(1), Some(16000 * MIB));
-    assert_eq!(r.gov.decide(&e, &r.snap()).contract.unwrap().batch, 4, "classes are independent");
+    assert_eq!(r.gov.decide(&e, &r.snap()).contract().unwrap().batch, 4, "classes are independent");
 }
 
 #[test]
@@ -357,8 +357,8 @@ fn below_batch_min_waits_on_memory() {
     let r = Rig::new();
     let _a = r.gov.reserve(&est(12 * GIB, 0, 1, 1), &r.snap()).unwrap();
     let d = r.gov.decide(&est(0, GIB, 3, 8), &r.snap());
-    assert_eq!((d.kind, d.reason), (DecisionKind::Wait, ReasonCode::Memory));
-    assert!(d.message.contains("available"), "{}", d.message);
+    assert_eq!((d.kind(), d.reason()), (DecisionKind::Wait, ReasonCode::Memory));
+    assert!(d.message().contains("available"), "{}", d.message());
 }
 
 // ---- Step 10–11: CPUs, slots, grant ---------------------------------------
@@ -368,23 +368,23 @@ fn cpus_and_slots() {
     let r = Rig::new();
     let a = r.gov.reserve(&Estimate::builder().cpus(3).build(), &r.snap()).unwrap();
     let d = r.gov.decide(&Estimate::builder().cpus(2).build(), &r.snap());
-    assert_eq!((d.kind, d.contract.unwrap().cpu_millis), (DecisionKind::ReduceBatch, 1000));
+    assert_eq!((d.kind(), d.contract().unwrap().cpu_millis), (DecisionKind::ReduceBatch, 1000));
     let exact = Estimate::builder().cpus(2).cpus_exact().build();
-    assert_eq!(r.gov.decide(&exact, &r.snap()).reason, ReasonCode::Cpu);
+    assert_eq!(r.gov.decide(&exact, &r.snap()).reason(), ReasonCode::Cpu);
     let quarter = Estimate::builder().cpu_millis(250).build();
     let q = r.gov.reserve(&quarter, &r.snap()).unwrap();
     assert_eq!(q.kind(), DecisionKind::Admit);
     // 3.25 CPUs held: 0.75 free is not a whole CPU for a 1-CPU task...
-    assert_eq!(r.gov.decide(&Estimate::builder().cpus(1).build(), &r.snap()).reason, ReasonCode::Cpu);
+    assert_eq!(r.gov.decide(&Estimate::builder().cpus(1).build(), &r.snap()).reason(), ReasonCode::Cpu);
     // ...but a quarter-CPU task still fits.
     assert!(r.gov.decide(&quarter, &r.snap()).is_granted(), "750 m still free");
     drop((a, q));
     let io = Estimate::builder().io_slots(1).build();
     let i = r.gov.reserve(&io, &r.snap()).unwrap();
-    assert_eq!(r.gov.decide(&io, &r.snap()).reason, ReasonCode::IoSlot);
+    assert_eq!(r.gov.decide(&io, &r.snap()).reason(), ReasonCode::IoSlot);
     drop(i);
     assert_eq!(
-        r.gov.decide(&Estimate::builder().scratch(MIB).build(), &r.snap()).reason,
+        r.gov.decide(&Estimate::builder().scratch(MIB).build(), &r.snap()).reason(),
         ReasonCode::Scratch
     );
 }
@@ -393,7 +393,7 @@ fn cpus_and_slots() {
 fn max_running_caps_reservations() {
     let r = Rig::with(HostProfile::new(16 * GIB, 8), |p| p.max_running = Some(1));
     let a = r.gov.reserve(&est(MIB, 0, 1, 1), &r.snap()).unwrap();
-    assert_eq!(r.gov.decide(&est(MIB, 0, 1, 1), &r.snap()).reason, ReasonCode::MaxRunning);
+    assert_eq!(r.gov.decide(&est(MIB, 0, 1, 1), &r.snap()).reason(), ReasonCode::MaxRunning);
     drop(a);
     assert!(r.gov.decide(&est(MIB, 0, 1, 1), &r.snap()).is_granted());
 }
@@ -406,11 +406,11 @@ fn wait_and_reject_leave_the_generation_while_reserve_release_record_bump_it() {
     let s = r.snap();
     r.gov.observe(&s);
     let g = r.gov.generation();
-    assert_eq!(r.gov.decide(&est(15 * GIB, 0, 1, 1), &s).kind, DecisionKind::Reject);
+    assert_eq!(r.gov.decide(&est(15 * GIB, 0, 1, 1), &s).kind(), DecisionKind::Reject);
     assert_eq!(r.gov.generation(), g);
     let _hold = r.gov.reserve(&est(13 * GIB, 0, 1, 1), &s).unwrap();
     let g = r.gov.generation();
-    assert_eq!(r.gov.reserve(&est(2 * GIB, 0, 1, 1), &s).unwrap_err().kind, DecisionKind::Wait);
+    assert_eq!(r.gov.reserve(&est(2 * GIB, 0, 1, 1), &s).unwrap_err().kind(), DecisionKind::Wait);
     assert_eq!(r.gov.generation(), g, "WAIT does not move the generation");
     let a = r.gov.reserve(&est(GIB / 2, 0, 1, 1), &s).unwrap();
     assert_eq!(r.gov.generation(), g + 1);
@@ -539,8 +539,8 @@ fn probe_failure_is_a_wait_not_a_crash() {
         message: "gone".into(),
     });
     let d = r.gov.reserve_available(&est(GIB, 0, 1, 1)).unwrap_err();
-    assert_eq!((d.kind, d.reason), (DecisionKind::Wait, ReasonCode::ProbeFailed));
-    assert!(d.message.contains("/proc/meminfo"));
+    assert_eq!((d.kind(), d.reason()), (DecisionKind::Wait, ReasonCode::ProbeFailed));
+    assert!(d.message().contains("/proc/meminfo"));
 }
 
 // ---- Envelopes -------------------------------------------------------------
@@ -575,8 +575,8 @@ fn envelope_prefers_the_first_alternative_and_falls_back() {
     assert_eq!(b.contract().alternative, Some(1), "GPU slot taken: CPU fallback");
     let _c = r.gov.reserve_envelope(&env, &r.snap()).unwrap();
     let d = r.gov.decide_envelope(&env, &r.snap());
-    assert_eq!((d.kind, d.reason), (DecisionKind::Wait, ReasonCode::AllAlternativesWait));
-    assert!(d.message.contains("gpu:") && d.message.contains("cpu:"), "{}", d.message);
+    assert_eq!((d.kind(), d.reason()), (DecisionKind::Wait, ReasonCode::AllAlternativesWait));
+    assert!(d.message().contains("gpu:") && d.message().contains("cpu:"), "{}", d.message());
 }
 
 #[test]
@@ -591,7 +591,7 @@ fn envelope_under_pressure_starts_at_minimum_and_resets_the_ramp() {
     }
     assert_eq!(r.gov.ramp_limits(&Class::new("x"), 0).unwrap().cpus, 4);
     let d = r.gov.decide_envelope(&env, &r.snap_with(|s| s.pressure.memory = Some(5.0)));
-    assert_eq!(d.kind, DecisionKind::Wait, "memory PSI gates admission");
+    assert_eq!(d.kind(), DecisionKind::Wait, "memory PSI gates admission");
     // YELLOW remains after the signal; admission now starts at the minimum.
     let res = r.gov.reserve_envelope(&env, &r.snap()).unwrap();
     assert_eq!((res.kind(), res.reason()), (DecisionKind::ReduceBatch, ReasonCode::PressureDecrease));

@@ -13,7 +13,7 @@ use std::sync::Arc as StdArc;
 use crate::scratch::{ScratchError, ScratchGrant, VolumeController, VolumeIdentity, VolumeState, VolumeView};
 
 use super::Governor;
-use super::ledger::Ledger;
+use super::ledger::{Change, Ledger};
 
 /// Why a volume is latched in ERROR.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -225,7 +225,7 @@ impl Governor {
         };
         let view = volume.view();
         guard.volumes.push(volume);
-        guard.generation += 1;
+        guard.changed(Change::Volume);
         self.shared.publish(guard);
         Ok(view)
     }
@@ -241,7 +241,7 @@ impl Governor {
             return Err(ScratchError::Leased(name.to_owned(), vol.leases.len()));
         }
         guard.volumes.retain(|v| v.name != name);
-        guard.generation += 1;
+        guard.changed(Change::Volume);
         self.shared.publish(guard);
         Ok(())
     }
@@ -273,7 +273,7 @@ impl Governor {
             vol.finishing = true;
         }
         let controller = StdArc::clone(&vol.controller);
-        guard.generation += 1;
+        guard.changed(Change::Volume);
         self.shared.publish(guard);
         if finish {
             self.finish_drain(name, &controller);
@@ -301,7 +301,7 @@ impl Governor {
             vol.fault = None;
         }
         let view = vol.view();
-        guard.generation += 1;
+        guard.changed(Change::Volume);
         self.shared.publish(guard);
         Ok(view)
     }
@@ -338,7 +338,7 @@ impl Governor {
             }
         }
         if changed {
-            guard.generation += 1;
+            guard.changed(Change::Volume);
         }
         self.shared.publish(guard);
     }
@@ -363,7 +363,7 @@ impl Governor {
                 if let Ok(vol) = guard.volume_mut(&grant.volume) {
                     vol.fault = Some(Fault::DrainFailed(message.clone()));
                 }
-                guard.generation += 1;
+                guard.changed(Change::Volume);
                 self.shared.publish(guard);
                 Err(message)
             }
@@ -386,7 +386,7 @@ pub(crate) fn after_lease_end(shared: &super::Shared, end: LeaseEnd) {
             vol.fault = Some(Fault::DrainFailed(format!("cannot remove {}: {e}", end.path.display())));
             vol.finishing = false;
         }
-        guard.generation += 1;
+        guard.changed(Change::Volume);
         shared.publish(guard);
         return;
     }
@@ -414,6 +414,6 @@ fn finish_drain(shared: &super::Shared, name: &str, controller: &StdArc<dyn Volu
             }
         }
     }
-    guard.generation += 1;
+    guard.changed(Change::Volume);
     shared.publish(guard);
 }

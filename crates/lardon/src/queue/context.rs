@@ -13,6 +13,7 @@ use crate::progress::{Phase, Progress, ProgressError};
 use crate::reservation::Reservation;
 
 use super::Inner;
+use super::dispatch::Start;
 use super::events::QueueEvent;
 use super::task::{Callback, TaskError, TaskId, TaskResult, TaskState};
 
@@ -82,7 +83,7 @@ impl TaskContext {
         let mut st = self.inner.lock();
         if let Some(e) = st.entries.get_mut(&self.id) {
             e.progress.report(progress, now)?;
-            st.emit(QueueEvent::Progress { id: self.id, progress });
+            st.emit(|| QueueEvent::Progress { id: self.id, progress });
         }
         Ok(())
     }
@@ -106,7 +107,7 @@ impl TaskContext {
                     e.state = next;
                     let phase = if next == TaskState::Paused { Phase::Paused } else { Phase::Running };
                     let _ = e.progress.set_phase(phase, now);
-                    st.emit(QueueEvent::StateChanged { id: self.id, state: next });
+                    st.emit(|| QueueEvent::StateChanged { id: self.id, state: next });
                 }
                 if next == TaskState::Running {
                     return Ok(());
@@ -159,22 +160,22 @@ impl TaskContext {
                         e.contract = Some(contract.clone());
                         e.sequences += 1;
                     }
-                    st.emit(QueueEvent::Sequence { id: self.id, contract: contract.clone() });
+                    st.emit(|| QueueEvent::Sequence { id: self.id, contract: contract.clone() });
                     drop(st);
                     self.reservation = Some(reservation);
                     self.contract = contract.clone();
                     return Ok(contract);
                 }
-                Err(d) if d.kind == DecisionKind::Reject => {
-                    self.inner.lock().record_decision(self.id, d.kind, d.reason, &d.message, now);
-                    return Err(TaskError::Failed(d.message));
+                Err(d) if d.kind() == DecisionKind::Reject => {
+                    self.inner.lock().record_decision(self.id, d.kind(), d.reason(), d.message(), now);
+                    return Err(TaskError::Failed(d.message().to_owned()));
                 }
                 Err(d) => {
-                    self.inner.lock().record_decision(self.id, d.kind, d.reason, &d.message, now);
+                    self.inner.lock().record_decision(self.id, d.kind(), d.reason(), d.message(), now);
                     if !self.inner.governor.register_waker(generation, &waker) {
                         continue;
                     }
-                    let timeout = d.reason.waits_on_host().then_some(self.inner.config.sample_interval);
+                    let timeout = d.reason().waits_on_host().then_some(self.inner.config.sample_interval);
                     signal.wait(epoch, timeout);
                 }
             }
@@ -238,18 +239,13 @@ impl TaskContext {
 
 /// Runs `callback` to its end on the current (worker) thread, then ends
 /// the task and releases its reservation exactly once, whatever happened.
-pub(crate) fn run_callback(mut ctx: TaskContext, callback: Callback) {
+/// Returns the next task this thread is handed (see
+/// [`super::dispatch::end_and_hand_off`]).
+pub(crate) fn run_callback(mut ctx: TaskContext, callback: Callback) -> Option<Start> {
     let result = catch_unwind(AssertUnwindSafe(|| callback(&mut ctx)));
-    drop(ctx.reservation.take());
-    let now = ctx.inner.governor.now();
-    let inner = Arc::clone(&ctx.inner);
-    let mut st = inner.lock();
-    let failed = st.entries.get(&ctx.id).and_then(|e| e.failed_message.clone());
     let (state, message) = match result {
-        Ok(Ok(())) => match failed {
-            Some(m) => (TaskState::Failed, Some(m)),
-            None => (TaskState::Completed, None),
-        },
+        // `TaskContext::fail` may still turn this into a failure.
+        Ok(Ok(())) => (TaskState::Completed, None),
         Ok(Err(TaskError::Cancelled)) => (TaskState::Cancelled, None),
         Ok(Err(TaskError::Failed(m))) => (TaskState::Failed, Some(m)),
         Err(panic) => {
@@ -261,12 +257,12 @@ pub(crate) fn run_callback(mut ctx: TaskContext, callback: Callback) {
             (TaskState::Failed, Some(format!("panicked: {what}")))
         }
     };
-    let dropped =
-        if st.entries.contains_key(&ctx.id) { st.finish(ctx.id, state, message, now) } else { Vec::new() };
-    drop(st);
-    drop(dropped);
-    inner.tasks.bump();
-    inner.wake_dispatcher();
+    let reservation = ctx.reservation.take();
+    let inner = Arc::clone(&ctx.inner);
+    let id = ctx.id;
+    drop(ctx);
+    let next = super::dispatch::end_and_hand_off(&inner, id, state, message, reservation);
     #[cfg(test)]
     inner.in_flight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    next
 }

@@ -1,15 +1,25 @@
 //! # Implementation details
 //!
-//! The dispatcher: one thread that scans pending tasks in order
-//! (priority, then FIFO), starts every task the Governor admits, and sleeps
-//! until something changes. It holds the queue lock during a scan and
-//! calls into the Governor (engine code) but never into the probe: host
-//! snapshots are taken before the lock.
+//! The scan of pending tasks in order (priority, then FIFO) that starts
+//! every task the Governor admits, run by two callers: the dispatcher
+//! thread, which sleeps until something changes from outside, and a worker
+//! whose task just ended (the hand-off: it runs the first admitted task
+//! itself). A scan holds the queue lock and the Governor's for the whole
+//! walk and calls into the Governor (engine code) but never into the
+//! probe: host snapshots are taken before the locks.
+//!
+//! # Invariants
+//! - a scan sees every Governor change up to `scanned_generation`, which
+//!   it records; the dispatcher sleeps only on a generation no scan has
+//!   seen past (so a release inside a hand-off does not wake it, and a
+//!   release elsewhere always does);
+//! - a task moves PENDING → RUNNING only inside a scan, holding the
+//!   reservation the scan just granted.
 
+use std::ops::Bound;
 use std::sync::Arc;
-use std::task::Waker;
 
-use crate::decision::{DecisionKind, ReasonCode};
+use crate::decision::{Decision, DecisionKind, ReasonCode};
 use crate::governor::Hold;
 use crate::progress::Phase;
 use crate::reservation::Reservation;
@@ -110,61 +120,108 @@ impl Blocked {
     }
 }
 
-struct Scan {
+/// Pending tasks read per descent of the pending order during a scan.
+const WALK_BATCH: usize = 64;
+
+/// A task a scan moved to RUNNING, to launch once every lock is dropped.
+pub(crate) struct Start {
+    id: TaskId,
+    reservation: Reservation,
+    callback: Callback,
+}
+
+/// What one scan decided, acted on once the queue lock is dropped.
+struct Outcome {
+    /// Admitted tasks, in the pending order.
+    starts: Vec<Start>,
     /// Some task waits on host state: re-sample after the interval.
     host_wait: bool,
-    exit: bool,
+    /// Callbacks of tasks the scan failed (dropped outside the lock).
+    dropped: Vec<Callback>,
+    /// Reservations granted to tasks that could not start after all.
+    unused: Vec<Reservation>,
+}
+
+impl Outcome {
+    fn nothing(host_wait: bool) -> Self {
+        Outcome { starts: Vec::new(), host_wait, dropped: Vec::new(), unused: Vec::new() }
+    }
+
+    /// Drops what the scan dropped (with no lock held: a callback's drop
+    /// and a reservation's release are not run under the queue lock) and
+    /// returns the tasks to start.
+    fn settle(self) -> (Vec<Start>, bool) {
+        drop(self.unused);
+        drop(self.dropped);
+        (self.starts, self.host_wait)
+    }
 }
 
 pub(crate) fn run(inner: &Arc<Inner>) {
-    let waker = Waker::from(Arc::clone(&inner.dispatch));
-    let mut last: Option<Snapshot> = None;
+    let mut force = false;
     loop {
         let epoch = inner.dispatch.epoch();
         let generation = inner.governor.generation();
-        let scan = scan(inner, &mut last);
-        if scan.exit {
-            return;
-        }
-        if !inner.governor.register_waker(generation, &waker) {
+        let Some(host_wait) = scan(inner, std::mem::take(&mut force)) else { return };
+        // Sleep until a change no scan has seen yet (a worker that handed
+        // its thread to the next task scanned after its own release, so
+        // that release, and everything before it, is not news), on a timer
+        // while some task waits on host state: one this scan left, or one
+        // a hand-off left since.
+        let (seen, timed) = {
+            let mut st = inner.lock();
+            let timed = host_wait || std::mem::take(&mut st.hand_off_host_wait);
+            st.dispatcher_timed = timed;
+            (generation.max(st.scanned_generation), timed)
+        };
+        if !inner.governor.register_waker(seen, &inner.dispatch_waker) {
             continue;
         }
-        let timeout = scan.host_wait.then_some(inner.config.sample_interval);
+        let timeout = timed.then_some(inner.config.sample_interval);
         if !inner.dispatch.wait(epoch, timeout) {
             // Timed out while waiting on the host: force a fresh sample.
-            last = None;
+            force = true;
         }
     }
 }
 
-/// A snapshot young enough to reuse, or a fresh one (fed to the Governor).
-fn snapshot(inner: &Inner, last: &mut Option<Snapshot>, force: bool) -> Result<Snapshot, String> {
+/// A snapshot young enough to reuse (the last one any scan took), or a
+/// fresh one from the probe (fed to the Governor). Called with no lock
+/// held but the cache's (a leaf): the probe is outside code.
+pub(crate) fn snapshot(inner: &Inner, force: bool) -> Result<Snapshot, String> {
     let now = inner.governor.now();
-    if !force
-        && let Some(snap) = last.as_ref()
-        && now.checked_since(snap.captured_at).is_some_and(|age| age < inner.config.sample_interval)
-    {
-        return Ok(snap.clone());
+    if !force {
+        let cache = crate::sync::lock(&inner.last_sample);
+        if let Some(snap) = cache.as_ref()
+            && now.checked_since(snap.captured_at).is_some_and(|age| age < inner.config.sample_interval)
+        {
+            return Ok(snap.clone());
+        }
     }
     match inner.governor.sample() {
         Ok(snap) => {
-            *last = Some(snap.clone());
+            *crate::sync::lock(&inner.last_sample) = Some(snap.clone());
             Ok(snap)
         }
         Err(e) => {
-            *last = None;
+            *crate::sync::lock(&inner.last_sample) = None;
             Err(format!("cannot observe the host: {e}"))
         }
     }
 }
 
-fn scan(inner: &Arc<Inner>, last: &mut Option<Snapshot>) -> Scan {
-    let force = std::mem::take(&mut inner.lock().dispatcher_wake);
-    let snap = snapshot(inner, last, force);
+/// The dispatcher's scan: every pending task in order, every admitted one
+/// launched on the pool. `None` once the queue closes; else whether some
+/// task waits on host state.
+fn scan(inner: &Arc<Inner>, force: bool) -> Option<bool> {
+    #[cfg(test)]
+    inner.dispatcher_scans.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let force = std::mem::take(&mut inner.lock().dispatcher_wake) || force;
+    let snap = snapshot(inner, force);
     let now = inner.governor.now();
     let mut st = inner.lock();
     if st.closing {
-        return Scan { host_wait: false, exit: true };
+        return None;
     }
     let snap = match snap {
         Ok(s) => s,
@@ -173,26 +230,134 @@ fn scan(inner: &Arc<Inner>, last: &mut Option<Snapshot>) -> Scan {
             for id in ids {
                 st.record_decision(id, DecisionKind::Wait, ReasonCode::ProbeFailed, &message, now);
             }
-            return Scan { host_wait: true, exit: false };
+            return Some(true);
         }
     };
+    let mut gov_scan = inner.governor.scan_for(&inner.dispatch_waker);
+    let outcome = scan_locked(inner, &mut st, &mut gov_scan, &snap, now);
+    // The queue lock goes first: ending the scan runs registered wakers
+    // (async code's), which must never run under the queue lock.
+    drop(st);
+    drop(gov_scan);
+    let (starts, host_wait) = outcome.settle();
+    for start in starts {
+        launch(inner, start);
+    }
+    Some(host_wait)
+}
+
+/// A worker's end of task `id` (its callback has returned): releases
+/// `reservation` and ends the task in `state`, then — the hand-off — runs
+/// the dispatcher's scan itself, under the same hold of both locks, so the
+/// next admissible task starts on this thread with no dispatcher round
+/// trip. The scan is the dispatcher's own code, so every order rule
+/// (priority, FIFO, bypass, holds, dependencies, pause) holds alike.
+/// Returns the first admitted task for this thread to run; any others
+/// go to the pool.
+///
+/// The dispatcher is woken only for what a worker cannot do: re-sampling
+/// the host (some task waits on host state, or the probe failed).
+pub(crate) fn end_and_hand_off(
+    inner: &Arc<Inner>,
+    id: TaskId,
+    state: TaskState,
+    message: Option<String>,
+    reservation: Option<Reservation>,
+) -> Option<Start> {
+    // A reservation holding a scratch lease is released first, outside
+    // the scan, as a dropped one is: its lease directory is removed (and a
+    // drain it was the last lease of is finished) before the task is seen
+    // to end, so whoever sees the end sees the volume settled.
+    let reservation = match reservation {
+        Some(r) if r.contract().scratch.is_some() => {
+            drop(r);
+            None
+        }
+        other => other,
+    };
+    // The probe and the clock are outside code: read before any lock.
+    let snap = snapshot(inner, false);
+    let now = inner.governor.now();
+    let mut st = inner.lock();
+    let mut gov_scan = inner.governor.scan_for(&inner.dispatch_waker);
+    // Released before the task ends: a `Finished` event always follows the
+    // release (whoever reads availability after it sees nothing held).
+    let released = reservation.map(|r| gov_scan.release(r));
+    // `TaskContext::fail` turns a callback's `Ok` into a failure.
+    let failed = match st.entries.get(&id) {
+        Some(e) if state == TaskState::Completed => e.failed_message.clone(),
+        _ => None,
+    };
+    let (state, message) = match failed {
+        Some(m) => (TaskState::Failed, Some(m)),
+        None => (state, message),
+    };
+    let dropped = if st.entries.contains_key(&id) { st.finish(id, state, message, now) } else { Vec::new() };
+    let outcome = match snap {
+        Ok(snap) if !st.closing => scan_locked(inner, &mut st, &mut gov_scan, &snap, now),
+        // Closing: nothing starts. Probe failure: the dispatcher records it
+        // and re-samples on its timer.
+        Ok(_) => Outcome::nothing(false),
+        Err(_) => Outcome::nothing(true),
+    };
+    // The queue lock goes first: ending the scan runs registered wakers
+    // (async code's), which must never run under the queue lock.
+    // A task left waiting on host state needs the dispatcher's timer: wake
+    // it only if it is not already re-sampling (it reads the flag after
+    // every scan, so it cannot miss it on its way to sleep).
+    let wake_dispatcher = outcome.host_wait && {
+        st.hand_off_host_wait = true;
+        !st.dispatcher_timed
+    };
+    drop(st);
+    drop(gov_scan);
+    if let Some(released) = released {
+        inner.governor.after_release(released);
+    }
+    drop(dropped);
+    let (starts, _) = outcome.settle();
+    inner.tasks.bump();
+    if wake_dispatcher {
+        inner.wake_dispatcher();
+    }
+    let mut starts = starts.into_iter();
+    let mine = starts.next();
+    for other in starts {
+        launch(inner, other);
+    }
+    mine
+}
+/// One scan of the pending order under the queue lock and the Governor's
+/// (held for the whole walk, so no release lands between two evaluations
+/// and a task behind a waiting one cannot overtake it in FIFO order).
+/// Shared by the dispatcher and by a worker handing off its thread.
+fn scan_locked(
+    inner: &Inner,
+    st: &mut MutexGuard<'_, QueueState>,
+    gov_scan: &mut crate::governor::Scan<'_>,
+    snap: &Snapshot,
+    now: crate::MonoTime,
+) -> Outcome {
     let fresh = std::mem::take(&mut st.fresh);
     let bound = inner.config.starvation_bound;
-    let unified = inner.governor.gpus_unified();
+    let unified = gov_scan.gpus_unified();
     let mut head: Option<TaskId> = None;
     let mut hold: Option<Hold> = None;
     let mut bypassed_head = false;
     let mut host_wait = false;
-    let mut to_start: Vec<(TaskId, Reservation, Callback)> = Vec::new();
+    let mut starts: Vec<Start> = Vec::new();
     let mut dropped: Vec<Callback> = Vec::new();
     let mut unused: Vec<Reservation> = Vec::new();
     let mut blocked = Blocked::default();
     let mut queue_wait: Option<DecisionRecord> = None;
-    let mut gov_scan = inner.governor.scan();
     // Walk the pending order with a cursor (tasks leave it as they start);
     // once a queue- or host-wide reason blocks everything, only tasks never
     // evaluated are still looked at (so an impossible one is rejected now).
+    // The cursor is read in batches (one tree descent per batch, not per
+    // task): a task the walk started or ended meanwhile is still in the
+    // batch, and is skipped below as started or gone.
     let mut cursor: Option<(i64, u64)> = None;
+    let mut batch: Vec<TaskId> = Vec::new();
     let mut fresh = fresh.into_iter();
     loop {
         let id = if blocked.all {
@@ -201,17 +366,16 @@ fn scan(inner: &Arc<Inner>, last: &mut Option<Snapshot>) -> Scan {
                 None => break,
             }
         } else {
-            let next = match cursor {
-                None => st.pending.iter().next(),
-                Some(c) => {
-                    st.pending.range((std::ops::Bound::Excluded(c), std::ops::Bound::Unbounded)).next()
-                }
-            };
-            match next {
-                Some((key, id)) => {
+            if batch.is_empty() {
+                let from = cursor.map_or(Bound::Unbounded, Bound::Excluded);
+                for (key, id) in st.pending.range((from, Bound::Unbounded)).take(WALK_BATCH) {
                     cursor = Some(*key);
-                    *id
+                    batch.push(*id);
                 }
+                batch.reverse();
+            }
+            match batch.pop() {
+                Some(id) => id,
                 None => break,
             }
         };
@@ -229,7 +393,7 @@ fn scan(inner: &Arc<Inner>, last: &mut Option<Snapshot>) -> Scan {
             continue;
         }
         let is_head = head.is_none();
-        let result = gov_scan.reserve(&e.envelope, &snap, st.running, hold.as_ref());
+        let result = gov_scan.reserve(&e.envelope, snap, st.running, hold.as_ref());
         match result {
             Ok(reservation) => {
                 if !is_head {
@@ -238,23 +402,27 @@ fn scan(inner: &Arc<Inner>, last: &mut Option<Snapshot>) -> Scan {
                 let (kind, reason) = (reservation.kind(), reservation.reason());
                 let message = admitted_message(&reservation);
                 st.record_decision(id, kind, reason, &message, now);
-                match start(&mut st, id, &reservation, now) {
-                    Some(cb) => to_start.push((id, reservation, cb)),
+                match start(st, id, &reservation, now) {
+                    Some(callback) => {
+                        #[cfg(test)]
+                        inner.in_flight.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        starts.push(Start { id, reservation, callback });
+                    }
                     None => unused.push(reservation),
                 }
             }
-            Err(decision) if decision.kind == DecisionKind::Wait => {
-                host_wait |= decision.reason.waits_on_host();
-                blocked.learn(decision.reason, need.as_ref());
+            Err(Decision::Wait(why)) => {
+                host_wait |= why.code().waits_on_host();
+                blocked.learn(why.code(), need.as_ref());
                 if blocked.all && queue_wait.is_none() {
                     queue_wait = Some(DecisionRecord {
-                        kind: decision.kind,
-                        reason: decision.reason,
-                        message: decision.message.clone(),
+                        kind: DecisionKind::Wait,
+                        reason: why.code(),
+                        message: why.message().to_owned(),
                         at: now,
                     });
                 }
-                st.record_decision(id, decision.kind, decision.reason, &decision.message, now);
+                st.record_decision(id, DecisionKind::Wait, why.code(), why.message(), now);
                 if is_head {
                     head = Some(id);
                     let starving = st
@@ -268,9 +436,11 @@ fn scan(inner: &Arc<Inner>, last: &mut Option<Snapshot>) -> Scan {
                     }
                 }
             }
-            Err(decision) => {
-                st.record_decision(id, decision.kind, decision.reason, &decision.message, now);
-                dropped.extend(st.finish(id, TaskState::Failed, Some(decision.message), now));
+            // A REJECT fails the task without calling it (a grant is never
+            // an `Err`).
+            Err(refused) => {
+                st.record_decision(id, refused.kind(), refused.reason(), refused.message(), now);
+                dropped.extend(st.finish(id, TaskState::Failed, Some(refused.message().to_owned()), now));
             }
         }
     }
@@ -280,28 +450,60 @@ fn scan(inner: &Arc<Inner>, last: &mut Option<Snapshot>) -> Scan {
     {
         e.bypassed_since.get_or_insert(now);
     }
-    drop(gov_scan);
     st.queue_wait = queue_wait;
-    if !to_start.is_empty() || !dropped.is_empty() {
+    if let Some(generation) = gov_scan.generation() {
+        st.scanned_generation = st.scanned_generation.max(generation);
+    }
+    if !starts.is_empty() || !dropped.is_empty() {
         inner.not_full.notify_all();
     }
-    drop(st);
-    drop(unused);
-    drop(dropped);
-    for (id, reservation, callback) in to_start {
-        launch(inner, id, reservation, callback);
-    }
-    Scan { host_wait, exit: false }
+    Outcome { starts, host_wait, dropped, unused }
 }
 
+/// "batch N, X memory, Y CPUs", written under the locks of every start
+/// (a hand-off's too), so in one allocation and without float formatting.
 fn admitted_message(r: &Reservation) -> String {
+    use std::fmt::Write;
     let c = r.contract();
-    format!(
-        "batch {}, {} memory, {} CPUs",
-        c.batch,
-        crate::units::format_bytes(c.memory),
-        crate::units::format_cpus(c.cpu_millis)
-    )
+    let mut m = String::with_capacity(48);
+    let _ = write!(m, "batch {}, ", c.batch);
+    write_bytes(&mut m, c.memory);
+    if c.cpu_millis.is_multiple_of(crate::MILLIS_PER_CPU) {
+        let _ = write!(m, " memory, {} CPUs", c.cpu_millis / crate::MILLIS_PER_CPU);
+    } else {
+        let _ = write!(m, " memory, {} CPUs", crate::units::format_cpus(c.cpu_millis));
+    }
+    m
+}
+
+/// Writes exactly what [`crate::units::format_bytes`] returns, in integer
+/// arithmetic: `{:.1}` of the exact quotient, ties to even (the quotient
+/// of an integer by a power of two is exact in an `f64` up to 2^53 bytes;
+/// above, the float version is used).
+fn write_bytes(out: &mut String, bytes: u64) {
+    use std::fmt::Write;
+    const NAMES: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        let _ = write!(out, "{bytes} B");
+        return;
+    }
+    if bytes >= 1 << 53 {
+        out.push_str(&crate::units::format_bytes(bytes));
+        return;
+    }
+    let mut unit = 0;
+    while unit + 1 < NAMES.len() && bytes >> (10 * (unit + 2)) > 0 {
+        unit += 1;
+    }
+    let shift = 10 * (unit as u32 + 1);
+    let scaled = u128::from(bytes) * 10;
+    let mut tenths = scaled >> shift;
+    let rest = scaled & ((1u128 << shift) - 1);
+    let half = 1u128 << (shift - 1);
+    if rest > half || (rest == half && tenths % 2 == 1) {
+        tenths += 1;
+    }
+    let _ = write!(out, "{}.{} {}", tenths / 10, tenths % 10, NAMES[unit]);
 }
 
 /// PENDING → RUNNING under the lock; returns the callback to run.
@@ -323,33 +525,73 @@ fn start(
     e.sequences = 1;
     e.bypassed_since = None;
     let _ = e.progress.set_phase(Phase::Running, now);
-    let contract = r.contract().clone();
     st.pending.remove(&key);
     st.running += 1;
-    st.emit(QueueEvent::Started { id, contract });
+    st.emit(|| QueueEvent::Started { id, contract: r.contract().clone() });
     Some(callback)
 }
 
-fn launch(inner: &Arc<Inner>, id: TaskId, reservation: Reservation, callback: Callback) {
-    if let Some(grant) = reservation.contract().scratch.clone()
-        && let Err(message) = inner.governor.prepare_scratch(&grant)
-    {
-        drop(reservation);
-        let now = inner.governor.now();
-        let dropped = inner.lock().finish(id, TaskState::Failed, Some(message), now);
-        drop(dropped);
-        drop(callback);
-        inner.tasks.bump();
-        inner.wake_dispatcher();
-        return;
-    }
-    #[cfg(test)]
-    inner.in_flight.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let ctx = TaskContext::new(Arc::clone(inner), id, reservation);
-    let job: Box<dyn FnOnce() + Send> = Box::new(move || run_callback(ctx, callback));
+/// Runs `start` on a pool thread (on this one when no thread can be
+/// started: the task holds its reservation and must run to release it).
+fn launch(inner: &Arc<Inner>, start: Start) {
+    let for_job = Arc::clone(inner);
+    let job: Box<dyn FnOnce() + Send> = Box::new(move || run_chain(&for_job, start));
     if let Err(job) = inner.pool.execute(job) {
-        // No thread could be started: run the callback here rather than
-        // lose the task (it holds its reservation and will release it).
         job();
+    }
+}
+
+/// Runs `start`, then each task the worker is handed at the end of the
+/// previous one, on the current thread (a loop, not a recursion: a chain
+/// of hand-offs can be as long as the queue).
+pub(crate) fn run_chain(inner: &Arc<Inner>, start: Start) {
+    let mut next = Some(start);
+    while let Some(Start { id, reservation, callback }) = next.take() {
+        if let Some(grant) = reservation.contract().scratch.clone()
+            && let Err(message) = inner.governor.prepare_scratch(&grant)
+        {
+            drop(reservation);
+            let now = inner.governor.now();
+            let dropped = inner.lock().finish(id, TaskState::Failed, Some(message), now);
+            drop(dropped);
+            drop(callback);
+            inner.tasks.bump();
+            inner.wake_dispatcher();
+            #[cfg(test)]
+            inner.in_flight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            return;
+        }
+        let ctx = TaskContext::new(Arc::clone(inner), id, reservation);
+        next = run_callback(ctx, callback);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::write_bytes;
+
+    /// The integer writer says exactly what `format_bytes` says: unit
+    /// boundaries, ties (1280 B = 1.25 KiB), and a spread of other values.
+    #[test]
+    fn write_bytes_matches_format_bytes() {
+        let mut values: Vec<u64> = vec![0, 1, 1023, 1024, 1075, 1126, 1280, 1331, 1_048_575, 1_048_576];
+        for k in 1..=5u32 {
+            let unit = 1u64 << (10 * k);
+            for m in [1u64, 3, 5, 7, 999, 1023, 1024] {
+                values.extend([unit * m, unit * m - 1, unit * m + unit / 20, unit * m + unit / 2]);
+            }
+        }
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            values.push(x >> (x % 50));
+        }
+        for v in values {
+            let mut mine = String::new();
+            write_bytes(&mut mine, v);
+            assert_eq!(mine, crate::units::format_bytes(v), "{v} bytes");
+        }
     }
 }

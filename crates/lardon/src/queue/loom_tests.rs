@@ -238,3 +238,75 @@ fn cancel_wakes_a_paused_checkpoint() {
         assert_eq!(q.governor().availability().reservations, 0);
     });
 }
+
+/// The hand-off: a task waiting for CPUs the running task holds starts only
+/// through that task's worker, which releases its reservation and runs the
+/// scan itself (no dispatcher round trip), racing the dispatcher's own scan
+/// and sleep. The waiting task always runs, on the finishing task's thread,
+/// and nothing stays reserved.
+///
+/// To see it fail, make `dispatch::end_and_hand_off` skip its scan
+/// (`Ok(_) if !st.closing => Outcome::nothing(false)`): the release wakes
+/// nobody (the scan's publish spares the dispatcher's waker) and loom
+/// reports a deadlock.
+#[test]
+fn a_finishing_worker_hands_its_thread_to_the_waiting_task() {
+    model(|| {
+        let q = queue();
+        let (go_tx, go_rx) = loom::sync::mpsc::channel::<()>();
+        let first_thread = StdArc::new(std::sync::Mutex::new(None));
+        let (seen_first, seen_next) = (StdArc::clone(&first_thread), StdArc::clone(&first_thread));
+        let running = q
+            .submit(Task::new("runs", cpus(3), move |_| {
+                *seen_first.lock().unwrap() = Some(thread::current().id());
+                go_rx.recv().unwrap();
+                Ok(())
+            }))
+            .unwrap();
+        let waits = q
+            .submit(Task::new("waits", cpus(3), move |_| {
+                let first = *seen_next.lock().unwrap();
+                assert_eq!(first, Some(thread::current().id()), "started by the hand-off, on its thread");
+                Ok(())
+            }))
+            .unwrap();
+        go_tx.send(()).unwrap();
+        assert_eq!(q.wait(waits).unwrap().state, TaskState::Completed);
+        assert_eq!(q.get(running).unwrap().state, TaskState::Completed);
+        q.close();
+        assert_eq!(q.governor().availability().reservations, 0);
+    });
+}
+
+/// A hand-off racing a release by another thread (a reservation held
+/// outside the queue): whichever comes first, the waiting task is started
+/// — by the hand-off if the outside release landed before its scan, else
+/// by the dispatcher, whose waker the hand-off's quiet publish kept
+/// registered. A lost wake-up is a loom deadlock.
+///
+/// To see it fail, make `Ledger::take_wakers` drop the spared waker
+/// instead of keeping it registered (`self.wakers.clear()` after taking
+/// the others): the outside release then wakes nobody (a loom deadlock).
+#[test]
+fn hand_off_racing_an_outside_release_loses_no_wake() {
+    model(|| {
+        let q = queue();
+        let held = q.governor().reserve_available(&cpus(2)).unwrap();
+        let (go_tx, go_rx) = loom::sync::mpsc::channel::<()>();
+        let running = q
+            .submit(Task::new("runs", cpus(2), move |_| {
+                go_rx.recv().unwrap();
+                Ok(())
+            }))
+            .unwrap();
+        // Needs 3 of the 4 CPUs: both the task and the outside holder must go.
+        let waits = q.submit(Task::new("waits", cpus(3), |_| Ok(()))).unwrap();
+        let releaser = thread::spawn(move || drop(held));
+        go_tx.send(()).unwrap();
+        assert_eq!(q.wait(waits).unwrap().state, TaskState::Completed);
+        releaser.join().unwrap();
+        assert_eq!(q.get(running).unwrap().state, TaskState::Completed);
+        q.close();
+        assert_eq!(q.governor().availability().reservations, 0);
+    });
+}

@@ -2,9 +2,13 @@
 //!
 //! One dispatcher thread scans pending tasks by priority then FIFO and
 //! starts every task the [`Governor`] admits on a pool of worker threads.
-//! It sleeps until something changes — a release, a submit, a resume, a
-//! cancel, a policy change, a host sample that moved a budget — and
-//! re-samples the host only while some task waits on host state.
+//! A worker whose task ends runs the same scan itself and starts the next
+//! admitted task on its own thread (the hand-off, docs/DESIGN.md §8), so a
+//! busy queue needs no dispatcher round trip per task. The dispatcher
+//! sleeps until something changes from outside — a release by another
+//! thread, a submit, a resume, a cancel, a policy change, a host sample
+//! that moved a budget — and re-samples the host only while some task
+//! waits on host state.
 
 mod context;
 mod dispatch;
@@ -22,6 +26,7 @@ mod worker;
 
 use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, PoisonError};
+use std::task::Waker;
 use std::time::Duration;
 
 use thiserror::Error;
@@ -126,10 +131,20 @@ pub(crate) struct Inner {
     pub(crate) tasks: Arc<Signal>,
     pub(crate) not_full: Condvar,
     pub(crate) pool: Arc<Pool>,
+    /// The dispatcher's Governor waker (wakes `dispatch`), kept so a scan
+    /// can tell the Governor not to wake it for changes it has seen.
+    pub(crate) dispatch_waker: Waker,
+    /// The last host snapshot any scan took (a leaf lock: never held while
+    /// taking another), reused while younger than the sample interval.
+    pub(crate) last_sample: Mutex<Option<crate::Snapshot>>,
     /// Callbacks launched whose `run_callback` has not returned (a test
     /// hook: zero means every wake a task's end sends has been sent).
     #[cfg(test)]
     pub(crate) in_flight: std::sync::atomic::AtomicUsize,
+    /// Scans the dispatcher has run (a test hook: a task started by a
+    /// worker's hand-off costs none).
+    #[cfg(test)]
+    pub(crate) dispatcher_scans: std::sync::atomic::AtomicUsize,
 }
 
 impl Inner {
@@ -188,16 +203,21 @@ impl TaskQueue {
             config.sample_interval.clamp(Duration::from_millis(1), Duration::from_millis(500));
         config.capacity = config.capacity.max(1);
         let pool = Pool::new(config.on_worker_start.clone());
+        let dispatch = Arc::new(Signal::default());
         let inner = Arc::new(Inner {
             governor,
             config,
             state: Mutex::new(QueueState { next_id: 1, ..QueueState::default() }),
-            dispatch: Arc::new(Signal::default()),
+            dispatch_waker: Waker::from(Arc::clone(&dispatch)),
+            dispatch,
+            last_sample: Mutex::new(None),
             tasks: Arc::new(Signal::default()),
             not_full: Condvar::new(),
             pool,
             #[cfg(test)]
             in_flight: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            dispatcher_scans: std::sync::atomic::AtomicUsize::new(0),
         });
         let for_thread = Arc::clone(&inner);
         let dispatcher = thread::Builder::new()
@@ -312,10 +332,13 @@ impl TaskQueue {
             sequences: 0,
             bypassed_since: None,
         };
+        for &dep in entry.waiting_on.iter().chain(&entry.waiting_any) {
+            st.dependents.entry(dep).or_default().push(id);
+        }
         st.pending.insert(entry.order_key(), id);
         st.entries.insert(id, entry);
         st.fresh.push(id);
-        st.emit(QueueEvent::Submitted { id, name: task.name });
+        st.emit(|| QueueEvent::Submitted { id, name: task.name });
         let dropped = match failed_dep {
             Some((dep, state)) => {
                 st.finish(id, TaskState::Failed, Some(format!("dependency {dep} ended {state}")), now)
@@ -364,7 +387,7 @@ impl TaskQueue {
         let changed = !e.started && e.state == TaskState::Pending;
         if changed {
             e.state = TaskState::Paused;
-            st.emit(QueueEvent::StateChanged { id, state: TaskState::Paused });
+            st.emit(|| QueueEvent::StateChanged { id, state: TaskState::Paused });
         }
         Ok(())
     }
@@ -380,7 +403,7 @@ impl TaskQueue {
         let changed = !e.started && e.state == TaskState::Paused;
         if changed {
             e.state = TaskState::Pending;
-            st.emit(QueueEvent::StateChanged { id, state: TaskState::Pending });
+            st.emit(|| QueueEvent::StateChanged { id, state: TaskState::Pending });
         }
         drop(st);
         self.inner.tasks.bump();
@@ -399,7 +422,7 @@ impl TaskQueue {
         let mut st = self.inner.lock();
         let Some(e) = st.entries.get_mut(&id) else { return Err(self.missing(&st, id)) };
         e.progress.report(progress, now).map_err(|err| QueueError::BadProgress(err.to_string()))?;
-        st.emit(QueueEvent::Progress { id, progress });
+        st.emit(|| QueueEvent::Progress { id, progress });
         Ok(())
     }
 
@@ -424,7 +447,7 @@ impl TaskQueue {
             e.state = next;
             let phase = if paused { crate::progress::Phase::Paused } else { crate::progress::Phase::Running };
             let _ = e.progress.set_phase(phase, now);
-            st.emit(QueueEvent::StateChanged { id, state: next });
+            st.emit(|| QueueEvent::StateChanged { id, state: next });
         }
         drop(st);
         self.inner.tasks.bump();

@@ -17,6 +17,7 @@ use crate::clock::MonoTime;
 use crate::contract::Contract;
 use crate::decision::{DecisionKind, ReasonCode};
 use crate::envelope::Envelope;
+use crate::idhash::Ids;
 use crate::progress::{Outcome, ProgressTracker};
 
 use super::events::{DecisionRecord, QueueEvent, TaskView};
@@ -97,7 +98,7 @@ impl Entry {
 
 #[derive(Default)]
 pub(crate) struct QueueState {
-    pub(crate) entries: HashMap<TaskId, Entry>,
+    pub(crate) entries: HashMap<TaskId, Entry, Ids>,
     pub(crate) pending: BTreeMap<(i64, u64), TaskId>,
     /// The queue- or host-wide wait that stopped the last scan early, if
     /// one did (see [`Entry::view`]).
@@ -108,6 +109,16 @@ pub(crate) struct QueueState {
     pub(crate) running: usize,
     pub(crate) closing: bool,
     pub(crate) dispatcher_wake: bool,
+    /// The Governor's generation at the end of the latest scan, by the
+    /// dispatcher or by a worker handing off: every change up to it has
+    /// been seen by a scan, so it is not a reason to scan again.
+    pub(crate) scanned_generation: u64,
+    /// The dispatcher sleeps with the sample interval (it re-samples the
+    /// host on its own), as of its last scan.
+    pub(crate) dispatcher_timed: bool,
+    /// A hand-off left a task waiting on host state since the dispatcher's
+    /// last scan (it then sleeps timed).
+    pub(crate) hand_off_host_wait: bool,
     /// Callers blocked in `submit` on a full queue (a test hook: lets a
     /// test see a submitter asleep before it makes room).
     #[cfg(test)]
@@ -119,11 +130,21 @@ pub(crate) struct QueueState {
     /// Terminal outcome of every task that ended, so a dependency on a task
     /// that ended long ago (out of `history`) still resolves. One small
     /// entry per task ever run.
-    pub(crate) outcomes: HashMap<TaskId, TaskState>,
+    pub(crate) outcomes: HashMap<TaskId, TaskState, Ids>,
+    /// Live tasks waiting on each live task (`after` or `after_any`): the
+    /// reverse of every entry's `waiting_on` and `waiting_any`. A list may
+    /// name a task that has since ended; it is skipped.
+    pub(crate) dependents: HashMap<TaskId, Vec<TaskId>, Ids>,
 }
 
 impl QueueState {
-    pub(crate) fn emit(&mut self, event: QueueEvent) {
+    /// Sends the event `make` builds to every subscriber. With none, the
+    /// event is never built (its strings and contract are not copied).
+    pub(crate) fn emit(&mut self, make: impl FnOnce() -> QueueEvent) {
+        if self.subscribers.is_empty() {
+            return;
+        }
+        let event = make();
         self.subscribers.retain(|s| s.send(event.clone()).is_ok());
     }
 
@@ -147,7 +168,7 @@ impl QueueState {
             }
         }
         if changed {
-            self.emit(QueueEvent::Decision { id, kind, reason, message: message.to_owned() });
+            self.emit(|| QueueEvent::Decision { id, kind, reason, message: message.to_owned() });
         }
     }
 
@@ -184,20 +205,15 @@ impl QueueState {
             if let Some(cb) = e.callback.take() {
                 dropped.push(cb);
             }
-            self.emit(QueueEvent::Finished { id, state, message: message.clone() });
+            self.emit(|| QueueEvent::Finished { id, state, message: message.clone() });
             self.outcomes.insert(id, state);
             if self.history.len() == HISTORY {
                 self.history.pop_front();
             }
             self.history.push_back(e.view(now, true, None));
-            // Dependents.
-            let dependents: Vec<TaskId> = self
-                .entries
-                .values()
-                .filter(|d| d.waiting_on.contains(&id) || d.waiting_any.contains(&id))
-                .map(|d| d.id)
-                .collect();
-            for dep_id in dependents {
+            // Dependents, from the reverse index (a pass over every live
+            // entry per task end made a backlog of N cost O(N²)).
+            for dep_id in self.dependents.remove(&id).unwrap_or_default() {
                 let Some(d) = self.entries.get_mut(&dep_id) else { continue };
                 d.waiting_any.retain(|&x| x != id);
                 if d.waiting_on.contains(&id) {

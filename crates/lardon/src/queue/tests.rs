@@ -11,6 +11,8 @@ use crate::{
     ReasonCode, SubmitError, Task, TaskError, TaskId, TaskQueue, TaskState,
 };
 
+mod handoff;
+
 const GIB: u64 = 1 << 30;
 const LIMIT: Duration = Duration::from_secs(20);
 
