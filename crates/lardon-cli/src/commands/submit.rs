@@ -6,7 +6,7 @@ use anyhow::Result;
 use lardon_proto::pb;
 
 use super::spec::{SpecParts, Style, task_spec};
-use crate::cli::{Cli, SubmitArgs};
+use crate::cli::{Cli, EngineArg, SubmitArgs};
 use crate::each;
 use crate::error::{from_status, usage};
 
@@ -33,7 +33,8 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
     if let Some(source) = &args.each {
         return each(cli, args, &parts, source).await;
     }
-    let spec = task_spec(&args.needs, parts, Style::Flags)?;
+    let mut spec = task_spec(&args.needs, parts, Style::Flags)?;
+    spec.engine = engine_name(args.engine);
     let mut client = crate::client::connect(cli).await?;
     let resp = client
         .submit(pb::SubmitRequest { spec: Some(spec), paused: args.paused })
@@ -47,6 +48,14 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
         super::out(&format!("{}\n", resp.id))?;
     }
     Ok(0)
+}
+
+/// The wire name of `--engine` (empty: the default, local).
+fn engine_name(engine: EngineArg) -> String {
+    match engine {
+        EngineArg::Local => String::new(),
+        EngineArg::Slurm => "slurm".to_owned(),
+    }
 }
 
 /// Tasks per `SubmitMany` call: the daemon's limit per call.
@@ -67,7 +76,9 @@ async fn each(cli: &Cli, args: &SubmitArgs, parts: &SpecParts, source: &Path) ->
         let mut p = parts.clone();
         p.argv = each::command(&parts.argv, input);
         p.name = each::fill(&parts.name, input);
-        specs.push(task_spec(&args.needs, p, Style::Flags)?);
+        let mut spec = task_spec(&args.needs, p, Style::Flags)?;
+        spec.engine = engine_name(args.engine);
+        specs.push(spec);
     }
     let mut client = crate::client::connect(cli).await?;
     let mut ids = Vec::with_capacity(specs.len());
