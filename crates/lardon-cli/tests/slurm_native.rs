@@ -73,6 +73,16 @@ fn jobs_named(name: &str) -> Vec<Job> {
     jobs
 }
 
+/// Cancels every job named `.0` when dropped, so a failed test leaves no
+/// long job holding the test cluster's two CPUs.
+struct ScancelOnDrop(String);
+
+impl Drop for ScancelOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new("scancel").arg(format!("--name={}", self.0)).output();
+    }
+}
+
 /// A name no other test run (past, or parallel in this binary) uses.
 fn unique(what: &str) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
@@ -111,8 +121,8 @@ fn submit_slurm(dir: &std::path::Path, flags: &[&str], argv: &[String]) -> Strin
 /// (2 × 40 MiB + 10 %), completes there and the class learns the measured
 /// peak; the class's next task asks Slurm for that peak + 10 %, not for its
 /// declaration. Break it: size `--mem` from the declaration only
-/// (`learned` = None in `slurm/tracker.rs`) and the second task's job asks
-/// for 40M (seen: fails at the first OUT_OF_MEMORY assertion on it).
+/// (`learned` = None in `slurm/tracker.rs`) and the resubmission asks for
+/// 40M again (seen: the first task ends failed instead of completed).
 #[test]
 fn the_next_job_asks_slurm_for_the_learned_memory() {
     require_slurm();
@@ -190,6 +200,7 @@ fn cancel_runs_scancel() {
     let dir = tmp.path();
     let _d = daemon(dir);
     let name = unique("cancel");
+    let _cleanup = ScancelOnDrop(name.clone());
     let id = submit_slurm(dir, &["--mem", "20MiB", "--name", &name], &["sleep".to_owned(), "300".to_owned()]);
     wait_until("the job to run", DEADLINE, || {
         jobs_named(&name).first().is_some_and(|j| j.state == "RUNNING")
@@ -199,6 +210,37 @@ fn cancel_runs_scancel() {
     assert_eq!(state(dir, &id), "cancelled");
     wait_until("Slurm to cancel the job", DEADLINE, || {
         jobs_named(&name).first().is_some_and(|j| j.state == "CANCELLED")
+    });
+}
+
+/// A daemon killed while its task's job runs: the next start cancels that
+/// job (it must not run twice) and submits the task again. Break it: drop
+/// the `scancel` of `slurm:` handles in `Engine::start` (seen: the old job
+/// stays RUNNING).
+#[test]
+fn a_restart_cancels_the_old_job_and_submits_again() {
+    require_slurm();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let d = daemon(dir);
+    let name = unique("restart");
+    let _cleanup = ScancelOnDrop(name.clone());
+    let id = submit_slurm(dir, &["--mem", "20MiB", "--name", &name], &["sleep".to_owned(), "300".to_owned()]);
+    wait_until("the job to run", DEADLINE, || {
+        jobs_named(&name).first().is_some_and(|j| j.state == "RUNNING")
+    });
+    let old = jobs_named(&name)[0].id;
+    d.kill9();
+    let _d = Daemon::start(dir, "8GiB,4");
+    wait_until("a second job, the first cancelled", DEADLINE, || {
+        let jobs = jobs_named(&name);
+        jobs.len() == 2 && jobs[0].id == old && jobs[0].state == "CANCELLED"
+    });
+    assert_eq!(state(dir, &id), "running", "{}", task_json(dir, &id));
+    let o = lardon(dir, &["cancel", &id]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    wait_until("Slurm to cancel the new job", DEADLINE, || {
+        jobs_named(&name).iter().all(|j| j.state == "CANCELLED")
     });
 }
 

@@ -222,6 +222,13 @@ mod tests {
         assert_eq!(o.state, TaskState::Failed);
         assert!(o.reason.as_deref().unwrap().contains("OUT_OF_MEMORY"), "{o:?}");
         assert!(second.record.is_some(), "the second kill is learned too");
+        // No --mem of ours: the kill is at the limit the job's cgroup had.
+        let site = Submitted { memory: None, ..job(false, true) };
+        let v = judge(site, &Seen::Ended(JobState::OutOfMemory), Some(&r));
+        assert!(
+            matches!(v.record, Some(RunRecord { outcome: RunOutcome::KilledAtLimit { limit }, .. }) if limit == 100 * MB),
+            "{v:?}"
+        );
         let no_retry = judge(job(false, false), &Seen::Ended(JobState::OutOfMemory), None);
         assert!(finish(&no_retry).reason.as_deref().unwrap().contains("--no-oom-retry"));
     }
