@@ -73,6 +73,10 @@ struct Job {
 struct State {
     waiting: VecDeque<Waiting>,
     jobs: BTreeMap<u64, Job>,
+    /// The task being submitted right now (its `sbatch` runs unlocked),
+    /// and whether it was cancelled meanwhile: its job is then cancelled
+    /// as soon as it has an id.
+    launching: Option<(TaskId, bool)>,
     stopping: bool,
     /// Submissions so far: numbers report files uniquely.
     submissions: u64,
@@ -136,6 +140,10 @@ impl SlurmEngine {
             let job = st.jobs.iter().find(|(_, j)| j.id == id).map(|(k, _)| *k);
             if let Some(k) = job {
                 st.jobs.remove(&k);
+            } else if let Some((launching, cancelled)) = &mut st.launching
+                && *launching == id
+            {
+                *cancelled = true;
             } else if st.waiting.len() == before {
                 return None;
             }
@@ -174,12 +182,24 @@ impl Inner {
                 && let Some(w) = st.waiting.pop_front()
             {
                 st.submissions += 1;
+                st.launching = Some((w.id, false));
                 let n = st.submissions;
                 drop(st);
                 let job = self.launch(&w, n);
                 st = lock(&self.state);
-                if let Some((job_id, job)) = job {
-                    st.jobs.insert(job_id, job);
+                let cancelled = st.launching.take().is_some_and(|(_, c)| c);
+                match job {
+                    // Cancelled while sbatch ran: the task already ended.
+                    Some((job_id, job)) if cancelled => {
+                        drop(st);
+                        scancel(job_id);
+                        let _ = std::fs::remove_file(&job.report);
+                        st = lock(&self.state);
+                    }
+                    Some((job_id, job)) => {
+                        st.jobs.insert(job_id, job);
+                    }
+                    None => {}
                 }
                 continue;
             }
