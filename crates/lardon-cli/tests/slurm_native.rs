@@ -132,7 +132,7 @@ fn the_next_job_asks_slurm_for_the_learned_memory() {
     let first = unique("first");
     let id = submit_slurm(dir, &["--mem", "40MiB", "--class", "grow", "--name", &first], &exercise("64MiB"));
     let t = wait_end(dir, &id);
-    assert_eq!(t["state"], "completed", "{t}");
+    assert_eq!((t["engine"].as_str(), t["state"].as_str()), (Some("slurm"), Some("completed")), "{t}");
     assert_eq!(t["memory_retries"], 1, "{t}");
     let jobs = jobs_named(&first);
     let seen: Vec<(&str, &str)> = jobs.iter().map(|j| (j.state.as_str(), j.mem.as_str())).collect();
