@@ -154,6 +154,13 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run finished tasks again (completed, failed or cancelled): same command and id, a new attempt.
+    ///
+    /// The task's history stays: `lardon explain ID --history` shows the restart, and its log keeps
+    /// the earlier output above a separator line. A batched task runs all its items again.
+    ///
+    /// Example: `lardon restart 7 8`
+    Restart(IdsArgs),
     /// Forget finished tasks (ids are never reused).
     ///
     /// Example: `lardon remove 7`
@@ -245,6 +252,53 @@ pub(crate) enum Command {
     /// Example: `lardon scratch add /mnt/nvme --capacity 200GiB` then `lardon scratch drain nvme`
     #[command(subcommand)]
     Scratch(ScratchCommand),
+    /// Cluster security: a private certificate authority, certificates for the broker and its clients, join tokens.
+    ///
+    /// Example: `lardon cert init --dir ca && lardon cert issue broker --ca ca --host broker.lan --out broker`
+    #[command(subcommand)]
+    Cert(CertCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum CertCommand {
+    /// Create the cluster's certificate authority: DIR/ca.pem (trusted by all) and DIR/ca.key (keep it private).
+    ///
+    /// Example: `lardon cert init --dir ~/.config/lardon/ca`
+    Init {
+        /// Directory for ca.pem and ca.key (created; an existing CA is never replaced)
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Issue a certificate signed by the CA: OUT/NAME.pem, OUT/NAME.key and a copy of ca.pem.
+    ///
+    /// A broker's certificate (`--host`, one per name or address its clients dial) authenticates it to
+    /// agents and daemons; a client certificate (no `--host`) admits an agent or daemon to the broker.
+    ///
+    /// Example: `lardon cert issue broker --ca ca --host 10.0.0.5 --host broker.lan --out broker`
+    Issue {
+        /// Name of the certificate's holder (letters, digits, - _ .)
+        name: String,
+        /// The CA's directory (from `lardon cert init`)
+        #[arg(long, value_name = "DIR")]
+        ca: PathBuf,
+        /// Issue a broker (server) certificate answering as HOST (repeatable); without it, a client certificate
+        #[arg(long = "host", value_name = "HOST")]
+        hosts: Vec<String>,
+        /// Directory to write into (created)
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Validity in days (1–3650)
+        #[arg(long, default_value_t = 365, value_name = "N")]
+        days: u32,
+    },
+    /// Create a join token file (64 hex digits, mode 0600) that the broker demands of every client.
+    ///
+    /// Example: `lardon cert token --out join.token`
+    Token {
+        /// File to create (an existing one is never overwritten)
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]

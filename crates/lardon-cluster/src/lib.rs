@@ -10,9 +10,13 @@
 //! not built yet; they will drive [`Router`] and carry its [`Event`]s.
 #![warn(missing_docs)]
 
+pub mod cache;
 mod capability;
 mod ids;
+pub mod keda;
 mod messages;
+pub mod optimizer;
+pub mod provision;
 mod router;
 
 pub use capability::{Capability, CapabilityError};

@@ -38,6 +38,22 @@ pub mod pb {
     tonic::include_proto!("lardon.v1");
 }
 
+/// KEDA's external-scaler interface (`proto/externalscaler/`): the
+/// broker serves [`keda::external_scaler_server::ExternalScaler`] so that
+/// KEDA scales agents from Lardon's queued demand.
+#[allow(
+    missing_docs,
+    unreachable_pub,
+    missing_debug_implementations,
+    clippy::all,
+    clippy::pedantic,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
+pub mod keda {
+    tonic::include_proto!("externalscaler");
+}
+
 pub use pb::lardon_client::LardonClient;
 pub use pb::lardon_server::{Lardon, LardonServer};
 

@@ -279,6 +279,14 @@ impl lardon_proto::Lardon for Service {
         self.blocking(move |engine| Ok(Response::new(per_id(engine, &ids, Engine::resume)))).await
     }
 
+    async fn restart(
+        &self,
+        req: Request<pb::RestartRequest>,
+    ) -> Result<Response<pb::TaskActionResponse>, Status> {
+        let ids = req.into_inner().ids;
+        self.blocking(move |engine| Ok(Response::new(per_id(engine, &ids, Engine::restart)))).await
+    }
+
     async fn remove(
         &self,
         req: Request<pb::RemoveRequest>,
