@@ -13,8 +13,10 @@
 #      memory, so a job over its `--mem` ends OUT_OF_MEMORY;
 #   3. starts munged (auth/munge) — or, if munge cannot start, configures
 #      auth/none and says so on stderr;
-#   4. starts slurmctld and both slurmd, then polls `sinfo` until both nodes
-#      are idle, with a deadline (SLURM_UP_TIMEOUT seconds, default 60).
+#   4. starts slurmctld (with no jobs left from an earlier run) and both
+#      slurmd, then polls `sinfo` until both nodes are up (idle, or running
+#      jobs when the daemons were already up), with a deadline
+#      (SLURM_UP_TIMEOUT seconds, default 60).
 #
 # Idempotent: run twice with the same STATE_DIR and the second run finds the
 # daemons alive and only waits for idle. The last line on stdout is
@@ -138,7 +140,9 @@ export SLURM_CONF="$CONF"
 
 # 4. Daemons: controller first, then one slurmd per fake node.
 if ! alive "$S/run/slurmctld.pid" slurmctld; then
-    slurmctld -f "$CONF" >>"$S/log/slurmctld.out" 2>&1
+    # -c: a test cluster starts with no jobs left by an earlier run (a
+    # restored long job would hold a node).
+    slurmctld -c -f "$CONF" >>"$S/log/slurmctld.out" 2>&1
 fi
 for n in n1 n2; do
     if ! alive "$S/run/slurmd-$n.pid" slurmd; then
@@ -146,13 +150,14 @@ for n in n1 n2; do
     fi
 done
 
-# Poll until both nodes report idle (a node may say idle* or mixed while
-# registering; only plain idle counts), failing with the logs' tails at
-# the deadline.
+# Poll until both nodes are up: idle, or busy with jobs when the daemons
+# were already running (a registering or lost node says unknown, down or
+# idle* — a trailing * means not responding), failing with the logs' tails
+# at the deadline.
 end=$(($(date +%s) + DEADLINE_S))
 while :; do
     states=$(sinfo -h -N -o '%N %T' 2>/dev/null | sort -u | tr '\n' ' ' || true)
-    if [ "$(sinfo -h -N -o '%T' 2>/dev/null | grep -cx idle || true)" -ge 2 ]; then
+    if [ "$(sinfo -h -N -o '%T' 2>/dev/null | grep -cxE 'idle|mixed|allocated|completing' || true)" -ge 2 ]; then
         break
     fi
     if [ "$(date +%s)" -ge "$end" ]; then
@@ -162,5 +167,5 @@ while :; do
     fi
     sleep 0.2
 done
-say "two nodes idle $(elapsed) s after start ($AUTH)"
+say "two nodes up $(elapsed) s after start ($AUTH)"
 echo "export SLURM_CONF=$CONF"
