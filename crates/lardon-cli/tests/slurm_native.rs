@@ -96,10 +96,21 @@ fn daemon(dir: &std::path::Path) -> Daemon {
     d
 }
 
+/// Blocks on `lardon wait ID` (the daemon's event stream, no polling),
+/// failing after [`DEADLINE`]; the task's JSON once it ended.
 fn wait_end(dir: &std::path::Path, id: &str) -> serde_json::Value {
-    wait_until(&format!("task {id} to end"), DEADLINE, || {
-        matches!(state(dir, id).as_str(), "completed" | "failed" | "cancelled")
-    });
+    let o = Command::new("timeout")
+        .arg(DEADLINE.as_secs().to_string())
+        .arg(common::bin())
+        .env_remove("LARDON_SOCKET")
+        .env_remove("LARDON_STATE_DIR")
+        .arg("--state-dir")
+        .arg(dir)
+        .args(["wait", id])
+        .output()
+        .expect("run timeout lardon wait");
+    // 0: completed, 1: failed or cancelled; 124: timeout's deadline.
+    assert!(matches!(o.status.code(), Some(0 | 1)), "lardon wait {id}: {:?} {}", o.status, stderr(&o));
     task_json(dir, id)
 }
 
