@@ -224,35 +224,62 @@ fn cancel_runs_scancel() {
     });
 }
 
-/// A daemon killed while its task's job runs: the next start cancels that
-/// job (it must not run twice) and submits the task again. Break it: drop
-/// the `scancel` of `slurm:` handles in `Engine::start` (seen: the old job
-/// stays RUNNING).
+/// A daemon killed while its task's job runs: the next start adopts the
+/// job (its run handle names it and its report file) instead of running
+/// the task again, and `cancel` still reaches it. Break it: make
+/// `SlurmEngine::adopt` cancel the job and submit afresh (seen: a second
+/// job appears).
 #[test]
-fn a_restart_cancels_the_old_job_and_submits_again() {
+fn a_restart_adopts_the_running_job() {
     require_slurm();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let d = daemon(dir);
-    let name = unique("restart");
+    let name = unique("adopt");
     let _cleanup = ScancelOnDrop(name.clone());
     let id = submit_slurm(dir, &["--mem", "20MiB", "--name", &name], &["sleep".to_owned(), "300".to_owned()]);
     wait_until("the job to run", DEADLINE, || {
         jobs_named(&name).first().is_some_and(|j| j.state == "RUNNING")
     });
-    let old = jobs_named(&name)[0].id;
     d.kill9();
     let _d = Daemon::start(dir, "8GiB,4");
-    wait_until("a second job, the first cancelled", DEADLINE, || {
-        let jobs = jobs_named(&name);
-        jobs.len() == 2 && jobs[0].id == old && jobs[0].state == "CANCELLED"
-    });
     assert_eq!(state(dir, &id), "running", "{}", task_json(dir, &id));
     let o = lardon(dir, &["cancel", &id]);
     assert!(o.status.success(), "{}", stderr(&o));
-    wait_until("Slurm to cancel the new job", DEADLINE, || {
-        jobs_named(&name).iter().all(|j| j.state == "CANCELLED")
+    wait_until("Slurm to cancel the adopted job", DEADLINE, || {
+        jobs_named(&name).first().is_some_and(|j| j.state == "CANCELLED")
     });
+    assert_eq!(jobs_named(&name).len(), 1, "one job, adopted, never a second: {:?}", jobs_named(&name));
+}
+
+/// A job that ends while no daemon watches is judged once at the next
+/// start: the task completes from its report and the class learns its
+/// peak; nothing runs twice (docs/DESIGN.md §10's crash rule). Break it:
+/// as above (seen: two jobs).
+#[test]
+fn a_job_that_ended_while_the_daemon_was_down_is_judged_once() {
+    require_slurm();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let d = daemon(dir);
+    let name = unique("down");
+    let _cleanup = ScancelOnDrop(name.clone());
+    let mut argv = exercise("48MiB");
+    argv[5] = "2".into();
+    let id = submit_slurm(dir, &["--mem", "100MiB", "--class", "down", "--name", &name], &argv);
+    wait_until("the job to run", DEADLINE, || {
+        jobs_named(&name).first().is_some_and(|j| j.state == "RUNNING")
+    });
+    d.kill9();
+    wait_until("the job to end unwatched", DEADLINE, || {
+        jobs_named(&name).first().is_some_and(|j| j.state == "COMPLETED")
+    });
+    let _d = daemon(dir);
+    let t = wait_end(dir, &id);
+    assert_eq!(t["state"], "completed", "{t}");
+    assert_eq!(t["learned"]["samples"], 1, "the unwatched run's peak is learned: {t}");
+    let jobs = jobs_named(&name);
+    assert_eq!(jobs.len(), 1, "nothing ran twice: {jobs:?}");
 }
 
 /// `slurm_max_jobs = 1`: the second task waits in the daemon (PENDING, no

@@ -205,11 +205,12 @@ impl Engine {
         })?;
         let mut store = Store::open(cfg.state_dir.join(lardon_proto::paths::DB_FILE))?;
         let report = store.recover_after_crash()?;
+        // Jobs of native Slurm mode outlive the daemon: their tasks adopt
+        // them again below (those recovery failed have them cancelled).
+        let mut slurm_jobs: HashMap<TaskId, String> = HashMap::new();
         for (id, handle) in &report.orphans {
-            if let Some(job) = crate::slurm::job_of_handle(handle) {
-                // Submitted again below: the old job must not run twice.
-                tracing::info!("task {id}: cancelling slurm job {job} left by the previous daemon");
-                crate::slurm::scancel(job);
+            if crate::slurm::job_of_handle(handle).is_some() {
+                slurm_jobs.insert(*id, handle.clone());
                 continue;
             }
             let killed = orphans::kill_orphan(handle);
@@ -334,9 +335,20 @@ impl Engine {
         let engine = Engine { shared, queue, pump: Mutex::new(Some(pump)), slurm };
         let tasks = engine.shared.store().load_all()?;
         for rec in tasks.into_iter().filter(|r| !r.state.is_terminal()) {
+            if let (Some(handle), Some(slurm)) = (slurm_jobs.remove(&rec.id), &engine.slurm) {
+                slurm.adopt(rec.id, &rec.spec, &handle, rec.memory_retries > 0);
+                continue;
+            }
             let paused = rec.state == TaskState::Paused;
             if let Err(e) = engine.enqueue(rec.id, &rec.spec, paused) {
                 tracing::error!("task {}: cannot queue again after restart: {e}", rec.id);
+            }
+        }
+        for (id, handle) in slurm_jobs {
+            // The task ended at recovery (no retry wanted): so must its job.
+            if let Some(job) = crate::slurm::job_of_handle(&handle) {
+                tracing::info!("task {id}: cancelling slurm job {job} (the task is not run again)");
+                crate::slurm::scancel(job);
             }
         }
         Ok(engine)

@@ -33,13 +33,27 @@ use crate::ids::format_id;
 use crate::spec::{TaskId, TaskSpec, TaskState};
 use crate::store::Outcome;
 
-/// The run-handle prefix of a task out to Slurm (`slurm:<job id>`), so a
-/// restarted daemon cancels the job instead of looking for a process.
+/// The run-handle prefix of a task out to Slurm
+/// (`slurm:<job id>:<report file>`), so a restarted daemon adopts the job
+/// again instead of looking for a process.
 pub(crate) const HANDLE_PREFIX: &str = "slurm:";
+
+/// The handle of `job` reporting to `report` (a file name in the reports
+/// dir).
+fn handle(job: u64, report: &str) -> String {
+    format!("{HANDLE_PREFIX}{job}:{report}")
+}
 
 /// The job id in a run handle written by this module, if it is one.
 pub(crate) fn job_of_handle(handle: &str) -> Option<u64> {
-    handle.strip_prefix(HANDLE_PREFIX)?.parse().ok()
+    handle.strip_prefix(HANDLE_PREFIX)?.split(':').next()?.parse().ok()
+}
+
+/// The report file named in a handle: a plain file name, never a path.
+fn report_of_handle(handle: &str) -> Option<&str> {
+    let (_, name) = handle.strip_prefix(HANDLE_PREFIX)?.split_once(':')?;
+    let plain = !name.is_empty() && !name.contains('/') && name != "." && name != "..";
+    plain.then_some(name)
 }
 
 /// `scancel JOB`; failures are logged (the job may already be gone).
@@ -126,6 +140,37 @@ impl SlurmEngine {
             spec: Arc::new(spec.clone()),
             resubmit: false,
         });
+        self.inner.wake.notify_all();
+    }
+
+    /// Takes back a job a previous daemon submitted for task `id` (its run
+    /// handle survived the restart, and recovery put the task back to
+    /// PENDING): the task is RUNNING again and the job is tracked as if
+    /// this daemon had submitted it, so a job that ran on, or even ended,
+    /// while no daemon watched is judged once and never run twice.
+    /// `resubmitted`: the task already used its one resubmission. A handle
+    /// this daemon cannot read has its job cancelled and the task submitted
+    /// afresh.
+    pub(crate) fn adopt(&self, id: TaskId, spec: &TaskSpec, run_handle: &str, resubmitted: bool) {
+        let (Some(job), Some(report)) = (job_of_handle(run_handle), report_of_handle(run_handle)) else {
+            if let Some(job) = job_of_handle(run_handle) {
+                scancel(job);
+            }
+            self.submit(id, spec);
+            return;
+        };
+        {
+            let mut store = self.inner.shared.store();
+            if let Err(e) = store.start_attempt(id).and_then(|_| store.set_run_handle(id, Some(run_handle))) {
+                tracing::warn!("task {id}: slurm job {job} adopted but not recorded: {e}");
+            }
+        }
+        tracing::info!("task {id}: tracking slurm job {job} again after a restart");
+        self.inner.shared.emit(DaemonEvent::TaskChanged(id));
+        let submitted = Submitted { job, memory: None, oom_retry: spec.oom_retry, resubmitted };
+        let adopted =
+            Job { id, spec: Arc::new(spec.clone()), submitted, report: self.inner.dir.join(report) };
+        lock(&self.inner.state).jobs.insert(job, adopted);
         self.inner.wake.notify_all();
     }
 
@@ -247,7 +292,10 @@ impl Inner {
         let learned = self.shared.governor.learned(&estimate).and_then(|l| l.learned_fixed).map(|f| f.bytes);
         let memory =
             memory_request(spec.estimate.memory_fixed, learned, settings.mem_slack_percent, settings.max_mem);
-        let report = self.dir.join(format!("t{}-s{n}.json", w.id.0));
+        // Unique across daemons: a job of a previous daemon may still write
+        // its report.
+        let report_name = format!("t{}-{}-s{n}.json", w.id.0, self.shared.info.instance);
+        let report = self.dir.join(&report_name);
         let _ = std::fs::remove_file(&report);
         let task = format_id(w.id);
         let cpus = cpus_request(spec.estimate.cpu_millis);
@@ -277,7 +325,7 @@ impl Inner {
             let mut store = self.shared.store();
             let started = if w.resubmit { Ok(0) } else { store.start_attempt(w.id) };
             if let Err(e) =
-                started.and_then(|_| store.set_run_handle(w.id, Some(&format!("{HANDLE_PREFIX}{job_id}"))))
+                started.and_then(|_| store.set_run_handle(w.id, Some(&handle(job_id, &report_name))))
             {
                 tracing::warn!("task {}: slurm job {job_id} not recorded: {e}", w.id);
             }
@@ -375,9 +423,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn handles_name_their_job() {
-        assert_eq!(job_of_handle("slurm:42"), Some(42));
+    fn handles_name_their_job_and_report() {
+        let h = handle(42, "t7-d12-1-s3.json");
+        assert_eq!(h, "slurm:42:t7-d12-1-s3.json");
+        assert_eq!((job_of_handle(&h), report_of_handle(&h)), (Some(42), Some("t7-d12-1-s3.json")));
+        assert_eq!((job_of_handle("slurm:42"), report_of_handle("slurm:42")), (Some(42), None));
         assert_eq!(job_of_handle("pgid:42:123"), None);
         assert_eq!(job_of_handle("slurm:x"), None);
+        for bad in ["slurm:42:", "slurm:42:../x", "slurm:42:a/b", "slurm:42:.."] {
+            assert_eq!(report_of_handle(bad), None, "{bad}");
+        }
     }
 }
