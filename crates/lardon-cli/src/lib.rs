@@ -37,6 +37,21 @@ use clap::Parser;
 
 use crate::error::Failure;
 
+/// Whether `args` (with `lardon` first) is a valid command line, without
+/// running it; the error is clap's message. Deployment files (Kubernetes
+/// manifests, systemd units) are checked with it against this build.
+///
+/// # Errors
+/// The parser's message for an invalid command line.
+pub fn check_args<I, T>(args: I) -> Result<(), String>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::Parser as _;
+    cli::Cli::try_parse_from(args).map(drop).map_err(|e| e.to_string())
+}
+
 /// Runs the `lardon` command line from the process's arguments; returns
 /// its exit code.
 #[must_use]

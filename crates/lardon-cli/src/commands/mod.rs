@@ -1,6 +1,9 @@
 //! One module per verb; [`dispatch`] picks it and returns the exit code.
 
+mod agent;
+mod broker;
 mod cert;
+mod cluster;
 mod control;
 mod daemon;
 mod exec;
@@ -53,6 +56,9 @@ pub(crate) fn dispatch(cli: Cli) -> Result<u8> {
         Command::Policy { set, reset, json } => block_on(policy::run(&cli, set, reset, *json)),
         Command::Progress { progress, message } => block_on(progress::run(*progress, message.as_deref())),
         Command::Scratch(sub) => block_on(scratch::run(&cli, sub)),
+        Command::Broker(args) => broker::run(args),
+        Command::Agent(args) => agent::run(args),
+        Command::Cluster(sub) => block_on(cluster::run(sub)),
         Command::Cert(sub) => cert::run(sub),
     }
 }

@@ -1,19 +1,27 @@
-//! REAPI's `ContentAddressableStorage` and `ActionCache` gRPC services
-//! over the broker's bounded stores, so that the broker's cache is also a
-//! standard remote cache. Only sha256 digests are accepted; every refusal
-//! names the field. The tree, chunking and splicing calls are not offered
-//! (`UNIMPLEMENTED`).
+//! REAPI's `ContentAddressableStorage`, `ActionCache` and `Capabilities`
+//! gRPC services and the `google.bytestream.ByteStream` blob transfer over
+//! the broker's bounded stores, so that the broker's cache is also a
+//! standard remote cache (`bazel --remote_cache=grpc://…` works against
+//! it). Only sha256 digests and uncompressed blobs are accepted; every
+//! refusal names the field. The tree, chunking and splicing calls are not
+//! offered (`UNIMPLEMENTED`).
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
+use bazel_remote_apis::build::bazel::semver::SemVer;
+use bazel_remote_apis::google::bytestream::byte_stream_server::ByteStream;
+use bazel_remote_apis::google::bytestream::{
+    QueryWriteStatusRequest, QueryWriteStatusResponse, ReadRequest, ReadResponse, WriteRequest, WriteResponse,
+};
 use bazel_remote_apis::google::rpc;
 use tokio_stream::Stream;
 use tonic::{Code, Request, Response, Status};
 
 use super::reapi;
 use super::reapi::action_cache_server::ActionCache as ActionCacheApi;
+use super::reapi::capabilities_server::Capabilities;
 use super::reapi::content_addressable_storage_server::ContentAddressableStorage;
 use super::store::{ActionCache, Cas, check_digest};
 
@@ -203,5 +211,131 @@ impl ActionCacheApi for CacheService {
             .put(&key, result.clone(), Instant::now())
             .map_err(|e| Status::invalid_argument(format!("action_digest: {e}")))?;
         Ok(Response::new(result))
+    }
+}
+
+/// The largest batch a client may send (gRPC's default message size).
+const MAX_BATCH_BYTES: i64 = 4 << 20;
+/// Bytes per message of a ByteStream read.
+const READ_CHUNK: usize = 64 << 10;
+
+#[tonic::async_trait]
+impl Capabilities for CacheService {
+    async fn get_capabilities(
+        &self,
+        _: Request<reapi::GetCapabilitiesRequest>,
+    ) -> Result<Response<reapi::ServerCapabilities>, Status> {
+        let version = |minor| Some(SemVer { major: 2, minor, patch: 0, prerelease: String::new() });
+        Ok(Response::new(reapi::ServerCapabilities {
+            cache_capabilities: Some(reapi::CacheCapabilities {
+                digest_functions: vec![reapi::digest_function::Value::Sha256 as i32],
+                action_cache_update_capabilities: Some(reapi::ActionCacheUpdateCapabilities {
+                    update_enabled: true,
+                }),
+                max_batch_total_size_bytes: MAX_BATCH_BYTES,
+                symlink_absolute_path_strategy: reapi::symlink_absolute_path_strategy::Value::Disallowed
+                    as i32,
+                ..Default::default()
+            }),
+            low_api_version: version(0),
+            high_api_version: version(3),
+            ..Default::default()
+        }))
+    }
+}
+
+/// The digest a ByteStream resource name ends with:
+/// `[INSTANCE/]blobs/HASH/SIZE` (read) or
+/// `[INSTANCE/]uploads/UUID/blobs/HASH/SIZE[/…]` (write).
+fn resource_digest(name: &str) -> Result<reapi::Digest, Status> {
+    let bad = || Status::invalid_argument(format!("resource_name: `{name}` does not name blobs/HASH/SIZE"));
+    if name.split('/').any(|p| p == "compressed-blobs") {
+        return Err(Status::invalid_argument("resource_name: compressed blobs are not supported"));
+    }
+    let mut parts = name.split('/').skip_while(|p| *p != "blobs").skip(1);
+    let hash = parts.next().ok_or_else(bad)?;
+    let size = parts.next().and_then(|s| s.parse::<i64>().ok()).ok_or_else(bad)?;
+    let d = reapi::Digest { hash: hash.to_owned(), size_bytes: size };
+    check_digest(&d).map_err(|e| Status::invalid_argument(format!("resource_name: {e}")))?;
+    Ok(d)
+}
+
+#[tonic::async_trait]
+impl ByteStream for CacheService {
+    type ReadStream = Pin<Box<dyn Stream<Item = Result<ReadResponse, Status>> + Send>>;
+
+    async fn read(&self, req: Request<ReadRequest>) -> Result<Response<Self::ReadStream>, Status> {
+        let req = req.into_inner();
+        let d = resource_digest(&req.resource_name)?;
+        let data = self.cas().get(&d).ok_or_else(|| Status::not_found(format!("no blob {}", d.hash)))?;
+        let start = usize::try_from(req.read_offset).ok().filter(|o| *o <= data.len()).ok_or_else(|| {
+            Status::out_of_range(format!(
+                "read_offset: {} is beyond the blob's {} bytes",
+                req.read_offset,
+                data.len()
+            ))
+        })?;
+        let end = match usize::try_from(req.read_limit) {
+            Ok(0) | Err(_) => data.len(),
+            Ok(limit) => start.saturating_add(limit).min(data.len()),
+        };
+        let chunks: Vec<Result<ReadResponse, Status>> =
+            data[start..end].chunks(READ_CHUNK).map(|c| Ok(ReadResponse { data: c.to_vec() })).collect();
+        // An empty blob still answers with one (empty) message.
+        let chunks = if chunks.is_empty() { vec![Ok(ReadResponse { data: Vec::new() })] } else { chunks };
+        Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
+    }
+
+    async fn write(
+        &self,
+        req: Request<tonic::Streaming<WriteRequest>>,
+    ) -> Result<Response<WriteResponse>, Status> {
+        let mut stream = req.into_inner();
+        let mut digest: Option<reapi::Digest> = None;
+        let mut data = Vec::new();
+        while let Some(msg) = stream.message().await? {
+            if digest.is_none() {
+                let d = resource_digest(&msg.resource_name)?;
+                // Already held: REAPI lets the server end the upload early.
+                if self.cas().missing(std::slice::from_ref(&d)).is_empty() {
+                    return Ok(Response::new(WriteResponse { committed_size: d.size_bytes }));
+                }
+                digest = Some(d);
+            }
+            if msg.write_offset != i64::try_from(data.len()).unwrap_or(i64::MAX) {
+                return Err(Status::invalid_argument(format!(
+                    "write_offset: {} where {} bytes were received",
+                    msg.write_offset,
+                    data.len()
+                )));
+            }
+            let expected = digest.as_ref().map_or(0, |d| d.size_bytes);
+            if i64::try_from(data.len() + msg.data.len()).unwrap_or(i64::MAX) > expected {
+                return Err(Status::invalid_argument(format!(
+                    "data: more than the {expected} bytes the resource names"
+                )));
+            }
+            data.extend_from_slice(&msg.data);
+            if msg.finish_write {
+                break;
+            }
+        }
+        let d = digest.ok_or_else(|| Status::invalid_argument("resource_name: no message received"))?;
+        let size = i64::try_from(data.len()).unwrap_or(i64::MAX);
+        self.cas().put(&d, data).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        Ok(Response::new(WriteResponse { committed_size: size }))
+    }
+
+    async fn query_write_status(
+        &self,
+        req: Request<QueryWriteStatusRequest>,
+    ) -> Result<Response<QueryWriteStatusResponse>, Status> {
+        let d = resource_digest(&req.into_inner().resource_name)?;
+        let complete = self.cas().missing(std::slice::from_ref(&d)).is_empty();
+        // Partial uploads are not kept: an incomplete write restarts at 0.
+        Ok(Response::new(QueryWriteStatusResponse {
+            committed_size: if complete { d.size_bytes } else { 0 },
+            complete,
+        }))
     }
 }
