@@ -6,6 +6,22 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
+# The native Slurm tests (lardon-cli's `slurm-tests` feature, on with
+# --all-features) need a running Slurm. `.ci/run` starts one and exports
+# SLURM_CONF; run directly, this script starts its own (as root: it may
+# install Debian's packages) and stops it at exit. Without Slurm those tests
+# fail naming scripts/slurm-up.sh; they never skip.
+if [ -z "${SLURM_CONF:-}" ]; then
+    step "Slurm for the native-mode tests (scripts/slurm-up.sh)"
+    slurm_state=${LARDON_SLURM_DIR:-/tmp/lardon-test-slurm}
+    if up=$(./scripts/slurm-up.sh "$slurm_state"); then
+        eval "$(printf '%s\n' "$up" | tail -n 1)"
+        trap './scripts/slurm-down.sh "$slurm_state"' EXIT
+    else
+        echo "Slurm could not start: the slurm-tests will fail" >&2
+    fi
+fi
+
 # A real REAPI client for the broker's cache test (Debian's bazel-bootstrap,
 # about 40 MiB; nothing is fetched at test time).
 if ! command -v bazel >/dev/null 2>&1; then

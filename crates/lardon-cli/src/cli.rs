@@ -66,6 +66,16 @@ pub(crate) enum Command {
     /// `ls *.jpg | lardon submit --each --mem 1GiB -- convert {} out/{#}.png`.
     #[command(visible_alias = "add")]
     Submit(SubmitArgs),
+    /// Run a command and report its peak memory, duration and exit to a
+    /// file: the wrapper every native-mode Slurm job runs (`submit --engine
+    /// slurm`). Exits with the command's status.
+    ///
+    /// The peak is the Slurm job cgroup's high-water mark when the command
+    /// runs in one (`memory.peak`, `memory.max_usage_in_bytes`), else the
+    /// command's largest resident set.
+    ///
+    /// Example: `lardon exec --report /tmp/r.json -- ./render.sh scene.blend`
+    Exec(ExecArgs),
     /// Show tasks: state, progress, elapsed time, ETA and why a task waits.
     ///
     /// Example: `lardon status` or `lardon status 7 --json`
@@ -540,6 +550,11 @@ pub(crate) struct SubmitArgs {
     /// Submit in the paused state
     #[arg(long)]
     pub(crate) paused: bool,
+    /// Where it runs: `local` (this host, admitted by the daemon) or
+    /// `slurm` (its own `sbatch` job, `--mem` from what its class learned;
+    /// the daemon needs Slurm's client commands and SLURM_CONF)
+    #[arg(long, value_enum, default_value_t = EngineArg::Local)]
+    pub(crate) engine: EngineArg,
     /// One task per line of FILE (`-` or nothing: standard input), as GNU
     /// parallel does: in the command and --name, `{}` is the line and `{#}`
     /// its number; without `{}` the line is the last argument. Blank lines
@@ -549,6 +564,25 @@ pub(crate) struct SubmitArgs {
     /// Print the task as JSON instead of its id
     #[arg(long)]
     pub(crate) json: bool,
+    /// The command and its arguments (after `--`)
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub(crate) command: Vec<String>,
+}
+
+/// `submit --engine`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum EngineArg {
+    /// This host.
+    Local,
+    /// One Slurm job per task (native mode).
+    Slurm,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ExecArgs {
+    /// Write the report (JSON: exit, signal, wall time, peak) here
+    #[arg(long, value_name = "FILE")]
+    pub(crate) report: PathBuf,
     /// The command and its arguments (after `--`)
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub(crate) command: Vec<String>,

@@ -8,6 +8,8 @@
 //!   versioned migrations, crash recovery);
 //! * [`runner`]: the [`runner::Executor`] interface and the local executor
 //!   (process group, cgroup, logs, peaks);
+//! * [`slurm`]: native Slurm mode (one `sbatch` job per task) and
+//!   `lardon exec`, the wrapper its jobs run;
 //! * the engine (store + Governor + Task Queue + event pump), the gRPC
 //!   service and the opt-in Prometheus endpoint are private; start them
 //!   with [`run`] or [`start_in_process`].
@@ -48,6 +50,7 @@ pub mod runner;
 mod server;
 mod service;
 pub mod settings;
+pub mod slurm;
 pub mod spec;
 pub mod store;
 

@@ -57,11 +57,39 @@ pub struct DaemonSettings {
     pub memory_slack: u64,
     /// Proportional slack above the contract's memory, percent.
     pub memory_slack_percent: u32,
+    /// Native Slurm mode (docs/DESIGN.md §14).
+    pub slurm: SlurmSettings,
 }
 
 impl Default for DaemonSettings {
     fn default() -> Self {
-        DaemonSettings { enforce: EnforceMode::Hard, memory_slack: 64 << 20, memory_slack_percent: 10 }
+        DaemonSettings {
+            enforce: EnforceMode::Hard,
+            memory_slack: 64 << 20,
+            memory_slack_percent: 10,
+            slurm: SlurmSettings::default(),
+        }
+    }
+}
+
+/// The `slurm_*` policy keys: how native mode sizes and paces its jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlurmSettings {
+    /// Jobs submitted and not yet ended, at most (backpressure on Slurm);
+    /// further tasks wait in the daemon, PENDING. At least 1.
+    pub max_jobs: u32,
+    /// `--mem` = learned peak × (1 + this / 100) when above the declared size.
+    pub mem_slack_percent: u32,
+    /// No job asks for more than this `--mem`, bytes (`None`: no cap).
+    pub max_mem: Option<u64>,
+    /// How often outstanding jobs are looked up (one `squeue` for all of
+    /// them), milliseconds; no lookups while none is outstanding.
+    pub poll_ms: u32,
+}
+
+impl Default for SlurmSettings {
+    fn default() -> Self {
+        SlurmSettings { max_jobs: 64, mem_slack_percent: 10, max_mem: None, poll_ms: 1000 }
     }
 }
 
@@ -99,6 +127,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ("enforce", "per-task cgroup limit: off, soft or hard"),
     ("memory_slack", "fixed memory allowed above the contract before enforcement"),
     ("memory_slack_percent", "proportional memory allowed above the contract, percent"),
+    ("slurm_max_jobs", "native Slurm mode: jobs submitted and not yet ended, at most"),
+    ("slurm_mem_slack_percent", "native Slurm mode: --mem is the learned peak plus this percent"),
+    ("slurm_max_mem", "native Slurm mode: cap on any job's --mem (`none` = no cap)"),
+    ("slurm_poll_ms", "native Slurm mode: milliseconds between job-state lookups while jobs are out"),
 ];
 
 /// `pairs` in the order of [`KEYS`] (unknown keys last, as given), so that
@@ -138,6 +170,10 @@ pub fn get(policy: &HostPolicy, settings: &DaemonSettings, key: &str) -> Option<
         "enforce" => settings.enforce.to_string(),
         "memory_slack" => exact_bytes(settings.memory_slack),
         "memory_slack_percent" => settings.memory_slack_percent.to_string(),
+        "slurm_max_jobs" => settings.slurm.max_jobs.to_string(),
+        "slurm_mem_slack_percent" => settings.slurm.mem_slack_percent.to_string(),
+        "slurm_max_mem" => opt(settings.slurm.max_mem.map(exact_bytes)),
+        "slurm_poll_ms" => settings.slurm.poll_ms.to_string(),
         _ => return None,
     })
 }
@@ -202,6 +238,28 @@ pub fn set(
             }
             settings.memory_slack_percent = p;
         }
+        "slurm_max_jobs" => {
+            let n: u32 = num(key, value)?;
+            if n == 0 {
+                return Err(format!("{key}: at least 1"));
+            }
+            settings.slurm.max_jobs = n;
+        }
+        "slurm_mem_slack_percent" => {
+            let p: u32 = num(key, value)?;
+            if p > 1000 {
+                return Err(format!("{key}: at most 1000"));
+            }
+            settings.slurm.mem_slack_percent = p;
+        }
+        "slurm_max_mem" => settings.slurm.max_mem = none_or(value, |v| bytes(key, v))?,
+        "slurm_poll_ms" => {
+            let ms: u32 = num(key, value)?;
+            if ms < 10 {
+                return Err(format!("{key}: at least 10"));
+            }
+            settings.slurm.poll_ms = ms;
+        }
         _ => {
             return Err(format!(
                 "{key}: unknown policy key (known: {})",
@@ -234,6 +292,23 @@ mod tests {
         assert!(set(&mut policy, &mut settings, "psi_cpu", "NaN").unwrap_err().starts_with("psi_cpu:"));
         set(&mut policy, &mut settings, "max_running", "none").unwrap();
         assert_eq!(policy.max_running, None);
+    }
+
+    #[test]
+    fn slurm_keys_are_checked_and_named() {
+        let mut policy = HostPolicy::default_for(&HostProfile::new(16 << 30, 8));
+        let mut settings = DaemonSettings::default();
+        set(&mut policy, &mut settings, "slurm_max_mem", "8GiB").unwrap();
+        assert_eq!(settings.slurm.max_mem, Some(8 << 30));
+        assert_eq!(get(&policy, &settings, "slurm_max_mem").unwrap(), "8GiB");
+        set(&mut policy, &mut settings, "slurm_max_jobs", "3").unwrap();
+        assert_eq!(settings.slurm.max_jobs, 3);
+        for (key, bad) in
+            [("slurm_max_jobs", "0"), ("slurm_poll_ms", "5"), ("slurm_mem_slack_percent", "1001")]
+        {
+            let e = set(&mut policy, &mut settings, key, bad).unwrap_err();
+            assert!(e.starts_with(&format!("{key}:")), "{e}");
+        }
     }
 
     #[test]

@@ -293,6 +293,49 @@ pub struct TaskSpec {
     /// learned size (default; a bounded number of times) or the task fails.
     #[serde(default = "default_true")]
     pub oom_retry: bool,
+    /// Where the task runs: this host (default) or one Slurm job per run
+    /// (native mode, docs/DESIGN.md §14). Omitted from the stored JSON
+    /// when local, so specs stored before the field existed read the same.
+    #[serde(default, skip_serializing_if = "RunEngine::is_local")]
+    pub engine: RunEngine,
+}
+
+/// Where a task's runs happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunEngine {
+    /// On this host, admitted by the Governor, run by the local executor.
+    #[default]
+    Local,
+    /// Each run is its own `sbatch` job sized from what the class learned
+    /// (see [`crate::slurm`]).
+    Slurm,
+}
+
+impl RunEngine {
+    /// `local` or `slurm`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunEngine::Local => "local",
+            RunEngine::Slurm => "slurm",
+        }
+    }
+
+    /// The default engine (serde's skip test).
+    pub fn is_local(&self) -> bool {
+        *self == RunEngine::Local
+    }
+}
+
+impl FromStr for RunEngine {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "" | "local" => Ok(RunEngine::Local),
+            "slurm" => Ok(RunEngine::Slurm),
+            other => Err(SpecError::BadEngine(other.to_owned())),
+        }
+    }
 }
 
 impl TaskSpec {
@@ -314,6 +357,7 @@ impl TaskSpec {
             items: None,
             retry_on_interrupt: true,
             oom_retry: true,
+            engine: RunEngine::Local,
         }
     }
 
@@ -448,6 +492,9 @@ pub enum SpecError {
     /// Not a task state word.
     #[error("state: `{0}` is not a task state")]
     BadState(String),
+    /// Not an engine name.
+    #[error("engine: `{0}` is not one of local, slurm")]
+    BadEngine(String),
     /// Not a decision kind word.
     #[error("decision: `{0}` is not a decision kind")]
     BadDecision(String),

@@ -6,6 +6,7 @@ mod cert;
 mod cluster;
 mod control;
 mod daemon;
+mod exec;
 mod log;
 mod policy;
 pub(crate) mod progress;
@@ -36,6 +37,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<u8> {
         }
         Command::Top { no_color } => top(&cli, *no_color),
         Command::Exercise(args) => crate::exercise::run(args),
+        Command::Exec(args) => exec::run(args),
         Command::Run { file, plain, fresh } => run::run(&cli, file, *plain, *fresh),
         Command::Submit(args) => block_on(submit::run(&cli, args)),
         Command::Status { id, json } => block_on(status::status(&cli, id.as_deref(), *json)),

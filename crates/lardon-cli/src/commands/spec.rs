@@ -126,6 +126,7 @@ pub(crate) fn task_spec(needs: &NeedsArgs, parts: SpecParts, style: Style) -> Re
         items: needs.items,
         retry_on_interrupt: Some(parts.retry),
         oom_retry: parts.no_oom_retry.then_some(false),
+        engine: String::new(),
     })
 }
 

@@ -6,7 +6,7 @@ use anyhow::Result;
 use lardon_proto::pb;
 
 use super::spec::{SpecParts, Style, task_spec};
-use crate::cli::{Cli, SubmitArgs};
+use crate::cli::{Cli, EngineArg, SubmitArgs};
 use crate::each;
 use crate::error::{from_status, usage};
 
@@ -24,7 +24,8 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
     if let Some(source) = &args.each {
         return each(cli, args, &parts, source).await;
     }
-    let spec = task_spec(&args.needs, parts, Style::Flags)?;
+    let mut spec = task_spec(&args.needs, parts, Style::Flags)?;
+    spec.engine = engine_name(args.engine);
     let mut client = crate::client::connect(cli).await?;
     let resp = client
         .submit(pb::SubmitRequest { spec: Some(spec), paused: args.paused })
@@ -38,6 +39,14 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
         super::out(&format!("{}\n", resp.id))?;
     }
     Ok(0)
+}
+
+/// The wire name of `--engine` (empty: the default, local).
+fn engine_name(engine: EngineArg) -> String {
+    match engine {
+        EngineArg::Local => String::new(),
+        EngineArg::Slurm => "slurm".to_owned(),
+    }
 }
 
 /// Everything of the spec but its needs, from the flags (`cwd` resolved).
@@ -55,12 +64,14 @@ pub(crate) fn parts(args: &SubmitArgs, cwd: &Path) -> SpecParts {
 }
 
 /// The spec of one `--each` input: its placeholders filled, then built
-/// and checked as a single submit's.
+/// and checked as a single submit's (with its `--engine`).
 pub(crate) fn each_spec(args: &SubmitArgs, parts: &SpecParts, input: &each::Input) -> Result<pb::TaskSpec> {
     let mut p = parts.clone();
     p.argv = each::command(&parts.argv, input);
     p.name = each::fill(&parts.name, input);
-    task_spec(&args.needs, p, Style::Flags)
+    let mut spec = task_spec(&args.needs, p, Style::Flags)?;
+    spec.engine = engine_name(args.engine);
+    Ok(spec)
 }
 
 /// Tasks per `SubmitMany` call: the daemon's limit per call.

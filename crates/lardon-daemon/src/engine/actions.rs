@@ -8,7 +8,7 @@ use lardon::{QueueError, TaskState as QState};
 
 use super::{DaemonEvent, Engine, qid};
 use crate::settings;
-use crate::spec::{TaskId, TaskSpec, TaskState};
+use crate::spec::{RunEngine, TaskId, TaskSpec, TaskState};
 use crate::store::{NewTask, Outcome, StoreError};
 
 /// Why a request was refused; mapped to a gRPC status by the service.
@@ -78,6 +78,9 @@ impl Engine {
         for (i, spec) in specs.iter().enumerate() {
             let at = if prefix.is_empty() { String::new() } else { format!("{prefix}[{i}].") };
             self.check(spec).map_err(|m| ActionError::Invalid(format!("{at}{m}")))?;
+            if paused && spec.engine == RunEngine::Slurm {
+                return Err(ActionError::Invalid(format!("{at}engine slurm: paused: cannot submit paused")));
+            }
         }
         let news: Vec<NewTask> = specs.into_iter().map(|spec| NewTask { spec, paused }).collect();
         let ids = self.shared.store().insert_tasks(&news)?;
@@ -96,6 +99,9 @@ impl Engine {
     /// A spec's own validity, its estimate's, and that its dependencies exist.
     fn check(&self, spec: &TaskSpec) -> Result<(), String> {
         spec.validate().map_err(|e| e.to_string())?;
+        if spec.engine == RunEngine::Slurm {
+            crate::slurm::check(spec)?;
+        }
         // A missing directory is the submitter's mistake, not a failed run.
         if let Some(cwd) = &spec.cwd {
             crate::spec::check_cwd_exists(cwd).map_err(|e| e.to_string())?;
@@ -128,6 +134,9 @@ impl Engine {
     /// SIGKILL after `grace`.
     pub(crate) fn cancel(&self, id: TaskId, grace: Option<Duration>) -> Result<TaskState, ActionError> {
         self.live(id)?;
+        if let Some(state) = self.slurm.as_ref().and_then(|s| s.cancel(id)) {
+            return Ok(state);
+        }
         if let Some(slot) = self.shared.existing_slot(id) {
             slot.cancel(grace.unwrap_or(self.shared.kill_grace));
         }
@@ -148,6 +157,9 @@ impl Engine {
     /// keeps its reservation; a pending task is skipped by the dispatcher.
     pub(crate) fn pause(&self, id: TaskId) -> Result<TaskState, ActionError> {
         self.live(id)?;
+        if self.shared.store().get_task(id)?.is_some_and(|r| r.spec.engine == RunEngine::Slurm) {
+            return Err(ActionError::Conflict(format!("task {id} runs in Slurm: it cannot be paused")));
+        }
         match self.queue.set_running_paused(qid(id), true) {
             Ok(()) => {
                 self.shared.slot(id).pause();

@@ -33,7 +33,7 @@ pub(crate) use slot::Slot;
 use crate::DaemonError;
 use crate::runner::{ClassProbes, Executor, LocalExecutor, command_callback, orphans};
 use crate::settings::{self, DaemonSettings, EnforceMode};
-use crate::spec::{DepKind, TaskId, TaskSpec, TaskState};
+use crate::spec::{DepKind, RunEngine, TaskId, TaskSpec, TaskState};
 use crate::store::{Outcome, Store};
 
 /// Capacity of the event fan-out; a slower watcher is told it lagged.
@@ -176,6 +176,9 @@ pub(crate) struct Engine {
     pub(crate) shared: Arc<Shared>,
     pub(crate) queue: TaskQueue,
     pump: Mutex<Option<JoinHandle<()>>>,
+    /// Native Slurm mode; `None` when its thread could not start (its
+    /// tasks then fail saying so).
+    slurm: Option<crate::slurm::SlurmEngine>,
 }
 
 pub(crate) fn qid(id: TaskId) -> lardon::TaskId {
@@ -202,7 +205,14 @@ impl Engine {
         })?;
         let mut store = Store::open(cfg.state_dir.join(lardon_proto::paths::DB_FILE))?;
         let report = store.recover_after_crash()?;
+        // Jobs of native Slurm mode outlive the daemon: their tasks adopt
+        // them again below (those recovery failed have them cancelled).
+        let mut slurm_jobs: HashMap<TaskId, String> = HashMap::new();
         for (id, handle) in &report.orphans {
+            if crate::slurm::job_of_handle(handle).is_some() {
+                slurm_jobs.insert(*id, handle.clone());
+                continue;
+            }
             let killed = orphans::kill_orphan(handle);
             tracing::info!(
                 "task {id}: orphaned run {handle} {}",
@@ -319,12 +329,26 @@ impl Engine {
         );
         let pump = pump::spawn(Arc::clone(&shared), queue.subscribe())
             .map_err(|e| DaemonError::Runtime(format!("cannot start the event pump: {e}")))?;
-        let engine = Engine { shared, queue, pump: Mutex::new(Some(pump)) };
+        let slurm = crate::slurm::SlurmEngine::start(Arc::clone(&shared))
+            .inspect_err(|e| tracing::error!("native Slurm mode unavailable: {e}"))
+            .ok();
+        let engine = Engine { shared, queue, pump: Mutex::new(Some(pump)), slurm };
         let tasks = engine.shared.store().load_all()?;
         for rec in tasks.into_iter().filter(|r| !r.state.is_terminal()) {
+            if let (Some(handle), Some(slurm)) = (slurm_jobs.remove(&rec.id), &engine.slurm) {
+                slurm.adopt(rec.id, &rec.spec, &handle, rec.memory_retries > 0);
+                continue;
+            }
             let paused = rec.state == TaskState::Paused;
             if let Err(e) = engine.enqueue(rec.id, &rec.spec, paused) {
                 tracing::error!("task {}: cannot queue again after restart: {e}", rec.id);
+            }
+        }
+        for (id, handle) in slurm_jobs {
+            // The task ended at recovery (no retry wanted): so must its job.
+            if let Some(job) = crate::slurm::job_of_handle(&handle) {
+                tracing::info!("task {id}: cancelling slurm job {job} (the task is not run again)");
+                crate::slurm::scancel(job);
             }
         }
         Ok(engine)
@@ -351,6 +375,15 @@ impl Engine {
     /// from the store: completed (or removed) satisfies it, any other end
     /// fails an `after` dependent at once.
     pub(crate) fn enqueue(&self, id: TaskId, spec: &TaskSpec, paused: bool) -> Result<(), String> {
+        if spec.engine == RunEngine::Slurm {
+            match &self.slurm {
+                Some(slurm) => slurm.submit(id, spec),
+                None => {
+                    self.fail_unqueued(id, "native Slurm mode is unavailable (see the daemon's log)".into())
+                }
+            }
+            return Ok(());
+        }
         let callback = command_callback(Arc::clone(&self.shared), id, Arc::new(spec.clone()));
         let mut task = Task::new(spec.display_name(), spec.estimate.to_estimate(), callback)
             .with_id(qid(id))
@@ -425,6 +458,9 @@ impl Engine {
     /// tasks resume from their cursor), then the queue closes.
     pub(crate) fn shutdown(&self) {
         self.shared.stopping.store(true, Ordering::SeqCst);
+        if let Some(slurm) = &self.slurm {
+            slurm.stop();
+        }
         for slot in self.shared.all_slots() {
             slot.terminate(self.shared.kill_grace.min(Duration::from_secs(2)));
         }

@@ -122,6 +122,10 @@ pub(crate) fn spec_from_pb(spec: Option<pb::TaskSpec>) -> Result<TaskSpec, Statu
         items: spec.items,
         retry_on_interrupt: spec.retry_on_interrupt.unwrap_or(true),
         oom_retry: spec.oom_retry.unwrap_or(true),
+        engine: spec
+            .engine
+            .parse()
+            .map_err(|e: crate::spec::SpecError| Status::invalid_argument(e.to_string()))?,
     };
     out.validate().map_err(|e| Status::invalid_argument(e.to_string()))?;
     Ok(out)
@@ -157,6 +161,7 @@ pub(crate) fn spec_to_pb(s: &TaskSpec) -> pb::TaskSpec {
         items: s.items,
         retry_on_interrupt: Some(s.retry_on_interrupt),
         oom_retry: Some(s.oom_retry),
+        engine: if s.engine.is_local() { String::new() } else { s.engine.as_str().to_owned() },
     }
 }
 
