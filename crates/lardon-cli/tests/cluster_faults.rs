@@ -99,7 +99,7 @@ fn logs(procs: &[&Proc]) -> String {
 async fn until(addr: &str, what: &str, procs: &[&Proc], ok: impl Fn(&ClusterStatusResponse) -> bool) {
     let start = Instant::now();
     loop {
-        if let Ok(s) = client::status(addr).await
+        if let Ok(s) = client::status(addr, &Default::default()).await
             && ok(&s)
         {
             return;
@@ -130,6 +130,7 @@ fn submitter(addr: &str) -> Submitter {
         heartbeat: Duration::from_secs(1),
         backoff: Backoff { initial: Duration::from_millis(50), max: Duration::from_millis(500) },
         unreachable_after: None,
+        dial: Default::default(),
     })
     .unwrap()
 }
@@ -173,7 +174,7 @@ async fn an_agent_killed_mid_task_has_its_task_finished_once_elsewhere() {
     let mut holder = String::new();
     until(&addr, "the task in flight", &[&b, &a1, &a2], |st| st.agents.iter().any(|a| a.in_flight == 1))
         .await;
-    if let Ok(st) = client::status(&addr).await {
+    if let Ok(st) = client::status(&addr, &Default::default()).await {
         holder = st.agents.iter().find(|a| a.in_flight == 1).map(|a| a.agent_id.clone()).unwrap_or_default();
     }
     let (victim, other) = if holder == "a1" { (&mut a1, "a2") } else { (&mut a2, "a1") };
@@ -189,7 +190,7 @@ async fn an_agent_killed_mid_task_has_its_task_finished_once_elsewhere() {
         other => panic!("{other:?}\n{}", logs(&[&b, &a1, &a2])),
     }
     assert_eq!((count(&runs, "start"), count(&runs, "end")), (2, 1), "started twice, finished once");
-    let st = client::status(&addr).await.unwrap();
+    let st = client::status(&addr, &Default::default()).await.unwrap();
     assert_eq!((st.agents.len(), st.finished, st.queued, st.in_flight), (1, 1, 0, 0));
     assert_eq!(st.agents[0].agent_id, other);
 }

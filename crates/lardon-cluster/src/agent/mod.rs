@@ -320,7 +320,7 @@ impl Agent {
         let estimate = Estimate::builder().memory(need.memory).cpu_millis(need.cpu_millis.max(1)).build();
         let reservation = match self.governor.reserve_available(&estimate) {
             Ok(r) => r,
-            Err(decision) if decision.kind == lardon::DecisionKind::Wait => {
+            Err(decision) if decision.kind() == lardon::DecisionKind::Wait => {
                 self.waited = true;
                 send(out, pb::agent_message::Kind::Report(waited(decision.to_string())));
                 return;
