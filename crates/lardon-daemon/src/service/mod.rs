@@ -97,7 +97,7 @@ fn per_id(
                 Err(error) => {
                     tracing::warn!("request refused for task {text}: {error}");
                     let state = crate::ids::parse_id(text)
-                        .and_then(|id| engine.shared.store().get_task(id).ok().flatten())
+                        .and_then(|id| engine.shared.reader().get_task(id).ok().flatten())
                         .map_or(pb::TaskState::Unspecified, |r| state_to_pb(r.state));
                     pb::TaskActionResult { id: text.clone(), ok: false, error, state: state as i32 }
                 }
@@ -108,7 +108,7 @@ fn per_id(
 }
 
 fn policy_response(engine: &Engine) -> Result<pb::PolicyResponse, Status> {
-    let overrides = engine.shared.store().policy_overrides().map_err(store_status)?;
+    let overrides = engine.shared.reader().policy_overrides().map_err(store_status)?;
     let policy = engine.shared.governor.policy();
     let current = engine.shared.settings();
     let defaults = engine.default_policy();
@@ -152,7 +152,7 @@ impl lardon_proto::Lardon for Service {
         let paused = req.paused;
         self.blocking(move |engine| {
             let id = engine.submit(spec, paused).map_err(status)?;
-            let task = engine.shared.store().get_task(id).map_err(store_status)?.map(|r| engine.task_pb(&r));
+            let task = engine.shared.reader().get_task(id).map_err(store_status)?.map(|r| engine.task_pb(&r));
             Ok(Response::new(pb::SubmitResponse { id: crate::ids::format_id(id), task }))
         })
         .await
@@ -205,7 +205,7 @@ impl lardon_proto::Lardon for Service {
         };
         let (min, only, limit) = (req.min_priority, req.only_min_priority, req.limit);
         self.blocking(move |engine| {
-            let recs = engine.shared.store().list_tasks(&filter).map_err(store_status)?;
+            let recs = engine.shared.reader().list_tasks(&filter).map_err(store_status)?;
             let mut tasks: Vec<pb::Task> =
                 recs.iter().filter(|r| !only || r.spec.priority >= min).map(|r| engine.task_pb(r)).collect();
             if only && limit > 0 {
@@ -219,7 +219,7 @@ impl lardon_proto::Lardon for Service {
     async fn get(&self, req: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
         let id = id_arg("id", &req.into_inner().id)?;
         self.blocking(move |engine| {
-            let rec = engine.shared.store().get_task(id).map_err(store_status)?;
+            let rec = engine.shared.reader().get_task(id).map_err(store_status)?;
             let rec = rec.ok_or_else(|| Status::not_found(format!("no task {id}")))?;
             Ok(Response::new(pb::GetResponse { task: Some(engine.task_pb(&rec)) }))
         })
@@ -233,10 +233,10 @@ impl lardon_proto::Lardon for Service {
         let req = req.into_inner();
         let id = id_arg("id", &req.id)?;
         self.blocking(move |engine| {
-            let rec = engine.shared.store().get_task(id).map_err(store_status)?;
+            let rec = engine.shared.reader().get_task(id).map_err(store_status)?;
             let rec = rec.ok_or_else(|| Status::not_found(format!("no task {id}")))?;
             let history = if req.history {
-                views::course_pb(engine.shared.store().course(id).map_err(store_status)?)
+                views::course_pb(engine.shared.reader().course(id).map_err(store_status)?)
             } else {
                 Vec::new()
             };
@@ -286,7 +286,7 @@ impl lardon_proto::Lardon for Service {
         let ids = req.into_inner().ids;
         self.blocking(move |engine| {
             Ok(Response::new(per_id(engine, &ids, |e, id| {
-                let state = e.shared.store().get_task(id)?.ok_or(ActionError::NotFound(id))?.state;
+                let state = e.shared.reader().get_task(id)?.ok_or(ActionError::NotFound(id))?.state;
                 e.remove(id).map(|()| state)
             })))
         })

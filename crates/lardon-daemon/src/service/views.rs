@@ -29,7 +29,7 @@ impl Engine {
         let av = gov.availability();
         let policy = gov.policy();
         let profile = gov.profile();
-        let counts = self.shared.store().count_by_state()?;
+        let counts = self.shared.reader().count_by_state()?;
         let count = |s: TaskState| counts.iter().find(|(st, _)| *st == s).map_or(0, |(_, n)| *n);
         let to_u32 = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
         let captured = av.last_sample_at.map_or(0, |at| {

@@ -116,6 +116,8 @@ pub(crate) struct QueueState {
     /// queue-wide reason stops the scan early).
     pub(crate) fresh: Vec<TaskId>,
     pub(crate) subscribers: Vec<Sender<QueueEvent>>,
+    /// Events emitted so far (see [`super::TaskQueue::events_emitted`]).
+    pub(crate) emitted: u64,
     /// Terminal outcome of every task that ended, so a dependency on a task
     /// that ended long ago (out of `history`) still resolves. One small
     /// entry per task ever run.
@@ -124,6 +126,7 @@ pub(crate) struct QueueState {
 
 impl QueueState {
     pub(crate) fn emit(&mut self, event: QueueEvent) {
+        self.emitted += 1;
         self.subscribers.retain(|s| s.send(event.clone()).is_ok());
     }
 
