@@ -9,7 +9,7 @@ use lardon::QueueError;
 use super::{DaemonEvent, Dependency, Engine, qid};
 use crate::settings;
 use crate::spec::{TaskId, TaskSpec, TaskState};
-use crate::store::{NewTask, Outcome, StoreError};
+use crate::store::{CourseEntry, NewTask, Outcome, StoreError, TaskFilter, TaskRecord};
 
 /// Why a request was refused; mapped to a gRPC status by the service.
 #[derive(Debug, thiserror::Error)]
@@ -106,7 +106,7 @@ impl Engine {
     }
 
     fn live(&self, id: TaskId) -> Result<TaskState, ActionError> {
-        let rec = self.shared.reader().get_task(id)?.ok_or(ActionError::NotFound(id))?;
+        let rec = self.task(id)?.ok_or(ActionError::NotFound(id))?;
         if rec.state.is_terminal() {
             return Err(ActionError::Conflict(format!("task {id} already ended ({})", rec.state)));
         }
@@ -186,11 +186,12 @@ impl Engine {
         self.settled_state(id)
     }
 
-    /// Forgets a terminal task and its log.
-    pub(crate) fn remove(&self, id: TaskId) -> Result<(), ActionError> {
+    /// Forgets a terminal task and its log; returns the state it ended in.
+    pub(crate) fn remove(&self, id: TaskId) -> Result<TaskState, ActionError> {
+        let state = self.task(id)?.ok_or(ActionError::NotFound(id))?.state;
         self.shared.writer.call(move |s| s.remove_task(id))?;
         self.forget(id);
-        Ok(())
+        Ok(state)
     }
 
     fn forget(&self, id: TaskId) {
@@ -237,7 +238,7 @@ impl Engine {
     /// Applies policy changes atomically: parsed, validated by the
     /// Governor, then persisted.
     pub(crate) fn set_policy(&self, set: &[(String, String)], reset: &[String]) -> Result<(), ActionError> {
-        let overrides = self.shared.reader().policy_overrides()?;
+        let overrides = self.policy_overrides()?;
         let defaults = self.default_policy();
         let mut policy = defaults.clone();
         let mut daemon = settings::DaemonSettings::default();
@@ -265,6 +266,26 @@ impl Engine {
         self.shared.compute.apply(&policy);
         self.queue.resources_changed();
         Ok(())
+    }
+
+    /// A task as committed (`None`: no such task).
+    pub(crate) fn task(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
+        self.shared.reader().get_task(id)
+    }
+
+    /// The committed tasks `filter` selects.
+    pub(crate) fn tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
+        self.shared.reader().list_tasks(filter)
+    }
+
+    /// A task's course (its bounded decision history).
+    pub(crate) fn course(&self, id: TaskId) -> Result<Vec<CourseEntry>, StoreError> {
+        self.shared.reader().course(id)
+    }
+
+    /// The persisted policy overrides.
+    pub(crate) fn policy_overrides(&self) -> Result<Vec<(String, String)>, StoreError> {
+        self.shared.reader().policy_overrides()
     }
 
     /// The host's default policy (before overrides).

@@ -88,8 +88,8 @@ fn eta_to_pb(s: EtaState) -> pb::EtaState {
     }
 }
 
-/// A client's spec, checked: ids parsed, defaults applied, then the spec's
-/// own validation (the estimate is checked by the engine).
+/// A client's spec, decoded: ids parsed and defaults applied. The spec's
+/// validation is the engine's, at submit.
 pub(crate) fn spec_from_pb(spec: Option<pb::TaskSpec>) -> Result<TaskSpec, Status> {
     let spec = spec.ok_or_else(|| Status::invalid_argument("spec: missing"))?;
     let ids = |field: &str, list: &[String]| -> Result<Vec<TaskId>, Status> {
@@ -123,7 +123,7 @@ pub(crate) fn spec_from_pb(spec: Option<pb::TaskSpec>) -> Result<TaskSpec, Statu
         retry_on_interrupt: spec.retry_on_interrupt.unwrap_or(true),
         oom_retry: spec.oom_retry.unwrap_or(true),
     };
-    out.validate().map_err(|e| Status::invalid_argument(e.to_string()))?;
+    // Validated once, by the engine's submit (`Engine::submit_many`).
     Ok(out)
 }
 

@@ -195,12 +195,23 @@ impl Store {
     /// # Errors
     /// [`StoreError::NotFound`]; SQLite errors.
     pub fn set_run_handle(&mut self, id: TaskId, handle: Option<&str>) -> Result<(), StoreError> {
+        self.update_task(id, "set run handle", "UPDATE tasks SET run_handle = ?2 WHERE id = ?1", &handle)
+    }
+
+    /// Runs `sql` (an `UPDATE` of task `?1` with one value `?2`).
+    fn update_task(
+        &mut self,
+        id: TaskId,
+        op: &'static str,
+        sql: &str,
+        value: &dyn rusqlite::ToSql,
+    ) -> Result<(), StoreError> {
         let n = self
             .conn
-            .prepare_cached("UPDATE tasks SET run_handle = ?2 WHERE id = ?1")
-            .ctx("set run handle")?
-            .execute(params![to_i64(id.0, "task id")?, handle])
-            .ctx("set run handle")?;
+            .prepare_cached(sql)
+            .ctx(op)?
+            .execute(params![to_i64(id.0, "task id")?, value])
+            .ctx(op)?;
         if n == 0 { Err(StoreError::NotFound(id)) } else { Ok(()) }
     }
 
@@ -210,13 +221,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::NotFound`]; SQLite errors.
     pub fn set_exit_code(&mut self, id: TaskId, code: i32) -> Result<(), StoreError> {
-        let n = self
-            .conn
-            .prepare_cached("UPDATE tasks SET exit_code = ?2 WHERE id = ?1")
-            .ctx("set exit code")?
-            .execute(params![to_i64(id.0, "task id")?, code])
-            .ctx("set exit code")?;
-        if n == 0 { Err(StoreError::NotFound(id)) } else { Ok(()) }
+        self.update_task(id, "set exit code", "UPDATE tasks SET exit_code = ?2 WHERE id = ?1", &code)
     }
 
     /// Pauses a live task (a no-op if already paused); returns the previous state.
