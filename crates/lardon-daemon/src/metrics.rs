@@ -82,6 +82,18 @@ pub(crate) fn render(engine: &Engine) -> String {
             count.load(std::sync::atomic::Ordering::Relaxed)
         );
     }
+    // Writes per commit: how much group commit saves (one fsync a commit).
+    let writer = &engine.shared.writer;
+    let _ = writeln!(
+        out,
+        "# HELP lardon_store_writes_total Writes applied by the store writer.\n# TYPE lardon_store_writes_total counter\nlardon_store_writes_total {}",
+        writer.writes()
+    );
+    let _ = writeln!(
+        out,
+        "# HELP lardon_store_commits_total Group commits (one fsync each).\n# TYPE lardon_store_commits_total counter\nlardon_store_commits_total {}",
+        writer.groups()
+    );
     let counts = engine.shared.reader().count_by_state().unwrap_or_default();
     let _ = writeln!(out, "# HELP lardon_tasks Tasks by state.\n# TYPE lardon_tasks gauge");
     for state in crate::spec::STATES {

@@ -1,17 +1,20 @@
 //! The durable store: one SQLite database (WAL, `synchronous=FULL`) in the
 //! state dir.
 //!
-//! * Every state change is **one** transaction touching only the rows it
-//!   changes (no whole-state rewrites), and appends its event in the same
-//!   transaction.
+//! * Every state change is **one** atomic unit (a savepoint: its own
+//!   transaction when alone, part of the open group inside the writer)
+//!   touching only the rows it changes (no whole-state rewrites), and
+//!   appends its event in the same unit.
 //! * Schema versions live in `PRAGMA user_version` ([`schema`]); a database
 //!   from a newer build is refused with [`StoreError::TooNew`].
 //! * Task numbers come from a counter that only moves forward, so ids are
 //!   never reused, even after `remove`/`clean`.
 //! * [`Store::recover_after_crash`] applies docs/DESIGN.md §10's crash recovery.
 //!
-//! The store is synchronous; the daemon owns it on one thread (or behind a
-//! mutex with `spawn_blocking`).
+//! The store is synchronous. The daemon writes only through one
+//! [`StoreWriter`] thread, which groups the writes queued behind each other
+//! into one transaction (one fsync per group) and replies after the commit;
+//! it reads through a second connection from [`Store::open_reader`].
 //!
 //! Table groups: `tasks` (insert, read, remove), `transitions` (state
 //! changes, cursor, progress, decisions, recovery), `course` (each task's
