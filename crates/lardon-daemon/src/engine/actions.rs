@@ -35,6 +35,8 @@ impl From<StoreError> for ActionError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::NotFound(id) => ActionError::NotFound(id),
+            // Only at shutdown: the writer stops after the queue closed.
+            StoreError::WriterStopped => ActionError::Unavailable,
             StoreError::UnknownDependency { .. } => ActionError::Invalid(format!("after: {e}")),
             StoreError::NotTerminal { .. } | StoreError::IllegalTransition { .. } => {
                 ActionError::Conflict(e.to_string())
