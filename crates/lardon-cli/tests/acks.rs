@@ -30,6 +30,12 @@ fn submit_each(dir: &std::path::Path, input: &str) -> Vec<String> {
     v["ids"].as_array().unwrap().iter().map(|i| i.as_str().unwrap().to_owned()).collect()
 }
 
+/// `lardon VERB ID`, which must succeed.
+fn act(dir: &std::path::Path, verb: &str, id: &str) {
+    let o = lardon(dir, &[verb, id]);
+    assert!(o.status.success(), "{verb} {id}: {}", stderr(&o));
+}
+
 #[test]
 fn an_acknowledged_submit_survives_kill_9_right_after_the_reply() {
     let tmp = tempfile::tempdir().unwrap();
@@ -72,11 +78,9 @@ fn status_right_after_pause_and_resume_shows_them() {
     let held = submit(dir, &["--paused", "--", "true"]);
     let waiting = submit(dir, &["--after", &held, "--", "true"]);
     for _ in 0..5 {
-        let o = lardon(dir, &["pause", &waiting]);
-        assert!(o.status.success(), "{}", stderr(&o));
+        act(dir, "pause", &waiting);
         assert_eq!(state(dir, &waiting), "paused", "status right after pause");
-        let o = lardon(dir, &["resume", &waiting]);
-        assert!(o.status.success(), "{}", stderr(&o));
+        act(dir, "resume", &waiting);
         assert_eq!(state(dir, &waiting), "pending", "status right after resume");
     }
     // A running command.
@@ -84,14 +88,11 @@ fn status_right_after_pause_and_resume_shows_them() {
     // Setting up only: it must run before it is paused.
     wait_until("the task to run", std::time::Duration::from_secs(30), || state(dir, &running) == "running");
     for _ in 0..3 {
-        let o = lardon(dir, &["pause", &running]);
-        assert!(o.status.success(), "{}", stderr(&o));
+        act(dir, "pause", &running);
         assert_eq!(state(dir, &running), "paused", "status right after pause");
-        let o = lardon(dir, &["resume", &running]);
-        assert!(o.status.success(), "{}", stderr(&o));
+        act(dir, "resume", &running);
         assert_eq!(state(dir, &running), "running", "status right after resume");
     }
-    let o = lardon(dir, &["cancel", &running]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    act(dir, "cancel", &running);
     daemon.stop();
 }
