@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fuzz the decoders of outside input (not run in CI). Usage:
-#   scripts/fuzz.sh [SECONDS per target, default 60]
+#   scripts/fuzz.sh [SECONDS per target, default 60] [TARGET...]
+# Targets: units admission proto flags workload (default: all).
 # Needs the nightly toolchain and cargo-fuzz (cargo-fuzz is installed here
 # if missing). Get nightly with:
 #   rustup toolchain install nightly
@@ -13,8 +14,11 @@ if ! rustup run nightly rustc --version >/dev/null 2>&1; then
 fi
 cd "$(dirname "$0")/../fuzz"
 secs=${1:-60}
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(units admission proto flags workload)
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
-for target in units admission proto; do
+for target in "${targets[@]}"; do
   echo "== $target ($secs s)"
   cargo +nightly fuzz run "$target" -- -max_total_time="$secs"
 done

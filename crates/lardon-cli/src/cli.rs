@@ -144,6 +144,13 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run finished tasks again (completed, failed or cancelled): same command and id, a new attempt.
+    ///
+    /// The task's history stays: `lardon explain ID --history` shows the restart, and its log keeps
+    /// the earlier output above a separator line. A batched task runs all its items again.
+    ///
+    /// Example: `lardon restart 7 8`
+    Restart(IdsArgs),
     /// Forget finished tasks (ids are never reused).
     ///
     /// Example: `lardon remove 7`
@@ -235,6 +242,165 @@ pub(crate) enum Command {
     /// Example: `lardon scratch add /mnt/nvme --capacity 200GiB` then `lardon scratch drain nvme`
     #[command(subcommand)]
     Scratch(ScratchCommand),
+    /// Run a cluster broker: routes tasks from submitters to the agents that
+    /// dial in, by capability, fairly across submitters (docs/DESIGN.md §14).
+    ///
+    /// Example: `lardon broker --listen 127.0.0.1:7700 --state /var/lib/lardon-broker`
+    Broker(BrokerArgs),
+    /// Run a cluster agent: dials the broker, declares what it runs, and runs
+    /// what it is assigned once this host's Governor admits it.
+    ///
+    /// Example: `lardon agent --broker 127.0.0.1:7700 --capability gcc@12:x86_64-linux-gnu`
+    Agent(AgentArgs),
+    /// Talk to a cluster broker: its status, or one command run through it.
+    ///
+    /// Example: `lardon cluster status --broker 127.0.0.1:7700`
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+    /// Cluster security: a private certificate authority, certificates for the broker and its clients, join tokens.
+    ///
+    /// Example: `lardon cert init --dir ca && lardon cert issue broker --ca ca --host broker.lan --out broker`
+    #[command(subcommand)]
+    Cert(CertCommand),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct BrokerArgs {
+    /// Address to listen on (agents and submitters dial it)
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) listen: SocketAddr,
+    /// Directory of the broker's state (SQLite): with it, a restarted broker
+    /// loses nothing [default: in memory]
+    #[arg(long, value_name = "DIR")]
+    pub(crate) state: Option<PathBuf>,
+    /// After a restart, how long agents that held tasks have to reconnect
+    /// before their tasks go elsewhere (e.g. 15s)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms, default_value = "15s")]
+    pub(crate) recovery: u64,
+    /// Heartbeat interval on every stream; a peer silent for three is lost
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms, default_value = "5s")]
+    pub(crate) heartbeat: u64,
+    /// Log level or filter [default: info]
+    #[arg(long, value_name = "LEVEL")]
+    pub(crate) log_level: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AgentArgs {
+    /// The broker (HOST:PORT)
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) broker: String,
+    /// A capability this agent runs, NAME[@VERSION][:TARGET] (repeat it);
+    /// only these are ever run
+    #[arg(long, value_name = "CAP", required = true)]
+    pub(crate) capability: Vec<String>,
+    /// Upper bound on tasks at once [default: the allocation's CPUs (cpuset,
+    /// quota, affinity), not the node's]
+    #[arg(long, value_name = "N", value_parser = parse_count)]
+    pub(crate) tokens: Option<u64>,
+    /// This agent's id [default: HOSTNAME-PID]
+    #[arg(long, value_name = "ID")]
+    pub(crate) id: Option<String>,
+    /// Heartbeat interval (at most the broker's)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms, default_value = "5s")]
+    pub(crate) heartbeat: u64,
+    /// Admit against a simulated host of this size instead of this machine
+    /// (tasks still really run). For tests, never for real work.
+    #[arg(long, value_name = "MEMORY,CPUS", value_parser = parse_host)]
+    pub(crate) simulate_host: Option<(u64, u32)>,
+    /// Log level or filter [default: info]
+    #[arg(long, value_name = "LEVEL")]
+    pub(crate) log_level: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ClusterCommand {
+    /// The broker's agents (capabilities, tokens, tasks held, availability)
+    /// and its queue.
+    Status {
+        /// The broker (HOST:PORT)
+        #[arg(long, value_name = "ADDR")]
+        broker: String,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run one command through the broker and wait for it: prints its
+    /// output and exits with its exit code.
+    ///
+    /// Example: `lardon cluster submit --broker 127.0.0.1:7700 --capability gcc@12 -- gcc -c x.c`
+    Submit(ClusterSubmitArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ClusterSubmitArgs {
+    /// The broker (HOST:PORT)
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) broker: String,
+    /// What it must run on, NAME[@VERSION][:TARGET]
+    #[arg(long, value_name = "CAP")]
+    pub(crate) capability: String,
+    /// The task's id (a resubmission with the same id is the same task)
+    /// [default: HOSTNAME-PID-MILLIS]
+    #[arg(long, value_name = "ID")]
+    pub(crate) id: Option<String>,
+    /// Who submits (fair share is between submitters) [default: HOSTNAME]
+    #[arg(long, value_name = "ID")]
+    pub(crate) submitter: Option<String>,
+    /// Memory it needs (e.g. 2GiB)
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "0")]
+    pub(crate) mem: u64,
+    /// CPUs it needs (e.g. 2, 0.5)
+    #[arg(long, value_name = "CPUS", value_parser = parse_cpu, default_value = "1")]
+    pub(crate) cpus: u32,
+    /// Kill it at the agent past this long (e.g. 10m)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub(crate) deadline: Option<u64>,
+    /// The command (never run through a shell)
+    #[arg(last = true, required = true, value_name = "ARGV")]
+    pub(crate) argv: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum CertCommand {
+    /// Create the cluster's certificate authority: DIR/ca.pem (trusted by all) and DIR/ca.key (keep it private).
+    ///
+    /// Example: `lardon cert init --dir ~/.config/lardon/ca`
+    Init {
+        /// Directory for ca.pem and ca.key (created; an existing CA is never replaced)
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Issue a certificate signed by the CA: OUT/NAME.pem, OUT/NAME.key and a copy of ca.pem.
+    ///
+    /// A broker's certificate (`--host`, one per name or address its clients dial) authenticates it to
+    /// agents and daemons; a client certificate (no `--host`) admits an agent or daemon to the broker.
+    ///
+    /// Example: `lardon cert issue broker --ca ca --host 10.0.0.5 --host broker.lan --out broker`
+    Issue {
+        /// Name of the certificate's holder (letters, digits, - _ .)
+        name: String,
+        /// The CA's directory (from `lardon cert init`)
+        #[arg(long, value_name = "DIR")]
+        ca: PathBuf,
+        /// Issue a broker (server) certificate answering as HOST (repeatable); without it, a client certificate
+        #[arg(long = "host", value_name = "HOST")]
+        hosts: Vec<String>,
+        /// Directory to write into (created)
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Validity in days (1–3650)
+        #[arg(long, default_value_t = 365, value_name = "N")]
+        days: u32,
+    },
+    /// Create a join token file (64 hex digits, mode 0600) that the broker demands of every client.
+    ///
+    /// Example: `lardon cert token --out join.token`
+    Token {
+        /// File to create (an existing one is never overwritten)
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]

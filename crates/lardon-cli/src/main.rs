@@ -1,56 +1,5 @@
-//! The `lardon` binary: parse the command line, dispatch to one verb, and
-//! turn the outcome into an exit code (docs/DESIGN.md §10):
-//! 0 success, 1 a task failed, 2 usage or input error, 3 daemon unreachable.
-//! A closed stdout (`lardon status | head`) ends quietly with 0.
+//! The `lardon` binary; everything lives in the library ([`lardon_cli::main`]).
 
-/// `println!` that ignores a closed stdout (`lardon run … | head`):
-/// progress lines are worth nothing once nobody reads them.
-macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($arg)*);
-    }};
-}
-pub(crate) use say;
-
-mod cli;
-mod client;
-mod commands;
-mod course;
-mod each;
-mod engine;
-mod error;
-mod exercise;
-mod json;
-mod logging;
-mod parse;
-mod render;
-mod workload;
-
-use std::process::ExitCode;
-
-use clap::Parser;
-
-use crate::error::Failure;
-
-fn main() -> ExitCode {
-    let cli = match cli::Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(err) => return error::clap_exit(&err),
-    };
-    match commands::dispatch(cli) {
-        Ok(code) => ExitCode::from(code),
-        Err(err) => report(&err),
-    }
-}
-
-fn report(err: &anyhow::Error) -> ExitCode {
-    if error::is_broken_pipe(err) {
-        return ExitCode::SUCCESS;
-    }
-    let code = err.downcast_ref::<Failure>().map_or(1, Failure::code);
-    // One line: the context chain joined, as ripgrep and cargo do.
-    let text = format!("{err:#}").replace('\n', " ");
-    eprintln!("error: {text}");
-    ExitCode::from(code)
+fn main() -> std::process::ExitCode {
+    lardon_cli::main()
 }

@@ -77,6 +77,16 @@ impl Capability {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// The version; `None` when any will do.
+    pub fn version(&self) -> Option<&str> {
+        (self.version != "*").then_some(self.version.as_str())
+    }
+
+    /// The target; `None` when any will do.
+    pub fn target(&self) -> Option<&str> {
+        (self.target != "*").then_some(self.target.as_str())
+    }
 }
 
 impl fmt::Display for Capability {

@@ -95,6 +95,8 @@ pub enum Delivery {
     RunLocally(String),
     /// Cancelled before it started anywhere.
     Cancelled,
+    /// Its deadline passed while it waited for an agent; it never started.
+    Expired,
 }
 
 /// What a transition asks the transport to do.
@@ -136,4 +138,38 @@ pub enum Submitted {
     AlreadyFinished,
     /// No agent for its capability: answered at once.
     NoExecutor,
+}
+
+/// Where a live task is ([`Router::place`](crate::Router::place)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskPlace {
+    /// Waiting on its route.
+    Queued {
+        /// Runs lost with their agent so far.
+        attempts: u32,
+    },
+    /// Assigned to `agent`.
+    InFlight {
+        /// Which agent holds it.
+        agent: AgentId,
+        /// Runs lost with their agent so far.
+        attempts: u32,
+    },
+}
+
+/// A connected agent as the router sees it
+/// ([`Router::agents`](crate::Router::agents)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentView {
+    /// Its id.
+    pub agent: AgentId,
+    /// The capability keys it declared.
+    pub capabilities: Vec<String>,
+    /// Its token bound.
+    pub tokens: u32,
+    /// Tasks it holds.
+    pub in_flight: usize,
+    /// Its availability mirror, charged for assignments since its last
+    /// update.
+    pub mirror: Availability,
 }

@@ -17,7 +17,8 @@
 //!   before its next update (no prefetch held by saturated agents).
 //! * **Failure.** A submission with no agent for its capability is answered
 //!   [`Delivery::NoExecutor`] at once (the submitter runs it locally). An
-//!   agent's WAIT puts the task back at the head of its submitter's queue.
+//!   agent's WAIT puts the task back at the head of its submitter's queue
+//!   and empties that agent's mirror until its next update.
 //!   A lost agent's tasks are queued again with one more attempt; past
 //!   [`Router::MAX_ATTEMPTS`] they are handed back to run locally. When
 //!   the last agent of a capability goes, its waiting tasks are handed
@@ -37,7 +38,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use crate::capability::Capability;
 use crate::ids::{AgentId, SubmitterId, TaskId};
-use crate::messages::{Availability, Delivery, Event, Hello, Need, Report, Request, Submitted};
+use crate::messages::{
+    AgentView, Availability, Delivery, Event, Hello, Need, Report, Request, Submitted, TaskPlace,
+};
 
 #[derive(Debug, Clone)]
 enum Place {
@@ -227,6 +230,12 @@ impl Router {
         let mut events = Vec::new();
         match report {
             Report::Wait => {
+                // Its mirror admitted what its Governor would not: the
+                // mirror is wrong until the agent's next update, so nothing
+                // more goes there meanwhile (no WAIT ping-pong).
+                if let Some(a) = self.agents.get_mut(agent) {
+                    a.mirror = Availability::default();
+                }
                 if let Some(entry) = self.tasks.get_mut(task) {
                     entry.place = Place::Queued;
                     let key = entry.request.capability.key();
@@ -268,6 +277,89 @@ impl Router {
                     route.remove(&submitter, task);
                 }
                 self.finish(task, Delivery::Cancelled).into_iter().collect()
+            }
+        };
+        self.debug_check();
+        events
+    }
+
+    /// Queues a task known from before a broker restart (read back from
+    /// the broker's store) with the attempts it had, even when no agent
+    /// serves its capability yet: agents are still reconnecting, and
+    /// [`Router::sweep`] hands back what none comes for. Nothing is
+    /// dispatched here (the agents' hellos do it). Returns false, changing
+    /// nothing, for an id already known or finished.
+    pub fn restore(&mut self, request: Request, attempts: u32) -> bool {
+        if self.tasks.contains_key(&request.id) || self.finished_set.contains(&request.id) {
+            return false;
+        }
+        let key = request.capability.key();
+        self.routes.entry(key).or_default().push(&request.submitter, request.id.clone(), false);
+        self.tasks.insert(request.id.clone(), Entry { request, place: Place::Queued, attempts });
+        self.debug_check();
+        true
+    }
+
+    /// Hands back, to run locally, every task waiting on a route that no
+    /// connected agent serves (the end of a restart's recovery window: the
+    /// same answer as when the last agent of a capability goes).
+    pub fn sweep(&mut self) -> Vec<Event> {
+        let events = self.sweep_orphans();
+        self.debug_check();
+        events
+    }
+
+    /// Where a live task is, with its attempts so far; `None` once it is
+    /// finished or if it was never known.
+    pub fn place(&self, task: &TaskId) -> Option<TaskPlace> {
+        self.tasks.get(task).map(|e| match &e.place {
+            Place::Queued => TaskPlace::Queued { attempts: e.attempts },
+            Place::InFlight(agent) => TaskPlace::InFlight { agent: agent.clone(), attempts: e.attempts },
+        })
+    }
+
+    /// The tasks `agent` holds (empty for an unknown agent).
+    pub fn holding(&self, agent: &AgentId) -> Vec<TaskId> {
+        self.agents.get(agent).map(|a| a.holding.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Every connected agent as the router sees it, by id.
+    pub fn agents(&self) -> Vec<AgentView> {
+        self.agents
+            .iter()
+            .map(|(id, a)| AgentView {
+                agent: id.clone(),
+                capabilities: a.capabilities.iter().cloned().collect(),
+                tokens: a.tokens,
+                in_flight: a.holding.len(),
+                mirror: a.mirror,
+            })
+            .collect()
+    }
+
+    /// Tasks in flight at any agent.
+    pub fn in_flight_total(&self) -> usize {
+        self.tasks.values().filter(|e| matches!(e.place, Place::InFlight(_))).count()
+    }
+
+    /// A task's deadline passed: a queued one is answered
+    /// [`Delivery::Expired`] and never starts; one in flight is cancelled
+    /// at its agent (which also kills it at the deadline). Unknown or
+    /// finished ids change nothing.
+    pub fn expire(&mut self, task: &TaskId) -> Vec<Event> {
+        let Some(entry) = self.tasks.get(task) else { return Vec::new() };
+        let events = match &entry.place {
+            Place::InFlight(agent) => vec![Event::Cancel { agent: agent.clone(), task: task.clone() }],
+            Place::Queued => {
+                let key = entry.request.capability.key();
+                let submitter = entry.request.submitter.clone();
+                if let Some(route) = self.routes.get_mut(&key) {
+                    route.remove(&submitter, task);
+                    if route.is_empty() {
+                        self.routes.remove(&key);
+                    }
+                }
+                self.finish(task, Delivery::Expired).into_iter().collect()
             }
         };
         self.debug_check();
@@ -385,10 +477,15 @@ impl Router {
                 self.routes.entry(key).or_default().push(&submitter, id, true);
             }
         }
-        if !sweep {
-            return events;
+        if sweep {
+            events.extend(self.sweep_orphans());
         }
-        // Routes no agent serves any more: hand their tasks back.
+        events
+    }
+
+    /// Routes no agent serves any more: their tasks are handed back.
+    fn sweep_orphans(&mut self) -> Vec<Event> {
+        let mut events = Vec::new();
         let orphaned: Vec<String> = self
             .routes
             .keys()

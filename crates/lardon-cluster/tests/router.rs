@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use lardon_cluster::{
     AgentId, Availability, Capability, Delivery, Event, Hello, Need, Outcome, Report, Request, Router,
-    Submitted, SubmitterId, TaskId,
+    Submitted, SubmitterId, TaskId, TaskPlace,
 };
 use proptest::prelude::*;
 
@@ -321,4 +321,66 @@ proptest! {
         let held: usize = holding.values().map(BTreeSet::len).sum();
         prop_assert_eq!(submitted.len(), delivered_once.len() + r.queued() + held);
     }
+}
+
+#[test]
+fn after_a_restart_restored_tasks_wait_for_their_agents_and_the_sweep_hands_back_the_rest() {
+    let mut r = Router::new(1);
+    // Read back from the store: no agent connected yet, yet nothing is
+    // answered "no executor".
+    assert!(r.restore(req("held", "s", "gcc@12"), 1));
+    assert!(r.restore(req("queued", "s", "gcc@12"), 0));
+    assert!(r.restore(req("orphan", "s", "clang@17"), 0));
+    assert!(!r.restore(req("held", "s", "gcc@12"), 0), "an id is restored once");
+    // The agent that ran `held` is a placeholder holding it: no tokens,
+    // no capabilities, so nothing new goes to it.
+    let ghost = Hello { running: vec![TaskId::new("held").unwrap()], ..agent("a", &[], 0) };
+    assert!(r.hello(ghost).is_empty());
+    assert_eq!(
+        r.place(&TaskId::new("held").unwrap()),
+        Some(TaskPlace::InFlight { agent: AgentId::new("a").unwrap(), attempts: 1 })
+    );
+    // Another agent takes the queued task, never the held one.
+    let ev = r.hello(agent("b", &["gcc@12"], 4));
+    assert_eq!(assigned(&ev), vec![("b".into(), "queued".into())]);
+    // The end of the window: the route nobody serves is handed back.
+    let ev = r.sweep();
+    assert_eq!(
+        delivered(&ev),
+        vec![("orphan".into(), Delivery::RunLocally("no agent for clang@17:* any more".into()))]
+    );
+    r.check().unwrap();
+}
+
+#[test]
+fn a_wait_empties_the_agents_mirror_until_its_next_update() {
+    let mut r = Router::new(1);
+    r.hello(agent("a", &["gcc@12"], 4));
+    r.submit(req("t", "s", "gcc@12"));
+    let a = AgentId::new("a").unwrap();
+    // The mirror still admits the task, but the Governor said WAIT (say,
+    // host pressure): it is not sent straight back to the same agent.
+    let ev = r.report(&a, &TaskId::new("t").unwrap(), Report::Wait);
+    assert!(assigned(&ev).is_empty(), "{ev:?}");
+    assert_eq!(r.queued(), 1);
+    let ev = r.update(&a, Availability { memory: 8 * GIB, cpu_millis: 4000 });
+    assert_eq!(assigned(&ev), vec![("a".into(), "t".into())]);
+}
+
+#[test]
+fn a_passed_deadline_answers_a_queued_task_and_cancels_a_running_one() {
+    let mut r = Router::new(1);
+    r.hello(agent("a", &["gcc@12"], 1));
+    r.submit(req("running", "s", "gcc@12"));
+    r.submit(req("waiting", "s", "gcc@12"));
+    let ev = r.expire(&TaskId::new("waiting").unwrap());
+    assert_eq!(delivered(&ev), vec![("waiting".into(), Delivery::Expired)]);
+    assert_eq!(r.queued(), 0);
+    let ev = r.expire(&TaskId::new("running").unwrap());
+    assert_eq!(
+        ev,
+        vec![Event::Cancel { agent: AgentId::new("a").unwrap(), task: TaskId::new("running").unwrap() }]
+    );
+    assert!(r.expire(&TaskId::new("waiting").unwrap()).is_empty(), "answered once");
+    r.check().unwrap();
 }

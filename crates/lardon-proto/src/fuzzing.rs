@@ -6,19 +6,29 @@ use prost::Message;
 
 use crate::pb;
 
-/// Decodes `bytes` as every request a daemon accepts; whatever decodes must
+/// Decodes `bytes` as every request a daemon (or the broker's KEDA
+/// scaler) accepts; whatever decodes must
 /// encode and decode again to the same message. Never panics on any input
 /// (a panic is the fuzzer's finding).
 pub fn decode_requests(bytes: &[u8]) {
     round_trip::<pb::SubmitRequest>(bytes);
     round_trip::<pb::ListRequest>(bytes);
     round_trip::<pb::CancelRequest>(bytes);
+    round_trip::<pb::RestartRequest>(bytes);
     round_trip::<pb::WaitRequest>(bytes);
     round_trip::<pb::LogRequest>(bytes);
     round_trip::<pb::SetPolicyRequest>(bytes);
     round_trip::<pb::ProgressRequest>(bytes);
     round_trip::<pb::ScratchAddRequest>(bytes);
     round_trip::<pb::Task>(bytes);
+    // What a broker accepts from its peers (their validation is
+    // lardon-cluster's, with its own property test).
+    round_trip::<crate::cluster::AgentMessage>(bytes);
+    round_trip::<crate::cluster::SubmitMessage>(bytes);
+    round_trip::<crate::cluster::BrokerToAgent>(bytes);
+    round_trip::<crate::cluster::SubmitReply>(bytes);
+    round_trip::<crate::keda::ScaledObjectRef>(bytes);
+    round_trip::<crate::keda::GetMetricsRequest>(bytes);
 }
 
 fn round_trip<M: Message + Default + PartialEq>(bytes: &[u8]) {

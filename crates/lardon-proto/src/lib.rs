@@ -1,7 +1,9 @@
 //! # lardon-proto: the gRPC API of the Lardon daemon
 //!
 //! [`pb`] holds the code generated from `proto/lardon/v1/daemon.proto`
-//! (service `lardon.v1.Lardon`, docs/DESIGN.md §10). This crate also knows
+//! (service `lardon.v1.Lardon`, docs/DESIGN.md §10); [`cluster`] the code of
+//! `proto/lardon/v1/cluster.proto` (service `lardon.cluster.v1.Broker`,
+//! docs/DESIGN.md §14). This crate also knows
 //! where the daemon's socket lives ([`paths`]) and how to dial it
 //! ([`connect`]), so the daemon and every client agree on both.
 //!
@@ -36,6 +38,41 @@ pub use paths::{NoStateDir, Paths, SOCKET_FILE};
 )]
 pub mod pb {
     tonic::include_proto!("lardon.v1");
+}
+
+/// Generated code of `proto/lardon/v1/cluster.proto` (package
+/// `lardon.cluster.v1`, docs/DESIGN.md §14): the broker's service
+/// ([`cluster::broker_server::BrokerServer`],
+/// [`cluster::broker_client::BrokerClient`]) and its messages. Validation of
+/// what a peer sends lives with the broker (`lardon-cluster`), which owns the
+/// rules.
+#[allow(
+    missing_docs,
+    unreachable_pub,
+    missing_debug_implementations,
+    clippy::all,
+    clippy::pedantic,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
+pub mod cluster {
+    tonic::include_proto!("lardon.cluster.v1");
+}
+
+/// KEDA's external-scaler interface (`proto/externalscaler/`): the
+/// broker serves [`keda::external_scaler_server::ExternalScaler`] so that
+/// KEDA scales agents from Lardon's queued demand.
+#[allow(
+    missing_docs,
+    unreachable_pub,
+    missing_debug_implementations,
+    clippy::all,
+    clippy::pedantic,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
+pub mod keda {
+    tonic::include_proto!("externalscaler");
 }
 
 pub use pb::lardon_client::LardonClient;

@@ -89,6 +89,7 @@ fake_impl! {
         cancel(pb::CancelRequest) -> pb::TaskActionResponse;
         pause(pb::PauseRequest) -> pb::TaskActionResponse;
         resume(pb::ResumeRequest) -> pb::TaskActionResponse;
+        restart(pb::RestartRequest) -> pb::TaskActionResponse;
         remove(pb::RemoveRequest) -> pb::TaskActionResponse;
         clean(pb::CleanRequest) -> pb::CleanResponse;
         resources(pb::ResourcesRequest) -> pb::ResourcesResponse;

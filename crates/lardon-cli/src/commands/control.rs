@@ -1,4 +1,4 @@
-//! `lardon pause|resume|cancel|remove ID…` and `lardon clean`.
+//! `lardon pause|resume|cancel|restart|remove ID…` and `lardon clean`.
 
 use anyhow::Result;
 use lardon_proto::pb;
@@ -48,6 +48,13 @@ pub(crate) async fn cancel(cli: &Cli, ids: &[String], grace: Option<u64>, as_jso
         .await
         .map_err(|s| from_status("cancel", s))?;
     report(("cancel", "cancelled"), r.into_inner(), as_json)
+}
+
+pub(crate) async fn restart(cli: &Cli, ids: &[String], as_json: bool) -> Result<u8> {
+    let mut c = crate::client::connect(cli).await?;
+    let r =
+        c.restart(pb::RestartRequest { ids: ids.to_vec() }).await.map_err(|s| from_status("restart", s))?;
+    report(("restart", "restarted"), r.into_inner(), as_json)
 }
 
 pub(crate) async fn remove(cli: &Cli, ids: &[String], as_json: bool) -> Result<u8> {

@@ -1,5 +1,9 @@
 //! One module per verb; [`dispatch`] picks it and returns the exit code.
 
+mod agent;
+mod broker;
+mod cert;
+mod cluster;
 mod control;
 mod daemon;
 mod log;
@@ -9,7 +13,7 @@ mod run;
 mod scratch;
 pub(crate) mod spec;
 mod status;
-mod submit;
+pub(crate) mod submit;
 mod wait;
 
 use std::future::Future;
@@ -43,12 +47,17 @@ pub(crate) fn dispatch(cli: Cli) -> Result<u8> {
         Command::Pause(a) => block_on(control::pause(&cli, &a.ids, a.json)),
         Command::Resume(a) => block_on(control::resume(&cli, &a.ids, a.json)),
         Command::Cancel { ids, grace, json } => block_on(control::cancel(&cli, ids, *grace, *json)),
+        Command::Restart(a) => block_on(control::restart(&cli, &a.ids, a.json)),
         Command::Remove(a) => block_on(control::remove(&cli, &a.ids, a.json)),
         Command::Clean { successful_only, json } => block_on(control::clean(&cli, *successful_only, *json)),
         Command::Wait { ids, json } => block_on(wait::run(&cli, ids, *json)),
         Command::Policy { set, reset, json } => block_on(policy::run(&cli, set, reset, *json)),
         Command::Progress { progress, message } => block_on(progress::run(*progress, message.as_deref())),
         Command::Scratch(sub) => block_on(scratch::run(&cli, sub)),
+        Command::Broker(args) => broker::run(args),
+        Command::Agent(args) => agent::run(args),
+        Command::Cluster(sub) => block_on(cluster::run(sub)),
+        Command::Cert(sub) => cert::run(sub),
     }
 }
 

@@ -20,16 +20,7 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
     if args.cwd.is_some() && !cwd.is_dir() {
         return Err(crate::error::usage(format!("--cwd: `{}` is not an existing directory", cwd.display())));
     }
-    let parts = SpecParts {
-        name: args.name.clone().unwrap_or_default(),
-        argv: args.command.clone(),
-        cwd: cwd.to_string_lossy().into_owned(),
-        env: args.env.clone(),
-        priority: args.priority.unwrap_or(0),
-        after: args.after.clone(),
-        retry: !args.no_retry,
-        no_oom_retry: args.no_oom_retry,
-    };
+    let parts = parts(args, &cwd);
     if let Some(source) = &args.each {
         return each(cli, args, &parts, source).await;
     }
@@ -49,6 +40,29 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
     Ok(0)
 }
 
+/// Everything of the spec but its needs, from the flags (`cwd` resolved).
+pub(crate) fn parts(args: &SubmitArgs, cwd: &Path) -> SpecParts {
+    SpecParts {
+        name: args.name.clone().unwrap_or_default(),
+        argv: args.command.clone(),
+        cwd: cwd.to_string_lossy().into_owned(),
+        env: args.env.clone(),
+        priority: args.priority.unwrap_or(0),
+        after: args.after.clone(),
+        retry: !args.no_retry,
+        no_oom_retry: args.no_oom_retry,
+    }
+}
+
+/// The spec of one `--each` input: its placeholders filled, then built
+/// and checked as a single submit's.
+pub(crate) fn each_spec(args: &SubmitArgs, parts: &SpecParts, input: &each::Input) -> Result<pb::TaskSpec> {
+    let mut p = parts.clone();
+    p.argv = each::command(&parts.argv, input);
+    p.name = each::fill(&parts.name, input);
+    task_spec(&args.needs, p, Style::Flags)
+}
+
 /// Tasks per `SubmitMany` call: the daemon's limit per call.
 const PER_CALL: usize = 10_000;
 
@@ -64,10 +78,7 @@ async fn each(cli: &Cli, args: &SubmitArgs, parts: &SpecParts, source: &Path) ->
     };
     let mut specs = Vec::with_capacity(inputs.len());
     for input in &inputs {
-        let mut p = parts.clone();
-        p.argv = each::command(&parts.argv, input);
-        p.name = each::fill(&parts.name, input);
-        specs.push(task_spec(&args.needs, p, Style::Flags)?);
+        specs.push(each_spec(args, parts, input)?);
     }
     let mut client = crate::client::connect(cli).await?;
     let mut ids = Vec::with_capacity(specs.len());

@@ -38,9 +38,9 @@ impl From<StoreError> for ActionError {
             // Only at shutdown: the writer stops after the queue closed.
             StoreError::WriterStopped => ActionError::Unavailable,
             StoreError::UnknownDependency { .. } => ActionError::Invalid(format!("after: {e}")),
-            StoreError::NotTerminal { .. } | StoreError::IllegalTransition { .. } => {
-                ActionError::Conflict(e.to_string())
-            }
+            StoreError::NotTerminal { .. }
+            | StoreError::StillLive { .. }
+            | StoreError::IllegalTransition { .. } => ActionError::Conflict(e.to_string()),
             other => ActionError::Internal(other.to_string()),
         }
     }
@@ -186,6 +186,62 @@ impl Engine {
             Err(e) => return Err(ActionError::Conflict(e.to_string())),
         }
         self.settled_state(id)
+    }
+
+    /// Runs a finished task again: same spec, a new attempt; its history
+    /// (events, course, log) is kept and the log gains a separator line.
+    /// Dependencies are resolved again as at submit: an `after` on a task
+    /// that did not complete fails it at once with that reason.
+    pub(crate) fn restart(&self, id: TaskId) -> Result<TaskState, ActionError> {
+        if self.shared.stopping() {
+            return Err(ActionError::Unavailable);
+        }
+        let rec = self.task(id)?.ok_or(ActionError::NotFound(id))?;
+        if !rec.state.is_terminal() {
+            return Err(ActionError::Conflict(format!(
+                "task {id} is {}; only completed, failed or cancelled tasks can be restarted",
+                rec.state
+            )));
+        }
+        // The queue remembers every ended id; the new attempt reuses it.
+        // (Unknown to this queue: it ended before the daemon's last start.)
+        let _ = self.queue.release_id(qid(id));
+        let from = self.shared.writer.call(move |s| s.restart(id))?;
+        self.mark_log(id, from);
+        self.shared.emit(DaemonEvent::TaskChanged(id));
+        let deps = {
+            let reader = self.shared.reader();
+            rec.spec
+                .dependencies()
+                .map(|(dep, kind)| {
+                    let stored = reader.get_task(dep)?.map(|r| r.state);
+                    Ok(Dependency { id: dep, kind, stored })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?
+        };
+        self.enqueue(id, &rec.spec, false, &deps).map_err(|e| {
+            tracing::warn!("task {id} restarted in the store but not queued: {e}");
+            ActionError::Unavailable
+        })?;
+        self.settled_state(id)
+    }
+
+    /// Appends a line to the task's log so that `lardon log` shows where
+    /// the new attempt's output begins. Best effort: a log that cannot be
+    /// written loses nothing but the separator.
+    fn mark_log(&self, id: TaskId, from: TaskState) {
+        use std::io::Write as _;
+        let path = self.shared.log_path(id);
+        let line = format!("--- lardon: task {id} restarted (it had ended {from}) ---\n");
+        let written = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = written
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!("task {id}: cannot mark the restart in {}: {e}", path.display());
+        }
     }
 
     /// Forgets a terminal task and its log; returns the state it ended in.

@@ -52,6 +52,10 @@ pub(super) fn resume(engine: &Engine, req: pb::ResumeRequest) -> pb::TaskActionR
     per_id(engine, &req.ids, Engine::resume)
 }
 
+pub(super) fn restart(engine: &Engine, req: pb::RestartRequest) -> pb::TaskActionResponse {
+    per_id(engine, &req.ids, Engine::restart)
+}
+
 pub(super) fn cancel(engine: &Engine, req: pb::CancelRequest) -> pb::TaskActionResponse {
     let grace = req.grace_ms.map(Duration::from_millis);
     per_id(engine, &req.ids, |e, id| e.cancel(id, grace))

@@ -141,6 +141,13 @@ impl lardon_proto::Lardon for Service {
         self.handle(req, |e, r| Ok(control::resume(e, r))).await
     }
 
+    async fn restart(
+        &self,
+        req: Request<pb::RestartRequest>,
+    ) -> Result<Response<pb::TaskActionResponse>, Status> {
+        self.handle(req, |e, r| Ok(control::restart(e, r))).await
+    }
+
     async fn remove(
         &self,
         req: Request<pb::RemoveRequest>,

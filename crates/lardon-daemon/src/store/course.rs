@@ -34,6 +34,8 @@ pub enum CourseKind {
     SoftOverrun,
     /// Admission rejected the task.
     Rejected,
+    /// A finished task was asked to run again (same spec, new attempt).
+    Restarted,
 }
 
 impl CourseKind {
@@ -46,6 +48,7 @@ impl CourseKind {
             CourseKind::MemoryRetry => "memory_retry",
             CourseKind::SoftOverrun => "soft_overrun",
             CourseKind::Rejected => "rejected",
+            CourseKind::Restarted => "restarted",
         }
     }
 }
@@ -66,6 +69,7 @@ impl FromStr for CourseKind {
             "memory_retry" => CourseKind::MemoryRetry,
             "soft_overrun" => CourseKind::SoftOverrun,
             "rejected" => CourseKind::Rejected,
+            "restarted" => CourseKind::Restarted,
             other => return Err(format!("`{other}` is not a course entry kind")),
         })
     }

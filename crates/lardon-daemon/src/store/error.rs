@@ -73,6 +73,14 @@ pub enum StoreError {
         /// Its state.
         state: TaskState,
     },
+    /// Only a finished task can be restarted.
+    #[error("store: task {id} is {state}; only completed, failed or cancelled tasks can be restarted")]
+    StillLive {
+        /// The task.
+        id: TaskId,
+        /// Its state.
+        state: TaskState,
+    },
     /// A stored row could not be decoded (corruption or a hand edit).
     #[error("store: {what}: {detail}")]
     Corrupt {

@@ -105,8 +105,8 @@ pub struct TaskRecord {
     pub paused_running: bool,
     /// Why the task is in its state (`interrupted`, a failure reason, …).
     pub state_reason: Option<String>,
-    /// Earlier attempts that were interrupted (the current or next attempt
-    /// is number `attempts + 1`).
+    /// Earlier attempts: interrupted ones, and ended ones a restart
+    /// re-ran (the current or next attempt is number `attempts + 1`).
     pub attempts: u32,
     /// Submission time, Unix ms.
     pub created_ms: i64,

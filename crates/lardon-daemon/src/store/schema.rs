@@ -11,7 +11,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use super::error::{Ctx, StoreError};
 
 /// Migration `i` (0-based) brings the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -153,6 +153,31 @@ CREATE TABLE task_course (
 CREATE INDEX task_course_by_task ON task_course (task_id, seq);
 ALTER TABLE tasks ADD COLUMN memory_retries INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE tasks ADD COLUMN overrun_note TEXT;
+";
+
+/// Version 5: a finished task can be restarted (`lardon restart`), and its
+/// course says so. SQLite cannot widen a CHECK constraint in place, so the
+/// course table is rebuilt with its rows, sequence numbers included.
+const V5: &str = r"
+CREATE TABLE task_course_v5 (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    task_id     INTEGER NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    kind        TEXT NOT NULL CHECK (kind IN
+                  ('admitted', 'waited', 'batch_changed', 'memory_retry', 'soft_overrun', 'rejected',
+                   'restarted')),
+    from_ms     INTEGER NOT NULL,
+    to_ms       INTEGER,
+    batch       INTEGER,
+    memory      INTEGER,
+    cpu_millis  INTEGER,
+    reason_code TEXT NOT NULL DEFAULT '',
+    message     TEXT NOT NULL
+) STRICT;
+INSERT INTO task_course_v5 SELECT seq, task_id, kind, from_ms, to_ms, batch, memory, cpu_millis, reason_code, message
+    FROM task_course;
+DROP TABLE task_course;
+ALTER TABLE task_course_v5 RENAME TO task_course;
+CREATE INDEX task_course_by_task ON task_course (task_id, seq);
 ";
 
 /// The database's `user_version`.

@@ -141,3 +141,58 @@ fn history_rows_from_version_2_migrate_and_rows_that_carry_nothing_go() {
         ]
     );
 }
+
+/// A course written before version 5 keeps its rows and numbering, and
+/// accepts the `restarted` entry afterwards.
+#[test]
+fn the_course_from_version_4_migrates_and_takes_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut conn = rusqlite::Connection::open(&path).unwrap();
+    schema::migrate_to(&mut conn, &path, 4).unwrap();
+    conn.execute_batch(
+        "INSERT INTO tasks (id, name, spec, class, priority, retry_on_interrupt, state, created_ms)
+           VALUES (1, 'old', '{\"argv\":[\"true\"]}', 'default', 0, 1, 'failed', 5);
+         INSERT INTO task_course (seq, task_id, kind, from_ms, message) VALUES (7, 1, 'admitted', 6, 'm');",
+    )
+    .unwrap();
+    drop(conn);
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    assert_eq!(store.restart(TaskId(1)).unwrap(), crate::spec::TaskState::Failed);
+    let seqs: Vec<(i64, String)> = store
+        .conn
+        .prepare("SELECT seq, kind FROM task_course ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(seqs, [(7, "admitted".to_owned()), (8, "restarted".to_owned())]);
+}
+
+/// A restart is the one way out of a terminal state: back to PENDING as a
+/// new attempt with the run's traces cleared; a live task is refused.
+#[test]
+fn a_restart_reopens_only_a_finished_task_as_a_new_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("db")).unwrap();
+    let mut spec = TaskSpec::command(["work"]);
+    spec.items = Some(10);
+    let id = store.insert_tasks(&[NewTask { spec, paused: false }]).unwrap()[0];
+    assert!(matches!(store.restart(id), Err(StoreError::StillLive { .. })), "pending");
+    assert_eq!(store.start_attempt(id).unwrap(), 1);
+    assert!(matches!(store.restart(id), Err(StoreError::StillLive { .. })), "running");
+    store.advance_cursor(id, 4).unwrap();
+    store.set_progress(id, 4, 10, "half").unwrap();
+    let failed =
+        Outcome { state: crate::spec::TaskState::Failed, exit_code: Some(3), reason: Some("x".into()) };
+    store.finish(id, &failed).unwrap();
+
+    assert_eq!(store.restart(id).unwrap(), crate::spec::TaskState::Failed);
+    let t = store.get_task(id).unwrap().unwrap();
+    assert_eq!(t.state, crate::spec::TaskState::Pending);
+    assert_eq!((t.cursor, t.exit_code, t.finished_ms), (0, None, None));
+    assert_eq!(t.state_reason.as_deref(), Some("restarted (attempt 2)"));
+    assert_eq!(store.start_attempt(id).unwrap(), 2, "a new attempt");
+}

@@ -252,6 +252,47 @@ impl Store {
         Ok(to)
     }
 
+    /// Runs a finished task again: COMPLETED, FAILED or CANCELLED →
+    /// PENDING in one transaction, the only way out of a terminal state.
+    /// The spec is unchanged; the attempt count grows by one (so the next
+    /// start is a new attempt), the cursor, progress, exit code, end time
+    /// and decision are cleared, and the course gains a `restarted` entry.
+    /// Its events, course and log are kept. Returns the state it left.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`]; [`StoreError::StillLive`] for a live task.
+    pub fn restart(&mut self, id: TaskId) -> Result<TaskState, StoreError> {
+        const OP: &str = "restart task";
+        let now = self.now_ms();
+        let max_events = self.max_events;
+        let tx = self.conn.savepoint().ctx("begin restart")?;
+        let (from, _, attempts) = current(&tx, id)?;
+        if !from.is_terminal() {
+            return Err(StoreError::StillLive { id, state: from });
+        }
+        let key = to_i64(id.0, "task id")?;
+        let attempt = attempts.saturating_add(2);
+        let reason = format!("restarted (attempt {attempt})");
+        tx.prepare_cached(
+            "UPDATE tasks SET state = 'pending', paused_running = 0, state_reason = ?2,
+                    attempts = attempts + 1, started_ms = NULL, finished_ms = NULL, exit_code = NULL,
+                    run_handle = NULL, cursor = 0, progress_done = 0, progress_total = 0,
+                    progress_message = '', decision_kind = NULL, decision_code = NULL,
+                    decision_message = NULL, decision_batch = NULL, decision_ms = NULL,
+                    memory_retries = 0, overrun_note = NULL
+             WHERE id = ?1",
+        )
+        .ctx(OP)?
+        .execute(params![key, reason])
+        .ctx(OP)?;
+        let message = format!("restarted after it ended {from} (attempt {attempt})");
+        course::push(&tx, id, CourseKind::Restarted, now, None, "", &message)?;
+        let event = state_event(from, TaskState::Pending, Some(&reason));
+        push_event(&tx, Some(id), EventKind::State, &event, now, max_events)?;
+        tx.commit().ctx("commit restart")?;
+        Ok(from)
+    }
+
     /// Ends a live task with `outcome` (one transaction).
     ///
     /// # Errors

@@ -431,6 +431,24 @@ impl TaskQueue {
         Ok(())
     }
 
+    /// Frees an ended task's id, outcome included, so that a task submitted
+    /// with that id runs as a new attempt (a restart). Nothing live can be
+    /// waiting on it: its dependents resolved when it ended.
+    ///
+    /// # Errors
+    /// [`QueueError::NotEnded`] for a live task, [`QueueError::NotFound`]
+    /// for an id that never ended here.
+    pub fn release_id(&self, id: TaskId) -> Result<(), QueueError> {
+        let mut st = self.inner.lock();
+        if st.entries.contains_key(&id) {
+            return Err(QueueError::NotEnded(id));
+        }
+        let known = st.outcomes.remove(&id).is_some();
+        let before = st.history.len();
+        st.history.retain(|v| v.id != id);
+        if known || st.history.len() != before { Ok(()) } else { Err(QueueError::NotFound(id)) }
+    }
+
     /// Forgets an ended task (it leaves `snapshot`; its id stays used).
     ///
     /// # Errors

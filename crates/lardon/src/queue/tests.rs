@@ -406,6 +406,29 @@ fn ids_are_never_reused_and_history_is_bounded() {
     assert_eq!(r.queue.submit(Task::new("after", mem(GIB), |_| Ok(()))).unwrap(), TaskId(1001));
 }
 
+/// A restart reuses an ended task's id once the queue releases it; a live
+/// id cannot be released, and an unknown one is refused.
+#[test]
+fn a_released_id_runs_again_and_only_an_ended_id_is_released() {
+    let r = rig();
+    let id = r.queue.submit(Task::new("once", mem(GIB), |_| Err(TaskError::failed("boom")))).unwrap();
+    r.finished(id);
+    assert!(matches!(
+        r.queue.submit(Task::new("again", mem(GIB), |_| Ok(())).with_id(id)),
+        Err(SubmitError::DuplicateId(_))
+    ));
+    r.queue.release_id(id).unwrap();
+    assert!(r.queue.get(id).is_none(), "the old view is gone");
+    assert_eq!(r.queue.submit(Task::new("again", mem(GIB), |_| Ok(())).with_id(id)).unwrap(), id);
+    r.finished(id);
+    assert_eq!(r.queue.get(id).unwrap().state, TaskState::Completed, "the new attempt's outcome");
+
+    let (_go, body) = gated();
+    let live = r.queue.submit(Task::new("live", mem(GIB), body)).unwrap();
+    assert_eq!(r.queue.release_id(live), Err(crate::QueueError::NotEnded(live)));
+    assert_eq!(r.queue.release_id(TaskId(424_242)), Err(crate::QueueError::NotFound(TaskId(424_242))));
+}
+
 #[test]
 fn try_submit_distinguishes_full_and_closing() {
     let r = rig_with(QueueConfig { capacity: 1, ..QueueConfig::default() }, |p| p.max_running = Some(1));

@@ -1,0 +1,130 @@
+//! `lardon cluster status | submit`: a cluster broker's state, and one
+//! command run through it (docs/DESIGN.md §14).
+
+use std::io::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Result;
+use lardon_cluster::agent::Backoff;
+use lardon_cluster::client::{self, Answer, RemoteTask, StatusError, Submitter, SubmitterConfig};
+use lardon_cluster::{Capability, Need, SubmitterId, TaskId};
+
+use crate::cli::{ClusterCommand, ClusterSubmitArgs};
+use crate::error::{Failure, usage};
+
+pub(crate) async fn run(command: &ClusterCommand) -> Result<u8> {
+    match command {
+        ClusterCommand::Status { broker, json } => status(broker, *json).await,
+        ClusterCommand::Submit(args) => submit(args).await,
+    }
+}
+
+fn unreachable(e: StatusError) -> anyhow::Error {
+    match e {
+        StatusError::Address(e) => usage(e.to_string()),
+        StatusError::Unreachable { .. } => {
+            Failure::Unreachable(format!("{e} (start one with `lardon broker --listen ADDR`)")).into()
+        }
+        StatusError::Call(_) => anyhow::Error::new(e),
+    }
+}
+
+async fn status(broker: &str, json: bool) -> Result<u8> {
+    let s = client::status(broker).await.map_err(unreachable)?;
+    if json {
+        let agents: Vec<serde_json::Value> = s
+            .agents
+            .iter()
+            .map(|a| {
+                let avail = a.availability.unwrap_or_default();
+                serde_json::json!({
+                    "id": a.agent_id, "capabilities": a.capabilities, "tokens": a.tokens,
+                    "in_flight": a.in_flight, "memory_available": avail.memory,
+                    "cpu_available_millis": avail.cpu_millis, "recovering": a.recovering,
+                })
+            })
+            .collect();
+        let v = serde_json::json!({
+            "agents": agents, "queued": s.queued, "in_flight": s.in_flight,
+            "finished": s.finished, "submitters": s.submitters,
+        });
+        super::out(&format!("{v:#}\n"))?;
+        return Ok(0);
+    }
+    let mut text = format!(
+        "{} agent(s), {} submitter(s); {} queued, {} in flight, {} answered\n",
+        s.agents.len(),
+        s.submitters,
+        s.queued,
+        s.in_flight,
+        s.finished
+    );
+    if !s.agents.is_empty() {
+        text.push_str(&format!(
+            "{:<24} {:>6} {:>9} {:>10} {:>8}  CAPABILITIES\n",
+            "AGENT", "TOKENS", "IN FLIGHT", "MEMORY", "CPUS"
+        ));
+    }
+    for a in &s.agents {
+        let avail = a.availability.unwrap_or_default();
+        let id = if a.recovering { format!("{} (reconnecting)", a.agent_id) } else { a.agent_id.clone() };
+        text.push_str(&format!(
+            "{id:<24} {:>6} {:>9} {:>10} {:>8}  {}\n",
+            a.tokens,
+            a.in_flight,
+            lardon::format_bytes(avail.memory),
+            lardon::format_cpus(avail.cpu_millis),
+            a.capabilities.join(" ")
+        ));
+    }
+    super::out(&text)?;
+    Ok(0)
+}
+
+async fn submit(args: &ClusterSubmitArgs) -> Result<u8> {
+    let capability = Capability::parse(&args.capability).map_err(|e| usage(format!("--capability: {e}")))?;
+    let host = super::broker::host_id();
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let id = args.id.clone().unwrap_or_else(|| format!("{host}-{}-{}", std::process::id(), now.as_millis()));
+    let id = TaskId::new(&id).map_err(|e| usage(format!("--id: {e}")))?;
+    let submitter = args.submitter.clone().unwrap_or_else(|| host.clone());
+    let submitter = SubmitterId::new(&submitter).map_err(|e| usage(format!("--submitter: {e}")))?;
+    let mut task = RemoteTask::new(id, capability, args.argv.clone());
+    task.need = Need { memory: args.mem, cpu_millis: args.cpus };
+    task.deadline_unix_ms = args
+        .deadline
+        .map(|ms| i64::try_from(now.as_millis().saturating_add(u128::from(ms))).unwrap_or(i64::MAX));
+    // Fail fast when nothing answers: a never-reached broker is exit 3.
+    client::status(&args.broker).await.map_err(unreachable)?;
+    let client = Submitter::start(SubmitterConfig {
+        broker: args.broker.clone(),
+        submitter,
+        // Often enough for a broker run with a short --heartbeat.
+        heartbeat: Duration::from_secs(1),
+        backoff: Backoff::default(),
+        unreachable_after: Some(Duration::from_secs(60)),
+    })
+    .map_err(|e| usage(e.to_string()))?;
+    let answer = client.submit(&task).answer().await?;
+    match answer {
+        Answer::Done(ended) => {
+            std::io::stdout().write_all(&ended.stdout)?;
+            std::io::stderr().write_all(&ended.stderr)?;
+            if ended.success {
+                return Ok(0);
+            }
+            eprintln!("error: task {} failed at its agent: {}", task.id, ended.reason);
+            Ok(ended.exit_code.and_then(|c| u8::try_from(c).ok()).filter(|c| *c != 0).unwrap_or(1))
+        }
+        Answer::NoExecutor => Err(anyhow::anyhow!("no agent runs {}: run it locally", task.capability)),
+        Answer::RunLocally(why) => Err(anyhow::anyhow!("the cluster gave it back ({why}): run it locally")),
+        Answer::Cancelled => Err(anyhow::anyhow!("task {} was cancelled", task.id)),
+        Answer::DeadlinePassed => {
+            Err(anyhow::anyhow!("task {}: --deadline passed before an agent could start it", task.id))
+        }
+        Answer::Rejected(why) => Err(usage(why)),
+        Answer::Unreachable => {
+            Err(Failure::Unreachable(format!("the broker at {} stopped answering", args.broker)).into())
+        }
+    }
+}

@@ -1,0 +1,441 @@
+//! The broker's single owner of state: one task drives the [`Router`] and
+//! the [`Store`] from the [`Input`]s the streams send it, and sends the
+//! resulting messages to the connected peers. State is written before any
+//! message that depends on it leaves (an assignment is recorded before the
+//! agent sees it, an answer before the agent's report is acknowledged), so
+//! a crash at any point loses nothing and runs nothing twice.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use lardon_proto::cluster as pb;
+use tokio::sync::{mpsc, oneshot};
+use tonic::Status;
+use tracing::{error, info, warn};
+
+use crate::ids::{AgentId, SubmitterId, TaskId};
+use crate::messages::{Availability, Delivery, Event, Hello, Outcome, Report, Submitted, TaskPlace};
+use crate::router::Router;
+use crate::store::{Store, StoreError};
+use crate::wire::{self, Job};
+
+/// Messages to one peer's stream.
+pub(crate) type AgentTx = mpsc::UnboundedSender<Result<pb::BrokerToAgent, Status>>;
+pub(crate) type SubmitTx = mpsc::UnboundedSender<Result<pb::SubmitReply, Status>>;
+
+/// What the streams tell the core. `conn` tells a stream from the one that
+/// replaced it (a reconnect): a late message of the old one is ignored.
+#[derive(Debug)]
+pub(crate) enum Input {
+    AgentHello {
+        hello: Hello,
+        conn: u64,
+        tx: AgentTx,
+    },
+    AgentUpdate {
+        agent: AgentId,
+        conn: u64,
+        availability: Availability,
+    },
+    AgentReport {
+        agent: AgentId,
+        conn: u64,
+        task: TaskId,
+        report: Report,
+        ended: Option<pb::TaskEnded>,
+    },
+    AgentGone {
+        agent: AgentId,
+        conn: u64,
+    },
+    SubmitterHello {
+        submitter: SubmitterId,
+        conn: u64,
+        tx: SubmitTx,
+    },
+    Submit {
+        submitter: SubmitterId,
+        job: Box<Job>,
+    },
+    Cancel {
+        submitter: SubmitterId,
+        task: TaskId,
+    },
+    SubmitterGone {
+        submitter: SubmitterId,
+        conn: u64,
+    },
+    Status {
+        reply: oneshot::Sender<pb::ClusterStatusResponse>,
+    },
+    /// The recovery window after a restart has passed.
+    RecoveryOver,
+    /// A task's deadline passed.
+    Deadline {
+        task: TaskId,
+    },
+}
+
+#[derive(Debug)]
+struct Peer<T> {
+    conn: u64,
+    tx: T,
+}
+
+/// The state the core task owns.
+#[derive(Debug)]
+pub(crate) struct Core {
+    router: Router,
+    store: Store,
+    /// Live tasks: who submitted them and what to run.
+    specs: HashMap<TaskId, (SubmitterId, pb::TaskSpec)>,
+    agents: HashMap<AgentId, Peer<AgentTx>>,
+    submitters: HashMap<SubmitterId, Peer<SubmitTx>>,
+    /// Where deadline timers send [`Input::Deadline`] (`None`: no timers,
+    /// as in tests that send it themselves).
+    timers: Option<mpsc::Sender<Input>>,
+    /// Agents that held tasks before a restart and have not said hello,
+    /// with the cancels asked for their tasks meanwhile.
+    ghosts: BTreeMap<AgentId, Vec<TaskId>>,
+}
+
+impl Core {
+    /// A core over `store`, with its live tasks restored: queued ones on
+    /// their routes, in-flight ones held for their agent's re-hello.
+    /// Returns whether anything was restored (then a recovery window is
+    /// due).
+    pub(crate) fn restore(
+        store: Store,
+        seed: u64,
+        timers: Option<mpsc::Sender<Input>>,
+    ) -> Result<(Self, bool), StoreError> {
+        let mut core = Core {
+            timers,
+            router: Router::new(seed),
+            store,
+            specs: HashMap::new(),
+            agents: HashMap::new(),
+            submitters: HashMap::new(),
+            ghosts: BTreeMap::new(),
+        };
+        let live = core.store.live()?;
+        let restored = !live.is_empty();
+        let mut held: BTreeMap<AgentId, Vec<TaskId>> = BTreeMap::new();
+        for task in live {
+            let submitter =
+                match wire::submitter_hello(&pb::SubmitterHello { submitter_id: task.submitter.clone() }) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        warn!("dropping a stored task of a bad submitter: {e}");
+                        continue;
+                    }
+                };
+            let job = match wire::task_spec(task.spec, &submitter) {
+                Ok(job) => job,
+                Err(e) => {
+                    warn!("dropping a stored task that no longer validates: {e}");
+                    continue;
+                }
+            };
+            let id = job.request.id.clone();
+            if !core.router.restore(job.request, task.attempts) {
+                continue;
+            }
+            if let Some(agent) = task.agent.as_deref().and_then(|a| AgentId::new(a).ok()) {
+                held.entry(agent).or_default().push(id.clone());
+            }
+            core.arm(&id, job.spec.deadline_unix_ms);
+            core.specs.insert(id, (submitter, job.spec));
+        }
+        // Each agent that held tasks becomes a placeholder holding them
+        // (no capabilities, no tokens: nothing new goes to it) until it
+        // says hello again or the recovery window ends.
+        for (agent, running) in held {
+            info!("waiting for agent {agent} to reconnect with {} task(s)", running.len());
+            let hello = Hello {
+                agent: agent.clone(),
+                capabilities: Vec::new(),
+                availability: Availability::default(),
+                tokens: 0,
+                running,
+            };
+            let events = core.router.hello(hello);
+            core.apply(events, &[], None);
+            core.ghosts.insert(agent, Vec::new());
+        }
+        info!("broker state: {} live task(s) restored", core.specs.len());
+        Ok((core, restored))
+    }
+
+    /// Handles one input.
+    pub(crate) fn handle(&mut self, input: Input) {
+        match input {
+            Input::AgentHello { hello, conn, tx } => {
+                let agent = hello.agent.clone();
+                let before = self.router.holding(&agent);
+                let running = hello.running.clone();
+                let cancels = self.ghosts.remove(&agent).unwrap_or_default();
+                info!(
+                    "agent {agent} connected ({} capabilities, {} tokens)",
+                    hello.capabilities.len(),
+                    hello.tokens
+                );
+                let events = self.router.hello(hello);
+                self.agents.insert(agent.clone(), Peer { conn, tx });
+                let touched: Vec<TaskId> = before.into_iter().chain(running.iter().cloned()).collect();
+                self.apply(events, &touched, None);
+                // What it runs that is not its own here (finished, cancelled
+                // or placed elsewhere meanwhile) is stopped; a finished one
+                // whose report is pending is re-reported and acknowledged.
+                let own: BTreeSet<TaskId> = self.router.holding(&agent).into_iter().collect();
+                // Cancels asked while it was away reach it now.
+                for task in cancels.into_iter().filter(|t| own.contains(t)) {
+                    self.to_agent(
+                        &agent,
+                        pb::broker_to_agent::Kind::Cancel(pb::CancelTask { task_id: task.to_string() }),
+                    );
+                }
+                for task in running.into_iter().filter(|t| !own.contains(t)) {
+                    self.to_agent(
+                        &agent,
+                        pb::broker_to_agent::Kind::Cancel(pb::CancelTask { task_id: task.to_string() }),
+                    );
+                }
+            }
+            Input::AgentUpdate { agent, conn, availability } => {
+                if self.is_current_agent(&agent, conn) {
+                    let events = self.router.update(&agent, availability);
+                    self.apply(events, &[], None);
+                }
+            }
+            Input::AgentReport { agent, conn, task, report, ended } => {
+                if !self.is_current_agent(&agent, conn) {
+                    return;
+                }
+                let events = self.router.report(&agent, &task, report);
+                self.apply(events, std::slice::from_ref(&task), ended.map(|e| (task.clone(), e)));
+                // Recorded (or a duplicate): the agent may forget it.
+                self.to_agent(
+                    &agent,
+                    pb::broker_to_agent::Kind::Ack(pb::ReportAck { task_id: task.to_string() }),
+                );
+            }
+            Input::AgentGone { agent, conn } => {
+                if self.is_current_agent(&agent, conn) {
+                    warn!("agent {agent} lost");
+                    self.agents.remove(&agent);
+                    let held = self.router.holding(&agent);
+                    let events = self.router.agent_lost(&agent);
+                    self.apply(events, &held, None);
+                }
+            }
+            Input::SubmitterHello { submitter, conn, tx } => {
+                self.submitters.insert(submitter, Peer { conn, tx });
+            }
+            Input::Submit { submitter, job } => self.submit(submitter, *job),
+            Input::Cancel { submitter, task } => {
+                // Only its submitter may cancel a task.
+                if self.specs.get(&task).is_some_and(|(s, _)| *s == submitter) {
+                    let events = self.router.cancel(&task);
+                    self.apply(events, std::slice::from_ref(&task), None);
+                }
+            }
+            Input::SubmitterGone { submitter, conn } => {
+                if self.submitters.get(&submitter).is_some_and(|p| p.conn == conn) {
+                    self.submitters.remove(&submitter);
+                }
+            }
+            Input::Status { reply } => {
+                let _ = reply.send(self.status());
+            }
+            Input::Deadline { task } => {
+                let events = self.router.expire(&task);
+                self.apply(events, std::slice::from_ref(&task), None);
+            }
+            Input::RecoveryOver => {
+                let ghosts = std::mem::take(&mut self.ghosts);
+                for agent in ghosts.into_keys() {
+                    warn!("agent {agent} did not come back after the restart: its tasks are queued again");
+                    let held = self.router.holding(&agent);
+                    let events = self.router.agent_lost(&agent);
+                    self.apply(events, &held, None);
+                }
+                let events = self.router.sweep();
+                self.apply(events, &[], None);
+            }
+        }
+    }
+
+    /// Sends [`Input::Deadline`] for `task` at `deadline_unix_ms` (0: none).
+    fn arm(&self, task: &TaskId, deadline_unix_ms: i64) {
+        let Some(tx) = self.timers.clone() else { return };
+        if deadline_unix_ms <= 0 {
+            return;
+        }
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        let left = u128::try_from(deadline_unix_ms).unwrap_or(0).saturating_sub(now);
+        let left = std::time::Duration::from_millis(u64::try_from(left).unwrap_or(u64::MAX));
+        let task = task.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(left).await;
+            let _ = tx.send(Input::Deadline { task }).await;
+        });
+    }
+
+    fn is_current_agent(&self, agent: &AgentId, conn: u64) -> bool {
+        self.agents.get(agent).is_some_and(|p| p.conn == conn)
+    }
+
+    fn submit(&mut self, submitter: SubmitterId, job: Job) {
+        let id = job.request.id.clone();
+        match self.store.finished(id.as_str()) {
+            Ok(Some(reply)) => return self.to_submitter(&submitter, reply),
+            Ok(None) => {}
+            Err(e) => error!("{e}"),
+        }
+        let spec = job.spec.clone();
+        let (submitted, events) = self.router.submit(job.request);
+        if submitted == Submitted::Queued {
+            if let Err(e) = self.store.insert(submitter.as_str(), &spec) {
+                error!("{e}");
+            }
+            self.arm(&id, spec.deadline_unix_ms);
+            self.specs.insert(id.clone(), (submitter.clone(), spec));
+        }
+        if submitted == Submitted::AlreadyFinished {
+            // Remembered by the router but no longer by the store.
+            let reason = "answered before; the answer is no longer kept".to_owned();
+            let reply = reply(&id, Delivery::RunLocally(reason), None);
+            return self.to_submitter(&submitter, reply);
+        }
+        self.apply(events, std::slice::from_ref(&id), None);
+    }
+
+    /// Records what `events` and the `touched` tasks changed, then sends
+    /// the messages. `ended` is the agent's result for the task it reported.
+    fn apply(&mut self, events: Vec<Event>, touched: &[TaskId], ended: Option<(TaskId, pb::TaskEnded)>) {
+        let mut ended = ended;
+        let mut places: BTreeSet<TaskId> = touched.iter().cloned().collect();
+        let mut outbox = Vec::new();
+        for event in events {
+            match event {
+                Event::Assign { agent, task } => {
+                    places.insert(task.clone());
+                    if let Some((_, spec)) = self.specs.get(&task) {
+                        outbox.push(Out::Agent(agent, pb::broker_to_agent::Kind::Assign(spec.clone())));
+                    }
+                }
+                Event::Cancel { agent, task } => {
+                    if let Some(pending) = self.ghosts.get_mut(&agent) {
+                        pending.push(task);
+                        continue;
+                    }
+                    outbox.push(Out::Agent(
+                        agent,
+                        pb::broker_to_agent::Kind::Cancel(pb::CancelTask { task_id: task.to_string() }),
+                    ));
+                }
+                Event::Deliver { submitter, task, delivery } => {
+                    let result = match ended.take() {
+                        Some((t, e)) if t == task => Some(e),
+                        other => {
+                            ended = other;
+                            None
+                        }
+                    };
+                    let durable = !matches!(delivery, Delivery::NoExecutor);
+                    let reply = reply(&task, delivery, result);
+                    if durable {
+                        if let Err(e) = self.store.finish(task.as_str(), submitter.as_str(), &reply) {
+                            error!("{e}");
+                        }
+                        self.specs.remove(&task);
+                    }
+                    places.remove(&task);
+                    outbox.push(Out::Submitter(submitter, reply));
+                }
+            }
+        }
+        for task in places {
+            let placed = match self.router.place(&task) {
+                Some(TaskPlace::Queued { attempts }) => self.store.place(task.as_str(), None, attempts),
+                Some(TaskPlace::InFlight { agent, attempts }) => {
+                    self.store.place(task.as_str(), Some(agent.as_str()), attempts)
+                }
+                None => Ok(()),
+            };
+            if let Err(e) = placed {
+                error!("{e}");
+            }
+        }
+        for out in outbox {
+            match out {
+                Out::Agent(agent, kind) => self.to_agent(&agent, kind),
+                Out::Submitter(submitter, reply) => self.to_submitter(&submitter, reply),
+            }
+        }
+    }
+
+    fn to_agent(&self, agent: &AgentId, kind: pb::broker_to_agent::Kind) {
+        // A closed stream is noticed by its reader, whose AgentGone
+        // re-queues what it held.
+        if let Some(peer) = self.agents.get(agent) {
+            let _ = peer.tx.send(Ok(pb::BrokerToAgent { kind: Some(kind) }));
+        }
+    }
+
+    fn to_submitter(&self, submitter: &SubmitterId, reply: pb::SubmitReply) {
+        // An absent submitter asks again by id and is answered from the
+        // store.
+        if let Some(peer) = self.submitters.get(submitter) {
+            let _ = peer.tx.send(Ok(reply));
+        }
+    }
+
+    fn status(&self) -> pb::ClusterStatusResponse {
+        let agents = self
+            .router
+            .agents()
+            .into_iter()
+            .map(|a| pb::AgentStatus {
+                recovering: self.ghosts.contains_key(&a.agent),
+                agent_id: a.agent.to_string(),
+                capabilities: a.capabilities,
+                tokens: a.tokens,
+                in_flight: u32::try_from(a.in_flight).unwrap_or(u32::MAX),
+                availability: Some(pb::Availability {
+                    memory: a.mirror.memory,
+                    cpu_millis: a.mirror.cpu_millis,
+                }),
+            })
+            .collect();
+        pb::ClusterStatusResponse {
+            agents,
+            queued: u64::try_from(self.router.queued()).unwrap_or(u64::MAX),
+            in_flight: u64::try_from(self.router.in_flight_total()).unwrap_or(u64::MAX),
+            finished: self.store.finished_count().unwrap_or(0),
+            submitters: u32::try_from(self.submitters.len()).unwrap_or(u32::MAX),
+        }
+    }
+}
+
+enum Out {
+    Agent(AgentId, pb::broker_to_agent::Kind),
+    Submitter(SubmitterId, pb::SubmitReply),
+}
+
+/// The submitter's answer for `task`.
+fn reply(task: &TaskId, delivery: Delivery, ended: Option<pb::TaskEnded>) -> pb::SubmitReply {
+    use pb::submit_reply::Outcome as O;
+    let outcome = match delivery {
+        Delivery::Done(outcome) => O::Done(ended.unwrap_or_else(|| match outcome {
+            Outcome::Succeeded => pb::TaskEnded { success: true, ..Default::default() },
+            Outcome::Failed(reason) => pb::TaskEnded { success: false, reason, ..Default::default() },
+        })),
+        Delivery::NoExecutor => O::NoExecutor(pb::NoExecutor {}),
+        Delivery::RunLocally(reason) => O::RunLocally(pb::RunLocally { reason }),
+        Delivery::Cancelled => O::Cancelled(pb::Cancelled {}),
+        Delivery::Expired => O::DeadlinePassed(pb::DeadlinePassed {}),
+    };
+    pb::SubmitReply { task_id: task.to_string(), outcome: Some(outcome) }
+}

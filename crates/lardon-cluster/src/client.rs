@@ -1,0 +1,370 @@
+//! The submitter side of the broker: a small library for anything that
+//! offloads work (`lardon cluster submit` now, an offloading daemon later).
+//!
+//! [`Submitter::start`] spawns one task that keeps a `SubmitStream` open,
+//! reconnecting with backoff; [`Submitter::submit`] returns a [`Ticket`]
+//! that resolves with the task's [`Answer`], matched by id. Every task not
+//! yet answered is sent again by id after a reconnect (the broker drops
+//! duplicates and answers finished ones from its store), so a broker
+//! restart loses no answer and runs nothing twice.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use lardon_proto::cluster as pb;
+use lardon_proto::cluster::broker_client::BrokerClient;
+use thiserror::Error;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tracing::warn;
+
+use crate::agent::{AgentError, Backoff, broker_uri};
+use crate::capability::Capability;
+use crate::ids::{SubmitterId, TaskId};
+use crate::messages::Need;
+use crate::wire;
+
+/// A task to run remotely.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteTask {
+    /// Unique across submitters (prefix it with the host).
+    pub id: TaskId,
+    /// What it must run on.
+    pub capability: Capability,
+    /// What it needs of an agent.
+    pub need: Need,
+    /// The program and its arguments (never run through a shell).
+    pub argv: Vec<String>,
+    /// Variables set over the agent's environment.
+    pub env: Vec<(String, String)>,
+    /// Bytes written to its stdin.
+    pub stdin: Vec<u8>,
+    /// Unix milliseconds after which the agent kills it (`None`: no
+    /// deadline).
+    pub deadline_unix_ms: Option<i64>,
+}
+
+impl RemoteTask {
+    /// A task running `argv` on `capability`, needing one CPU and no
+    /// declared memory.
+    pub fn new(id: TaskId, capability: Capability, argv: Vec<String>) -> Self {
+        RemoteTask {
+            id,
+            capability,
+            need: Need { memory: 0, cpu_millis: 1000 },
+            argv,
+            env: Vec::new(),
+            stdin: Vec::new(),
+            deadline_unix_ms: None,
+        }
+    }
+
+    /// The wire form.
+    pub fn to_spec(&self) -> pb::TaskSpec {
+        pb::TaskSpec {
+            task_id: self.id.to_string(),
+            capability: Some(wire::capability_to_pb(&self.capability)),
+            need: Some(pb::Need { memory: self.need.memory, cpu_millis: self.need.cpu_millis }),
+            argv: self.argv.clone(),
+            env: self.env.iter().map(|(n, v)| pb::EnvVar { name: n.clone(), value: v.clone() }).collect(),
+            stdin: self.stdin.clone(),
+            deadline_unix_ms: self.deadline_unix_ms.unwrap_or(0),
+        }
+    }
+}
+
+/// How a submitted task was answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// It ran at an agent and ended so (success, exit code, output).
+    Done(pb::TaskEnded),
+    /// No connected agent declares its capability: run it locally.
+    NoExecutor,
+    /// Infrastructure failed (its agents were lost): run it locally.
+    RunLocally(String),
+    /// Cancelled before it started anywhere.
+    Cancelled,
+    /// The request was malformed; the reason names the field.
+    Rejected(String),
+    /// No broker could be reached for the configured time: run it locally.
+    Unreachable,
+    /// Its deadline passed while it waited for an agent; it never started.
+    DeadlinePassed,
+}
+
+/// The submitter is gone (its task ended).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[error("the cluster client stopped before the task was answered")]
+pub struct Stopped;
+
+/// A submitted task's answer, to await.
+#[derive(Debug)]
+pub struct Ticket {
+    id: TaskId,
+    rx: oneshot::Receiver<Answer>,
+}
+
+impl Ticket {
+    /// The task's id.
+    pub fn id(&self) -> &TaskId {
+        &self.id
+    }
+
+    /// Waits for the answer.
+    ///
+    /// # Errors
+    /// [`Stopped`] when the client's task ended first.
+    pub async fn answer(self) -> Result<Answer, Stopped> {
+        self.rx.await.map_err(|_| Stopped)
+    }
+}
+
+/// How a submitter connects.
+#[derive(Debug, Clone)]
+pub struct SubmitterConfig {
+    /// The broker (`HOST:PORT` or a URI).
+    pub broker: String,
+    /// Who submits (fair share is between submitters).
+    pub submitter: SubmitterId,
+    /// How often it sends a heartbeat (at most the broker's interval).
+    pub heartbeat: Duration,
+    /// Between connection attempts.
+    pub backoff: Backoff,
+    /// Answer [`Answer::Unreachable`] to tasks waiting while no broker has
+    /// answered for this long (`None`: keep trying).
+    pub unreachable_after: Option<Duration>,
+}
+
+enum Command {
+    Submit(pb::TaskSpec, oneshot::Sender<Answer>),
+    Cancel(TaskId),
+}
+
+/// A handle on the submitter task; cheap to clone. The task ends when
+/// every handle is dropped.
+#[derive(Debug, Clone)]
+pub struct Submitter {
+    tx: mpsc::UnboundedSender<Command>,
+    submitter: SubmitterId,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Command::Submit(spec, _) => write!(f, "Submit({})", spec.task_id),
+            Command::Cancel(id) => write!(f, "Cancel({id})"),
+        }
+    }
+}
+
+impl Submitter {
+    /// Starts the submitter task (inside a Tokio runtime).
+    ///
+    /// # Errors
+    /// [`AgentError::BadAddress`] for a bad broker address.
+    pub fn start(config: SubmitterConfig) -> Result<Self, AgentError> {
+        let broker = broker_uri(&config.broker)?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let submitter = config.submitter.clone();
+        let state = Loop {
+            config: SubmitterConfig { broker, ..config },
+            rx,
+            outstanding: HashMap::new(),
+            cancels: Vec::new(),
+        };
+        tokio::spawn(state.run());
+        Ok(Submitter { tx, submitter })
+    }
+
+    /// Submits `task`; a malformed one is answered [`Answer::Rejected`]
+    /// at once, without a round trip.
+    pub fn submit(&self, task: &RemoteTask) -> Ticket {
+        let (tx, rx) = oneshot::channel();
+        let spec = task.to_spec();
+        match wire::task_spec(spec.clone(), &self.submitter).map_err(|e| e.to_string()) {
+            Err(reason) => drop(tx.send(Answer::Rejected(reason))),
+            Ok(_) => {
+                if let Err(mpsc::error::SendError(Command::Submit(_, tx))) =
+                    self.tx.send(Command::Submit(spec, tx))
+                {
+                    drop(tx); // the ticket then says Stopped
+                }
+            }
+        }
+        Ticket { id: task.id.clone(), rx }
+    }
+
+    /// Cancels a task: answered [`Answer::Cancelled`] if it had not
+    /// started, else ended at its agent (failed, `cancelled`).
+    pub fn cancel(&self, task: &TaskId) {
+        let _ = self.tx.send(Command::Cancel(task.clone()));
+    }
+}
+
+struct Loop {
+    config: SubmitterConfig,
+    rx: mpsc::UnboundedReceiver<Command>,
+    /// Unanswered tasks: the spec (to send again) and who waits.
+    outstanding: HashMap<String, (pb::TaskSpec, Vec<oneshot::Sender<Answer>>)>,
+    /// Cancels asked for while disconnected.
+    cancels: Vec<TaskId>,
+}
+
+fn answer(reply: pb::SubmitReply) -> Option<Answer> {
+    use pb::submit_reply::Outcome as O;
+    Some(match reply.outcome? {
+        O::Done(ended) => Answer::Done(ended),
+        O::NoExecutor(_) => Answer::NoExecutor,
+        O::RunLocally(r) => Answer::RunLocally(r.reason),
+        O::Cancelled(_) => Answer::Cancelled,
+        O::Rejected(r) => Answer::Rejected(r.reason),
+        O::DeadlinePassed(_) => Answer::DeadlinePassed,
+    })
+}
+
+impl Loop {
+    async fn run(mut self) {
+        let mut wait = self.config.backoff.initial;
+        let mut last_contact = Instant::now();
+        loop {
+            match self.session().await {
+                Session::Closed => return,
+                Session::Served => {
+                    wait = self.config.backoff.initial;
+                    last_contact = Instant::now();
+                }
+                Session::Failed => {}
+            }
+            if self.config.unreachable_after.is_some_and(|limit| last_contact.elapsed() >= limit) {
+                for (_, (_, waiters)) in self.outstanding.drain() {
+                    for w in waiters {
+                        let _ = w.send(Answer::Unreachable);
+                    }
+                }
+            }
+            // Wait out the backoff, taking commands meanwhile.
+            let sleep = tokio::time::sleep(wait);
+            tokio::pin!(sleep);
+            loop {
+                tokio::select! {
+                    () = &mut sleep => break,
+                    command = self.rx.recv() => match command {
+                        None => return,
+                        Some(Command::Submit(spec, tx)) => {
+                            self.track(spec, tx);
+                        }
+                        // Sent once connected again.
+                        Some(Command::Cancel(id)) => self.cancels.push(id),
+                    },
+                }
+            }
+            wait = (wait * 2).min(self.config.backoff.max);
+        }
+    }
+
+    fn track(&mut self, spec: pb::TaskSpec, tx: oneshot::Sender<Answer>) -> bool {
+        let entry = self.outstanding.entry(spec.task_id.clone());
+        let new = matches!(entry, std::collections::hash_map::Entry::Vacant(_));
+        entry.or_insert_with(|| (spec, Vec::new())).1.push(tx);
+        new
+    }
+
+    async fn session(&mut self) -> Session {
+        let Ok(mut client) = BrokerClient::connect(self.config.broker.clone()).await else {
+            return Session::Failed;
+        };
+        let (out, rx) = mpsc::unbounded_channel();
+        let hello = pb::SubmitterHello { submitter_id: self.config.submitter.to_string() };
+        let _ = out.send(pb::SubmitMessage { kind: Some(pb::submit_message::Kind::Hello(hello)) });
+        let mut inbound = match client.submit_stream(UnboundedReceiverStream::new(rx)).await {
+            Ok(r) => r.into_inner(),
+            Err(status) => {
+                warn!("broker refused the submitter: {}", status.message());
+                return Session::Failed;
+            }
+        };
+        let request =
+            |spec: pb::TaskSpec| pb::SubmitMessage { kind: Some(pb::submit_message::Kind::Request(spec)) };
+        for (spec, _) in self.outstanding.values() {
+            let _ = out.send(request(spec.clone()));
+        }
+        for id in self.cancels.drain(..) {
+            let cancel = pb::CancelTask { task_id: id.to_string() };
+            let _ = out.send(pb::SubmitMessage { kind: Some(pb::submit_message::Kind::Cancel(cancel)) });
+        }
+        let mut beat = tokio::time::interval(self.config.heartbeat);
+        loop {
+            tokio::select! {
+                message = tokio::time::timeout(self.config.heartbeat * 3, inbound.message()) => match message {
+                    Ok(Ok(Some(reply))) => {
+                        let id = reply.task_id.clone();
+                        if let Some(a) = answer(reply)
+                            && let Some((_, waiters)) = self.outstanding.remove(&id)
+                        {
+                            for w in waiters {
+                                let _ = w.send(a.clone());
+                            }
+                        }
+                    }
+                    _ => return Session::Served,
+                },
+                command = self.rx.recv() => match command {
+                    None => return Session::Closed,
+                    Some(Command::Submit(spec, tx)) => {
+                        if self.track(spec.clone(), tx) {
+                            let _ = out.send(request(spec));
+                        }
+                    }
+                    Some(Command::Cancel(id)) => {
+                        let cancel = pb::CancelTask { task_id: id.to_string() };
+                        let _ = out.send(pb::SubmitMessage { kind: Some(pb::submit_message::Kind::Cancel(cancel)) });
+                    }
+                },
+                _ = beat.tick() => {
+                    let _ = out.send(pb::SubmitMessage { kind: Some(pb::submit_message::Kind::Heartbeat(pb::Heartbeat {})) });
+                }
+            }
+        }
+    }
+}
+
+enum Session {
+    /// Every handle was dropped.
+    Closed,
+    /// Connected, then the stream ended.
+    Served,
+    /// Could not connect.
+    Failed,
+}
+
+/// `ClusterStatus` failed.
+#[derive(Debug, Error)]
+pub enum StatusError {
+    /// The address is not valid.
+    #[error(transparent)]
+    Address(#[from] AgentError),
+    /// Nothing answers there.
+    #[error("cannot reach the broker at {broker}: {source}")]
+    Unreachable {
+        /// The address dialled.
+        broker: String,
+        /// What the transport said.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// The broker answered with an error.
+    #[error("broker: {}", .0.message())]
+    Call(#[from] tonic::Status),
+}
+
+/// Asks the broker at `broker` (`HOST:PORT` or a URI) for its status.
+///
+/// # Errors
+/// [`StatusError`].
+pub async fn status(broker: &str) -> Result<pb::ClusterStatusResponse, StatusError> {
+    let uri = broker_uri(broker)?;
+    let mut client = BrokerClient::connect(uri)
+        .await
+        .map_err(|source| StatusError::Unreachable { broker: broker.to_owned(), source })?;
+    Ok(client.cluster_status(pb::ClusterStatusRequest {}).await?.into_inner())
+}

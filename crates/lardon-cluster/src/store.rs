@@ -1,0 +1,301 @@
+//! The broker's durable state in SQLite: every task the router holds (its
+//! spec, submitter, attempts, and the agent it is at), and the answers
+//! already given (bounded), so that a broker restarted after a crash loses
+//! nothing and runs nothing twice (docs/DESIGN.md §14).
+//!
+//! Written in WAL mode with `synchronous = NORMAL`: a commit survives the
+//! broker's own crash (kill -9) at once; on power loss the last moments
+//! may go, which the agents' re-hello and the submitters' resubmission
+//! by id recover.
+
+use std::path::{Path, PathBuf};
+
+use lardon_proto::cluster as pb;
+use prost::Message;
+use rusqlite::{Connection, OptionalExtension, params};
+use thiserror::Error;
+
+/// The store failed.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// SQLite refused (the path says which database).
+    #[error("broker state {}: {source}", path.display())]
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+        /// What SQLite said.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The state directory could not be created.
+    #[error("broker state dir {}: {source}", path.display())]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A stored row does not decode (the file was edited or corrupted).
+    #[error("broker state {}: task {id}: stored {what} does not decode", path.display())]
+    Corrupt {
+        /// The database file.
+        path: PathBuf,
+        /// The task.
+        id: String,
+        /// Which column.
+        what: &'static str,
+    },
+}
+
+/// A live task read back at start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveTask {
+    /// Who submitted it.
+    pub submitter: String,
+    /// What to run.
+    pub spec: pb::TaskSpec,
+    /// Runs lost with their agent so far.
+    pub attempts: u32,
+    /// The agent it was at when the broker stopped (`None`: queued).
+    pub agent: Option<String>,
+}
+
+/// A `tasks` row as read: id, submitter, spec, attempts, agent.
+type Row = (String, String, Vec<u8>, u32, Option<String>);
+
+/// The broker's SQLite database (one file, `broker.db`, in the state dir).
+#[derive(Debug)]
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+    keep_finished: u64,
+}
+
+/// The database's file name inside the state dir.
+pub const DB_FILE: &str = "broker.db";
+
+impl Store {
+    /// Answers remembered by default.
+    pub const KEEP_FINISHED: u64 = 100_000;
+
+    /// Opens (creating) `dir/broker.db`.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the dir or the database cannot be made.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir { path: dir.to_path_buf(), source })?;
+        let path = dir.join(DB_FILE);
+        let conn =
+            Connection::open(&path).map_err(|source| StoreError::Sqlite { path: path.clone(), source })?;
+        let store = Store { conn, path, keep_finished: Self::KEEP_FINISHED };
+        store.sql(|c| {
+            c.execute_batch(
+                "PRAGMA journal_mode = WAL;
+                 PRAGMA synchronous = NORMAL;
+                 CREATE TABLE IF NOT EXISTS tasks (
+                     id TEXT PRIMARY KEY,
+                     submitter TEXT NOT NULL,
+                     spec BLOB NOT NULL,
+                     attempts INTEGER NOT NULL DEFAULT 0,
+                     agent TEXT,
+                     finished_seq INTEGER,
+                     reply BLOB
+                 );
+                 CREATE INDEX IF NOT EXISTS tasks_finished ON tasks(finished_seq)
+                     WHERE finished_seq IS NOT NULL;",
+            )
+        })?;
+        Ok(store)
+    }
+
+    /// An in-memory store (nothing survives; for tests and `--state` less
+    /// brokers).
+    ///
+    /// # Errors
+    /// [`StoreError`] when SQLite cannot start.
+    pub fn in_memory() -> Result<Self, StoreError> {
+        let path = PathBuf::from(":memory:");
+        let conn = Connection::open_in_memory()
+            .map_err(|source| StoreError::Sqlite { path: path.clone(), source })?;
+        let store = Store { conn, path, keep_finished: Self::KEEP_FINISHED };
+        store.sql(|c| {
+            c.execute_batch(
+                "CREATE TABLE tasks (id TEXT PRIMARY KEY, submitter TEXT NOT NULL, spec BLOB NOT NULL,
+                     attempts INTEGER NOT NULL DEFAULT 0, agent TEXT, finished_seq INTEGER, reply BLOB);",
+            )
+        })?;
+        Ok(store)
+    }
+
+    fn sql<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, StoreError> {
+        f(&self.conn).map_err(|source| StoreError::Sqlite { path: self.path.clone(), source })
+    }
+
+    /// Records a newly queued task.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlite`].
+    pub fn insert(&self, submitter: &str, spec: &pb::TaskSpec) -> Result<(), StoreError> {
+        self.sql(|c| {
+            c.execute(
+                "INSERT OR REPLACE INTO tasks (id, submitter, spec, attempts, agent, finished_seq, reply)
+                 VALUES (?1, ?2, ?3, 0, NULL, NULL, NULL)",
+                params![spec.task_id, submitter, spec.encode_to_vec()],
+            )
+            .map(drop)
+        })
+    }
+
+    /// Records where a live task is now (`agent` `None`: queued) and its
+    /// attempts.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlite`].
+    pub fn place(&self, id: &str, agent: Option<&str>, attempts: u32) -> Result<(), StoreError> {
+        self.sql(|c| {
+            c.execute(
+                "UPDATE tasks SET agent = ?2, attempts = ?3 WHERE id = ?1 AND finished_seq IS NULL",
+                params![id, agent, attempts],
+            )
+            .map(drop)
+        })
+    }
+
+    /// Records a task's answer (it is no longer live) and forgets the
+    /// oldest answers past the bound.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlite`].
+    pub fn finish(&self, id: &str, submitter: &str, reply: &pb::SubmitReply) -> Result<(), StoreError> {
+        let keep = i64::try_from(self.keep_finished).unwrap_or(i64::MAX);
+        self.sql(|c| {
+            let tx = c.unchecked_transaction()?;
+            let seq: i64 =
+                tx.query_row("SELECT COALESCE(MAX(finished_seq), 0) + 1 FROM tasks", [], |r| r.get(0))?;
+            tx.execute(
+                "INSERT INTO tasks (id, submitter, spec, attempts, agent, finished_seq, reply)
+                 VALUES (?1, ?2, x'', 0, NULL, ?3, ?4)
+                 ON CONFLICT(id) DO UPDATE SET agent = NULL, finished_seq = ?3, reply = ?4, spec = x''",
+                params![id, submitter, seq, reply.encode_to_vec()],
+            )?;
+            tx.execute(
+                "DELETE FROM tasks WHERE finished_seq IS NOT NULL AND finished_seq <= ?1",
+                params![seq - keep],
+            )?;
+            tx.commit()
+        })
+    }
+
+    /// The answer already given for `id`, if it finished.
+    ///
+    /// # Errors
+    /// [`StoreError`] (a reply that does not decode is
+    /// [`StoreError::Corrupt`]).
+    pub fn finished(&self, id: &str) -> Result<Option<pb::SubmitReply>, StoreError> {
+        let blob: Option<Vec<u8>> = self.sql(|c| {
+            c.query_row(
+                "SELECT reply FROM tasks WHERE id = ?1 AND finished_seq IS NOT NULL",
+                params![id],
+                |r| r.get(0),
+            )
+            .optional()
+        })?;
+        blob.map(|b| {
+            pb::SubmitReply::decode(b.as_slice()).map_err(|_| StoreError::Corrupt {
+                path: self.path.clone(),
+                id: id.to_owned(),
+                what: "reply",
+            })
+        })
+        .transpose()
+    }
+
+    /// Every live task, in submission order.
+    ///
+    /// # Errors
+    /// [`StoreError`].
+    pub fn live(&self) -> Result<Vec<LiveTask>, StoreError> {
+        let rows: Vec<Row> = self.sql(|c| {
+            let mut st = c.prepare(
+                "SELECT id, submitter, spec, attempts, agent FROM tasks WHERE finished_seq IS NULL ORDER BY rowid",
+            )?;
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?.collect()
+        })?;
+        rows.into_iter()
+            .map(|(id, submitter, spec, attempts, agent)| {
+                let spec = pb::TaskSpec::decode(spec.as_slice()).map_err(|_| StoreError::Corrupt {
+                    path: self.path.clone(),
+                    id,
+                    what: "spec",
+                })?;
+                Ok(LiveTask { submitter, spec, attempts, agent })
+            })
+            .collect()
+    }
+
+    /// Answers remembered.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlite`].
+    pub fn finished_count(&self) -> Result<u64, StoreError> {
+        let n: i64 = self.sql(|c| {
+            c.query_row("SELECT COUNT(*) FROM tasks WHERE finished_seq IS NOT NULL", [], |r| r.get(0))
+        })?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set_keep_finished(&mut self, keep: u64) {
+        self.keep_finished = keep;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(id: &str) -> pb::TaskSpec {
+        pb::TaskSpec { task_id: id.into(), argv: vec!["true".into()], ..Default::default() }
+    }
+
+    fn reply(id: &str) -> pb::SubmitReply {
+        pb::SubmitReply {
+            task_id: id.into(),
+            outcome: Some(pb::submit_reply::Outcome::Cancelled(pb::Cancelled {})),
+        }
+    }
+
+    #[test]
+    fn live_tasks_and_answers_survive_reopening() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        {
+            let s = Store::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+            s.insert("s1", &spec("a")).unwrap_or_else(|e| panic!("{e}"));
+            s.insert("s1", &spec("b")).unwrap_or_else(|e| panic!("{e}"));
+            s.place("a", Some("agent-1"), 1).unwrap_or_else(|e| panic!("{e}"));
+            s.finish("b", "s1", &reply("b")).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let s = Store::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let live = s.live().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(live.len(), 1);
+        assert_eq!(
+            (live[0].spec.task_id.as_str(), live[0].agent.as_deref(), live[0].attempts),
+            ("a", Some("agent-1"), 1)
+        );
+        assert_eq!(s.finished("b").unwrap_or_else(|e| panic!("{e}")), Some(reply("b")));
+        assert_eq!(s.finished("a").unwrap_or_else(|e| panic!("{e}")), None);
+    }
+
+    #[test]
+    fn answers_are_bounded_oldest_first() {
+        let mut s = Store::in_memory().unwrap_or_else(|e| panic!("{e}"));
+        s.set_keep_finished(2);
+        for id in ["a", "b", "c"] {
+            s.finish(id, "s", &reply(id)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert_eq!(s.finished_count().unwrap_or_else(|e| panic!("{e}")), 2);
+        assert_eq!(s.finished("a").unwrap_or_else(|e| panic!("{e}")), None);
+        assert!(s.finished("c").unwrap_or_else(|e| panic!("{e}")).is_some());
+    }
+}

@@ -1,0 +1,382 @@
+//! What a peer sends, checked on receipt: every field of the cluster
+//! protocol (`lardon.cluster.v1`) is validated here and turned into the
+//! router's types, or refused with a [`WireError`] that names the field.
+//! Nothing here panics on any input (a property test feeds it arbitrary
+//! bytes through the protobuf decoder).
+
+use lardon_proto::cluster as pb;
+use thiserror::Error;
+
+use crate::capability::Capability;
+use crate::ids::{AgentId, SubmitterId, TaskId};
+use crate::messages::{Availability, Hello, Need, Outcome, Report, Request};
+
+/// Most argv words in one task.
+pub const MAX_ARGV: usize = 4096;
+/// Most environment variables in one task.
+pub const MAX_ENV: usize = 4096;
+/// Most bytes of argv and environment together.
+pub const MAX_COMMAND_BYTES: usize = 1 << 20;
+/// Most stdin bytes shipped with a task.
+pub const MAX_STDIN: usize = 2 << 20;
+/// Most capabilities one agent declares.
+pub const MAX_CAPABILITIES: usize = 256;
+/// Most task ids in one hello.
+pub const MAX_RUNNING: usize = 100_000;
+/// Largest token bound an agent may declare.
+pub const MAX_TOKENS: u32 = 65_536;
+/// Most characters of a failure reason kept.
+pub const MAX_REASON: usize = 4096;
+
+/// A field a peer sent was refused. Displays as `FIELD: why`.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{field}: {why}")]
+pub struct WireError {
+    /// The protobuf field, e.g. `request.argv[2]`.
+    pub field: String,
+    /// What is wrong with it.
+    pub why: String,
+}
+
+fn bad(field: impl Into<String>, why: impl Into<String>) -> WireError {
+    WireError { field: field.into(), why: why.into() }
+}
+
+/// A submitted task, checked: the router's [`Request`] and the spec to
+/// forward to its agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    /// What the router routes.
+    pub request: Request,
+    /// What the agent runs (validated; forwarded as is).
+    pub spec: pb::TaskSpec,
+}
+
+fn id<T>(field: &str, value: &str, new: impl Fn(&str) -> Result<T, crate::IdError>) -> Result<T, WireError> {
+    new(value)
+        .map_err(|e| bad(field, format!("`{}` must be 1-128 characters of A-Z a-z 0-9 . _ : -", e.value)))
+}
+
+/// Checks a task id field.
+///
+/// # Errors
+/// [`WireError`] naming `field`.
+pub fn task_id(field: &str, value: &str) -> Result<TaskId, WireError> {
+    id(field, value, TaskId::new)
+}
+
+/// Checks a capability field (required).
+///
+/// # Errors
+/// [`WireError`] naming `field` (or its part).
+pub fn capability(field: &str, value: Option<&pb::Capability>) -> Result<Capability, WireError> {
+    let c = value.ok_or_else(|| bad(field, "missing"))?;
+    Capability::new(&c.name, &c.version, &c.target).map_err(|e| bad(field, e.to_string()))
+}
+
+/// The wire form of a capability (an "any" part is empty).
+pub fn capability_to_pb(c: &Capability) -> pb::Capability {
+    pb::Capability {
+        name: c.name().to_owned(),
+        version: c.version().unwrap_or_default().to_owned(),
+        target: c.target().unwrap_or_default().to_owned(),
+    }
+}
+
+fn availability(value: Option<&pb::Availability>) -> Availability {
+    value.map_or_else(Availability::default, |a| Availability { memory: a.memory, cpu_millis: a.cpu_millis })
+}
+
+/// Checks a submitter's first message.
+///
+/// # Errors
+/// [`WireError`] naming the field.
+pub fn submitter_hello(hello: &pb::SubmitterHello) -> Result<SubmitterId, WireError> {
+    id("hello.submitter_id", &hello.submitter_id, SubmitterId::new)
+}
+
+/// Checks a task spec sent by `submitter`.
+///
+/// # Errors
+/// [`WireError`] naming the first bad field (`request.argv`, …).
+pub fn task_spec(spec: pb::TaskSpec, submitter: &SubmitterId) -> Result<Job, WireError> {
+    let (id, capability, need) = check_spec("request", &spec)?;
+    let request = Request { id, submitter: submitter.clone(), capability, need };
+    Ok(Job { request, spec })
+}
+
+/// An assignment an agent received, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assignment {
+    /// The task.
+    pub id: TaskId,
+    /// What it runs on.
+    pub capability: Capability,
+    /// What it needs.
+    pub need: Need,
+    /// What to run (validated).
+    pub spec: pb::TaskSpec,
+}
+
+/// Checks an assignment from the broker (the same rules as a request).
+///
+/// # Errors
+/// [`WireError`] naming the first bad field (`assign.argv`, …).
+pub fn assignment(spec: pb::TaskSpec) -> Result<Assignment, WireError> {
+    let (id, capability, need) = check_spec("assign", &spec)?;
+    Ok(Assignment { id, capability, need, spec })
+}
+
+fn check_spec(p: &str, spec: &pb::TaskSpec) -> Result<(TaskId, Capability, Need), WireError> {
+    let id = task_id(&format!("{p}.task_id"), &spec.task_id)?;
+    let capability = capability(&format!("{p}.capability"), spec.capability.as_ref())?;
+    let Some(program) = spec.argv.first() else {
+        return Err(bad(format!("{p}.argv"), "empty: the program to run is argv[0]"));
+    };
+    if spec.argv.len() > MAX_ARGV {
+        return Err(bad(format!("{p}.argv"), format!("{} words, at most {MAX_ARGV}", spec.argv.len())));
+    }
+    if program.is_empty() {
+        return Err(bad(format!("{p}.argv[0]"), "empty program"));
+    }
+    for (i, word) in spec.argv.iter().enumerate() {
+        if word.contains('\0') {
+            return Err(bad(format!("{p}.argv[{i}]"), "contains a NUL byte"));
+        }
+    }
+    if spec.env.len() > MAX_ENV {
+        return Err(bad(format!("{p}.env"), format!("{} variables, at most {MAX_ENV}", spec.env.len())));
+    }
+    for (i, var) in spec.env.iter().enumerate() {
+        if var.name.is_empty() || var.name.contains(['=', '\0']) {
+            return Err(bad(format!("{p}.env[{i}].name"), "must be non-empty, without `=` or NUL"));
+        }
+        if var.value.contains('\0') {
+            return Err(bad(format!("{p}.env[{i}].value"), "contains a NUL byte"));
+        }
+    }
+    let bytes = spec.argv.iter().map(String::len).sum::<usize>()
+        + spec.env.iter().map(|v| v.name.len() + v.value.len()).sum::<usize>();
+    if bytes > MAX_COMMAND_BYTES {
+        return Err(bad(
+            format!("{p}.argv"),
+            format!("argv and env are {bytes} bytes, at most {MAX_COMMAND_BYTES}"),
+        ));
+    }
+    if spec.stdin.len() > MAX_STDIN {
+        return Err(bad(format!("{p}.stdin"), format!("{} bytes, at most {MAX_STDIN}", spec.stdin.len())));
+    }
+    if spec.deadline_unix_ms < 0 {
+        return Err(bad(format!("{p}.deadline_unix_ms"), "negative (0 means none)"));
+    }
+    let need = spec
+        .need
+        .as_ref()
+        .map_or_else(Need::default, |n| Need { memory: n.memory, cpu_millis: n.cpu_millis });
+    Ok((id, capability, need))
+}
+
+/// Checks an agent's first message.
+///
+/// # Errors
+/// [`WireError`] naming the first bad field.
+pub fn agent_hello(hello: &pb::AgentHello) -> Result<Hello, WireError> {
+    let agent = id("hello.agent_id", &hello.agent_id, AgentId::new)?;
+    if hello.capabilities.is_empty() {
+        return Err(bad("hello.capabilities", "empty: an agent declares what it runs"));
+    }
+    if hello.capabilities.len() > MAX_CAPABILITIES {
+        return Err(bad(
+            "hello.capabilities",
+            format!("{}, at most {MAX_CAPABILITIES}", hello.capabilities.len()),
+        ));
+    }
+    let capabilities = hello
+        .capabilities
+        .iter()
+        .enumerate()
+        .map(|(i, c)| capability(&format!("hello.capabilities[{i}]"), Some(c)))
+        .collect::<Result<Vec<_>, _>>()?;
+    if hello.tokens > MAX_TOKENS {
+        return Err(bad("hello.tokens", format!("{}, at most {MAX_TOKENS}", hello.tokens)));
+    }
+    if hello.running.len() > MAX_RUNNING {
+        return Err(bad("hello.running", format!("{} ids, at most {MAX_RUNNING}", hello.running.len())));
+    }
+    let running = hello
+        .running
+        .iter()
+        .enumerate()
+        .map(|(i, t)| task_id(&format!("hello.running[{i}]"), t))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Hello {
+        agent,
+        capabilities,
+        availability: availability(hello.availability.as_ref()),
+        tokens: hello.tokens,
+        running,
+    })
+}
+
+/// Checks an availability update.
+pub fn update(value: &pb::Availability) -> Availability {
+    availability(Some(value))
+}
+
+/// Checks an agent's report: the task, what happened, and (when it ended)
+/// the result to forward to its submitter.
+///
+/// # Errors
+/// [`WireError`] naming the first bad field.
+pub fn report(value: pb::TaskReport) -> Result<(TaskId, Report, Option<pb::TaskEnded>), WireError> {
+    let task = task_id("report.task_id", &value.task_id)?;
+    match value.report {
+        None => Err(bad("report.report", "missing (wait or ended)")),
+        Some(pb::task_report::Report::Wait(_)) => Ok((task, Report::Wait, None)),
+        Some(pb::task_report::Report::Ended(mut ended)) => {
+            if ended.reason.chars().count() > MAX_REASON {
+                ended.reason = ended.reason.chars().take(MAX_REASON).collect();
+            }
+            let outcome = if ended.success {
+                Outcome::Succeeded
+            } else if ended.reason.is_empty() {
+                Outcome::Failed(ended.exit_code.map_or_else(|| "failed".to_owned(), |c| format!("exit {c}")))
+            } else {
+                Outcome::Failed(ended.reason.clone())
+            };
+            Ok((task, Report::Finished(outcome), Some(ended)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use prost::Message;
+
+    fn spec() -> pb::TaskSpec {
+        pb::TaskSpec {
+            task_id: "t1".into(),
+            capability: Some(pb::Capability {
+                name: "gcc".into(),
+                version: "12".into(),
+                target: String::new(),
+            }),
+            need: Some(pb::Need { memory: 1 << 20, cpu_millis: 1000 }),
+            argv: vec!["true".into()],
+            env: vec![pb::EnvVar { name: "A".into(), value: "b".into() }],
+            stdin: Vec::new(),
+            deadline_unix_ms: 0,
+        }
+    }
+
+    fn err(s: pb::TaskSpec) -> String {
+        let sub = SubmitterId::new("s").unwrap_or_else(|e| panic!("{e}"));
+        task_spec(s, &sub).err().map(|e| e.to_string()).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_good_spec_passes_and_each_bad_field_is_named() {
+        let sub = SubmitterId::new("s").unwrap_or_else(|e| panic!("{e}"));
+        let job = task_spec(spec(), &sub).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(job.request.capability.key(), "gcc@12:*");
+        assert_eq!(job.request.need, Need { memory: 1 << 20, cpu_millis: 1000 });
+
+        assert!(err(pb::TaskSpec { task_id: "a b".into(), ..spec() }).starts_with("request.task_id:"));
+        assert!(err(pb::TaskSpec { capability: None, ..spec() }).starts_with("request.capability: missing"));
+        let path = pb::Capability { name: "/usr/bin/gcc".into(), ..Default::default() };
+        assert!(err(pb::TaskSpec { capability: Some(path), ..spec() }).starts_with("request.capability:"));
+        assert!(err(pb::TaskSpec { argv: vec![], ..spec() }).starts_with("request.argv: empty"));
+        assert!(err(pb::TaskSpec { argv: vec![String::new()], ..spec() }).starts_with("request.argv[0]"));
+        assert!(
+            err(pb::TaskSpec { argv: vec!["a".into(), "b\0".into()], ..spec() })
+                .starts_with("request.argv[1]")
+        );
+        let env = vec![pb::EnvVar { name: "A=B".into(), value: String::new() }];
+        assert!(err(pb::TaskSpec { env, ..spec() }).starts_with("request.env[0].name"));
+        assert!(err(pb::TaskSpec { stdin: vec![0; MAX_STDIN + 1], ..spec() }).starts_with("request.stdin"));
+        assert!(err(pb::TaskSpec { deadline_unix_ms: -1, ..spec() }).starts_with("request.deadline_unix_ms"));
+    }
+
+    #[test]
+    fn hellos_and_reports_name_their_fields() {
+        let hello = pb::AgentHello {
+            agent_id: "a1".into(),
+            capabilities: vec![pb::Capability { name: "gcc".into(), ..Default::default() }],
+            availability: None,
+            tokens: 2,
+            running: vec!["t1".into()],
+        };
+        let ok = agent_hello(&hello).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((ok.tokens, ok.running.len()), (2, 1));
+        let e = |h: pb::AgentHello| agent_hello(&h).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e(pb::AgentHello { agent_id: String::new(), ..hello.clone() }).starts_with("hello.agent_id"));
+        assert!(
+            e(pb::AgentHello { capabilities: vec![], ..hello.clone() }).starts_with("hello.capabilities")
+        );
+        assert!(e(pb::AgentHello { tokens: MAX_TOKENS + 1, ..hello.clone() }).starts_with("hello.tokens"));
+        assert!(
+            e(pb::AgentHello { running: vec!["x y".into()], ..hello.clone() })
+                .starts_with("hello.running[0]")
+        );
+        let r = pb::TaskReport { task_id: "t".into(), report: None };
+        assert!(report(r).err().map(|e| e.to_string()).unwrap_or_default().starts_with("report.report"));
+        let ended = pb::TaskEnded { success: false, exit_code: Some(3), ..Default::default() };
+        let r = pb::TaskReport { task_id: "t".into(), report: Some(pb::task_report::Report::Ended(ended)) };
+        let (_, rep, _) = report(r).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(rep, Report::Finished(Outcome::Failed("exit 3".into())));
+    }
+
+    /// Decodes arbitrary bytes as every message a peer sends and validates
+    /// what decodes: never a panic, and an accepted message keeps its ids.
+    fn decode_and_validate(bytes: &[u8]) {
+        let sub = SubmitterId::new("fuzz").unwrap_or_else(|e| panic!("{e}"));
+        if let Ok(m) = pb::SubmitMessage::decode(bytes) {
+            match m.kind {
+                Some(pb::submit_message::Kind::Hello(h)) => drop(submitter_hello(&h)),
+                Some(pb::submit_message::Kind::Request(s)) => {
+                    let id = s.task_id.clone();
+                    if let Ok(job) = task_spec(s, &sub) {
+                        assert_eq!(job.request.id.as_str(), id);
+                    }
+                }
+                Some(pb::submit_message::Kind::Cancel(c)) => drop(task_id("cancel.task_id", &c.task_id)),
+                Some(pb::submit_message::Kind::Heartbeat(_)) | None => {}
+            }
+        }
+        if let Ok(m) = pb::AgentMessage::decode(bytes) {
+            match m.kind {
+                Some(pb::agent_message::Kind::Hello(h)) => {
+                    if let Ok(hello) = agent_hello(&h) {
+                        assert_eq!(hello.agent.as_str(), h.agent_id);
+                    }
+                }
+                Some(pb::agent_message::Kind::Update(a)) => drop(update(&a)),
+                Some(pb::agent_message::Kind::Report(r)) => drop(report(r)),
+                Some(pb::agent_message::Kind::Heartbeat(_)) | None => {}
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn nothing_a_peer_sends_panics_the_decoder_or_validation(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            decode_and_validate(&bytes);
+        }
+
+        #[test]
+        fn mutated_real_messages_never_panic(cut in 0usize..200, flip in 0usize..200, with in any::<u8>()) {
+            let m = pb::SubmitMessage { kind: Some(pb::submit_message::Kind::Request(spec())) }.encode_to_vec();
+            let mut b = m.clone();
+            if !b.is_empty() {
+                let i = flip % b.len();
+                b[i] ^= with;
+            }
+            b.truncate(cut.min(b.len()));
+            decode_and_validate(&b);
+            decode_and_validate(&m);
+        }
+    }
+}

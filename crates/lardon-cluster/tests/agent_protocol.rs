@@ -1,0 +1,215 @@
+//! The agent against a scripted broker (a test double of the gRPC
+//! service): what its hellos say across reconnects, that an ended task's
+//! report is kept and sent again until the broker acknowledges it, and
+//! that admission stays the agent's (capabilities it did not declare,
+//! its Governor's WAIT and REJECT).
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lardon::{FakeClock, FakeProbe, Governor, HostPolicy, HostProfile};
+use lardon_cluster::agent::{Agent, AgentConfig, Backoff, Executor, Running};
+use lardon_cluster::{AgentId, Capability};
+use lardon_proto::cluster as pb;
+use lardon_proto::cluster::broker_server::{Broker, BrokerServer};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::Stream;
+use tokio_stream::wrappers::{TcpListenerStream, UnboundedReceiverStream};
+use tonic::{Request, Response, Status, Streaming};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+type Down = mpsc::UnboundedSender<Result<pb::BrokerToAgent, Status>>;
+
+/// Hands each agent connection to the test.
+#[derive(Debug, Clone)]
+struct Scripted {
+    conns: mpsc::UnboundedSender<(Streaming<pb::AgentMessage>, Down)>,
+}
+
+#[tonic::async_trait]
+impl Broker for Scripted {
+    type AgentStreamStream = Pin<Box<dyn Stream<Item = Result<pb::BrokerToAgent, Status>> + Send>>;
+    type SubmitStreamStream = Pin<Box<dyn Stream<Item = Result<pb::SubmitReply, Status>> + Send>>;
+
+    async fn agent_stream(
+        &self,
+        request: Request<Streaming<pb::AgentMessage>>,
+    ) -> Result<Response<Self::AgentStreamStream>, Status> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let _ = self.conns.send((request.into_inner(), tx));
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+    }
+
+    async fn submit_stream(
+        &self,
+        _: Request<Streaming<pb::SubmitMessage>>,
+    ) -> Result<Response<Self::SubmitStreamStream>, Status> {
+        Err(Status::unimplemented("scripted"))
+    }
+
+    async fn cluster_status(
+        &self,
+        _: Request<pb::ClusterStatusRequest>,
+    ) -> Result<Response<pb::ClusterStatusResponse>, Status> {
+        Err(Status::unimplemented("scripted"))
+    }
+}
+
+/// Ends every task at once, successfully.
+#[derive(Debug)]
+struct Instant;
+
+impl Executor for Instant {
+    fn run(&self, _: pb::TaskSpec, _: oneshot::Receiver<()>) -> Running {
+        Box::pin(async { pb::TaskEnded { success: true, exit_code: Some(0), ..Default::default() } })
+    }
+}
+
+struct Conn {
+    up: Streaming<pb::AgentMessage>,
+    down: Down,
+}
+
+impl Conn {
+    /// The next message that is not a heartbeat.
+    async fn next(&mut self) -> pb::agent_message::Kind {
+        loop {
+            let m = tokio::time::timeout(WAIT, self.up.message()).await.expect("a message").unwrap().unwrap();
+            match m.kind {
+                Some(pb::agent_message::Kind::Heartbeat(_))
+                | Some(pb::agent_message::Kind::Update(_))
+                | None => {}
+                Some(kind) => return kind,
+            }
+        }
+    }
+
+    async fn hello(&mut self) -> pb::AgentHello {
+        match self.next().await {
+            pb::agent_message::Kind::Hello(h) => h,
+            other => panic!("expected a hello, got {other:?}"),
+        }
+    }
+
+    async fn report(&mut self) -> pb::TaskReport {
+        match self.next().await {
+            pb::agent_message::Kind::Report(r) => r,
+            other => panic!("expected a report, got {other:?}"),
+        }
+    }
+
+    fn send(&self, kind: pb::broker_to_agent::Kind) {
+        self.down.send(Ok(pb::BrokerToAgent { kind: Some(kind) })).unwrap();
+    }
+
+    /// Ends the stream from the broker's side (the agent reconnects).
+    fn drop_stream(self) {
+        let _ = self.down.send(Err(Status::unavailable("scripted broker restarts")));
+    }
+}
+
+async fn setup(memory: u64) -> mpsc::UnboundedReceiver<(Streaming<pb::AgentMessage>, Down)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (conns, rx) = mpsc::unbounded_channel();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(BrokerServer::new(Scripted { conns }))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    let clock = Arc::new(FakeClock::new(lardon::MonoTime(1)));
+    let profile = HostProfile::new(memory, 8);
+    let probe = FakeProbe::new(profile.clone()).stamped_by(clock.clone());
+    let governor = Governor::with_clock(HostPolicy::default_for(&profile), probe, clock).unwrap();
+    let config = AgentConfig {
+        broker: addr,
+        agent: AgentId::new("a1").unwrap(),
+        capabilities: vec![Capability::parse("gcc@12").unwrap()],
+        tokens: 2,
+        heartbeat: Duration::from_secs(1),
+        backoff: Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(50) },
+    };
+    tokio::spawn(Agent::new(config, governor, Arc::new(Instant)).unwrap().run(std::future::pending()));
+    rx
+}
+
+async fn accept(rx: &mut mpsc::UnboundedReceiver<(Streaming<pb::AgentMessage>, Down)>) -> Conn {
+    let (up, down) = tokio::time::timeout(WAIT, rx.recv()).await.expect("a connection").unwrap();
+    Conn { up, down }
+}
+
+fn spec(id: &str, capability: &str, memory: u64) -> pb::TaskSpec {
+    let cap = Capability::parse(capability).unwrap();
+    pb::TaskSpec {
+        task_id: id.into(),
+        capability: Some(lardon_cluster::wire::capability_to_pb(&cap)),
+        need: Some(pb::Need { memory, cpu_millis: 1000 }),
+        argv: vec!["true".into()],
+        ..Default::default()
+    }
+}
+
+fn ended(r: &pb::TaskReport) -> &pb::TaskEnded {
+    match &r.report {
+        Some(pb::task_report::Report::Ended(e)) => e,
+        other => panic!("expected an end, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacknowledged_report_is_held_and_sent_again_after_a_reconnect() {
+    let mut conns = setup(16 << 30).await;
+    let mut c = accept(&mut conns).await;
+    let hello = c.hello().await;
+    assert_eq!((hello.agent_id.as_str(), hello.tokens, hello.running.len()), ("a1", 2, 0));
+    assert_eq!(hello.capabilities[0].name, "gcc");
+    assert!(hello.availability.unwrap().memory > 0, "the hello carries a sampled availability");
+
+    c.send(pb::broker_to_agent::Kind::Assign(spec("t1", "gcc@12", 1 << 20)));
+    let r = c.report().await;
+    assert_eq!(r.task_id, "t1");
+    assert!(ended(&r).success);
+    // The broker goes away before acknowledging: the agent says it still
+    // holds t1 and reports it again.
+    c.drop_stream();
+    let mut c = accept(&mut conns).await;
+    assert_eq!(c.hello().await.running, vec!["t1".to_owned()]);
+    assert_eq!(c.report().await.task_id, "t1");
+    // Acknowledged: forgotten, and the next hello no longer lists it.
+    c.send(pb::broker_to_agent::Kind::Ack(pb::ReportAck { task_id: "t1".into() }));
+    // A duplicate assignment of an acknowledged task would run it again,
+    // so the ack must be processed before the next hello: an assignment
+    // after it shows the agent has read it.
+    c.send(pb::broker_to_agent::Kind::Assign(spec("t2", "gcc@12", 1 << 20)));
+    assert_eq!(c.report().await.task_id, "t2");
+    c.send(pb::broker_to_agent::Kind::Ack(pb::ReportAck { task_id: "t2".into() }));
+    c.send(pb::broker_to_agent::Kind::Assign(spec("t3", "gcc@12", 1 << 20)));
+    assert_eq!(c.report().await.task_id, "t3");
+    c.drop_stream();
+    let mut c = accept(&mut conns).await;
+    assert_eq!(c.hello().await.running, vec!["t3".to_owned()], "acknowledged t1 and t2 are forgotten");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_stays_the_agents() {
+    let mut conns = setup(4 << 30).await;
+    let mut c = accept(&mut conns).await;
+    c.hello().await;
+    // A capability it did not declare: ended, failed, never run.
+    c.send(pb::broker_to_agent::Kind::Assign(spec("other", "clang@17", 0)));
+    let r = c.report().await;
+    assert!(ended(&r).reason.contains("not one this agent declared"), "{r:?}");
+    // More memory than this host could ever give: its Governor rejects.
+    c.send(pb::broker_to_agent::Kind::Assign(spec("huge", "gcc@12", 64 << 30)));
+    let r = c.report().await;
+    assert!(ended(&r).reason.starts_with("refused by the agent's Governor"), "{r:?}");
+    // A malformed assignment is refused naming the field.
+    let mut bad = spec("bad", "gcc@12", 0);
+    bad.argv.clear();
+    c.send(pb::broker_to_agent::Kind::Assign(bad));
+    let r = c.report().await;
+    assert!(ended(&r).reason.starts_with("assign.argv"), "{r:?}");
+}
