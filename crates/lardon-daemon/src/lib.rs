@@ -4,7 +4,7 @@
 //! governed by the engine, served over gRPC on a Unix socket.
 //!
 //! * [`spec`]: what a queued command is, with validation;
-//! * [`store`]: the SQLite store (WAL, one transaction per state change,
+//! * [`store`]: the SQLite store (WAL, one writer thread with group commit,
 //!   versioned migrations, crash recovery);
 //! * [`runner`]: the [`runner::Executor`] interface and the local executor
 //!   (process group, cgroup, logs, peaks);

@@ -9,7 +9,6 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::engine::Engine;
-use crate::spec::TaskState;
 
 /// Serves until `stop` flips.
 pub(crate) async fn serve(listener: TcpListener, engine: Arc<Engine>, mut stop: watch::Receiver<bool>) {
@@ -83,9 +82,21 @@ pub(crate) fn render(engine: &Engine) -> String {
             count.load(std::sync::atomic::Ordering::Relaxed)
         );
     }
-    let counts = engine.shared.store().count_by_state().unwrap_or_default();
+    // Writes per commit: how much group commit saves (one fsync a commit).
+    let writer = &engine.shared.writer;
+    let _ = writeln!(
+        out,
+        "# HELP lardon_store_writes_total Writes applied by the store writer.\n# TYPE lardon_store_writes_total counter\nlardon_store_writes_total {}",
+        writer.writes()
+    );
+    let _ = writeln!(
+        out,
+        "# HELP lardon_store_commits_total Group commits (one fsync each).\n# TYPE lardon_store_commits_total counter\nlardon_store_commits_total {}",
+        writer.groups()
+    );
+    let counts = engine.shared.reader().count_by_state().unwrap_or_default();
     let _ = writeln!(out, "# HELP lardon_tasks Tasks by state.\n# TYPE lardon_tasks gauge");
-    for state in TaskState::ALL {
+    for state in crate::spec::STATES {
         let n = counts.iter().find(|(s, _)| *s == state).map_or(0, |(_, n)| *n);
         let _ = writeln!(out, "lardon_tasks{{state=\"{state}\"}} {n}");
     }

@@ -38,113 +38,39 @@ impl FromStr for TaskId {
     }
 }
 
-/// Life cycle of a task (docs/DESIGN.md §8). The last three are terminal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TaskState {
-    /// Queued, waiting for dependencies or admission.
-    Pending,
-    /// Admitted and running (holds a reservation).
-    Running,
-    /// Held by the user; see [`crate::store::TaskRecord::paused_running`].
-    Paused,
-    /// Ended successfully.
-    Completed,
-    /// Ended in failure (exit code, rejection, failed dependency, …).
-    Failed,
-    /// Cancelled by the user.
-    Cancelled,
+/// Life cycle of a task (docs/DESIGN.md §8): the engine's own states; the
+/// daemon stores and prints them by [`TaskState::as_str`]. The answers of
+/// admission are likewise the engine's [`DecisionKind`].
+pub use lardon::{DecisionKind, TaskState};
+
+/// Every state, in life-cycle order (the last three are terminal).
+pub const STATES: [TaskState; 6] = [
+    TaskState::Pending,
+    TaskState::Running,
+    TaskState::Paused,
+    TaskState::Completed,
+    TaskState::Failed,
+    TaskState::Cancelled,
+];
+
+/// Every decision kind.
+pub const DECISION_KINDS: [DecisionKind; 4] =
+    [DecisionKind::Admit, DecisionKind::ReduceBatch, DecisionKind::Wait, DecisionKind::Reject];
+
+/// The state whose [`TaskState::as_str`] is `s`.
+///
+/// # Errors
+/// [`SpecError::BadState`] for any other word.
+pub fn parse_state(s: &str) -> Result<TaskState, SpecError> {
+    STATES.into_iter().find(|st| st.as_str() == s).ok_or_else(|| SpecError::BadState(s.to_owned()))
 }
 
-impl TaskState {
-    /// Every state, in life-cycle order.
-    pub const ALL: [TaskState; 6] = [
-        TaskState::Pending,
-        TaskState::Running,
-        TaskState::Paused,
-        TaskState::Completed,
-        TaskState::Failed,
-        TaskState::Cancelled,
-    ];
-
-    /// The lower-case word stored and printed.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskState::Pending => "pending",
-            TaskState::Running => "running",
-            TaskState::Paused => "paused",
-            TaskState::Completed => "completed",
-            TaskState::Failed => "failed",
-            TaskState::Cancelled => "cancelled",
-        }
-    }
-
-    /// Completed, failed and cancelled are final.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, TaskState::Completed | TaskState::Failed | TaskState::Cancelled)
-    }
-}
-
-impl fmt::Display for TaskState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for TaskState {
-    type Err = SpecError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        TaskState::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| SpecError::BadState(s.to_owned()))
-    }
-}
-
-/// The four answers of admission, as persisted (docs/DESIGN.md §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DecisionKind {
-    /// Granted in full.
-    Admit,
-    /// Granted with a smaller batch or fewer CPUs/slots.
-    ReduceBatch,
-    /// Not now.
-    Wait,
-    /// Never on this host.
-    Reject,
-}
-
-impl DecisionKind {
-    /// Every kind.
-    pub const ALL: [DecisionKind; 4] =
-        [DecisionKind::Admit, DecisionKind::ReduceBatch, DecisionKind::Wait, DecisionKind::Reject];
-
-    /// `admit`, `reduce_batch`, `wait` or `reject`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DecisionKind::Admit => "admit",
-            DecisionKind::ReduceBatch => "reduce_batch",
-            DecisionKind::Wait => "wait",
-            DecisionKind::Reject => "reject",
-        }
-    }
-}
-
-impl fmt::Display for DecisionKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for DecisionKind {
-    type Err = SpecError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        DecisionKind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| SpecError::BadDecision(s.to_owned()))
-    }
+/// The decision kind whose [`DecisionKind::as_str`] is `s`.
+///
+/// # Errors
+/// [`SpecError::BadDecision`] for any other word.
+pub fn parse_decision(s: &str) -> Result<DecisionKind, SpecError> {
+    DECISION_KINDS.into_iter().find(|k| k.as_str() == s).ok_or_else(|| SpecError::BadDecision(s.to_owned()))
 }
 
 fn default_batch_min() -> u64 {

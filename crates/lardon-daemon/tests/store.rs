@@ -165,7 +165,7 @@ fn state_transitions_round_trip() {
         (TaskState::Failed, Some(3), Some("exit 3"))
     );
     assert!(t.finished_ms.is_some());
-    for to in TaskState::ALL {
+    for to in lardon_daemon::spec::STATES {
         assert!(matches!(store.set_state(id, to, None), Err(StoreError::IllegalTransition { .. })), "{to}");
     }
     assert!(matches!(store.resume(id), Err(StoreError::IllegalTransition { .. })));

@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use lardon::{QueueError, TaskState as QState};
+use lardon::QueueError;
 
-use super::{DaemonEvent, Engine, qid};
+use super::{DaemonEvent, Dependency, Engine, qid};
 use crate::settings;
 use crate::spec::{RunEngine, TaskId, TaskSpec, TaskState};
-use crate::store::{NewTask, Outcome, StoreError};
+use crate::store::{CourseEntry, NewTask, Outcome, StoreError, TaskFilter, TaskRecord};
 
 /// Why a request was refused; mapped to a gRPC status by the service.
 #[derive(Debug, thiserror::Error)]
@@ -35,23 +35,14 @@ impl From<StoreError> for ActionError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::NotFound(id) => ActionError::NotFound(id),
+            // Only at shutdown: the writer stops after the queue closed.
+            StoreError::WriterStopped => ActionError::Unavailable,
             StoreError::UnknownDependency { .. } => ActionError::Invalid(format!("after: {e}")),
             StoreError::NotTerminal { .. }
             | StoreError::StillLive { .. }
             | StoreError::IllegalTransition { .. } => ActionError::Conflict(e.to_string()),
             other => ActionError::Internal(other.to_string()),
         }
-    }
-}
-
-fn map_state(s: QState) -> TaskState {
-    match s {
-        QState::Pending => TaskState::Pending,
-        QState::Running => TaskState::Running,
-        QState::Paused => TaskState::Paused,
-        QState::Completed => TaskState::Completed,
-        QState::Failed => TaskState::Failed,
-        QState::Cancelled => TaskState::Cancelled,
     }
 }
 
@@ -64,8 +55,9 @@ impl Engine {
     }
 
     /// Validates every spec, stores them all in one transaction (all or
-    /// none), then queues each. A refusal names the spec's position as
-    /// `{prefix}[i].field` (empty `prefix`: the field alone, for one spec).
+    /// none) and queues each; returns once they are durable. A refusal
+    /// names the spec's position as `{prefix}[i].field` (empty `prefix`:
+    /// the field alone, for one spec).
     pub(crate) fn submit_many(
         &self,
         specs: Vec<TaskSpec>,
@@ -75,63 +67,70 @@ impl Engine {
         if self.shared.stopping() {
             return Err(ActionError::Unavailable);
         }
+        let at = |i: usize| if prefix.is_empty() { String::new() } else { format!("{prefix}[{i}].") };
         for (i, spec) in specs.iter().enumerate() {
-            let at = if prefix.is_empty() { String::new() } else { format!("{prefix}[{i}].") };
-            self.check(spec).map_err(|m| ActionError::Invalid(format!("{at}{m}")))?;
+            check(spec).map_err(|m| ActionError::Invalid(format!("{}{m}", at(i))))?;
             if paused && spec.engine == RunEngine::Slurm {
-                return Err(ActionError::Invalid(format!("{at}engine slurm: paused: cannot submit paused")));
+                return Err(ActionError::Invalid(format!(
+                    "{}engine slurm: paused: cannot submit paused",
+                    at(i)
+                )));
             }
         }
+        // To name the spec a missing dependency belongs to.
+        let deps_of: Vec<Vec<TaskId>> =
+            specs.iter().map(|s| s.dependencies().map(|(d, _)| d).collect()).collect();
         let news: Vec<NewTask> = specs.into_iter().map(|spec| NewTask { spec, paused }).collect();
-        let ids = self.shared.store().insert_tasks(&news)?;
-        for (id, new) in ids.iter().zip(&news) {
-            self.shared.emit(DaemonEvent::TaskChanged(*id));
-            self.enqueue(*id, &new.spec, paused).map_err(|e| {
+        // The dependencies are checked and resolved here, once, in the
+        // inserting transaction.
+        let (inserted, news) = self
+            .shared
+            .writer
+            .call(move |s| s.insert_tasks_resolved(&news).map(|inserted| (inserted, news)))
+            .map_err(|e| match e {
+                StoreError::UnknownDependency { dep } => {
+                    let i = deps_of.iter().position(|d| d.contains(&dep)).unwrap_or(0);
+                    ActionError::Invalid(format!("{}after: no task {dep}", at(i)))
+                }
+                other => ActionError::from(other),
+            })?;
+        let mut ids = Vec::with_capacity(inserted.len());
+        for (task, new) in inserted.into_iter().zip(&news) {
+            self.shared.emit(DaemonEvent::TaskChanged(task.id));
+            let deps: Vec<Dependency> = task
+                .deps
+                .iter()
+                .map(|d| Dependency { id: d.id, kind: d.kind, stored: Some(d.state) })
+                .collect();
+            self.enqueue(task.id, &new.spec, paused, &deps).map_err(|e| {
                 // Stored but not queued (the queue is closing): it is queued
                 // again at the next start, so nothing is lost.
-                tracing::warn!("task {id} stored but not queued: {e}");
+                tracing::warn!("task {} stored but not queued: {e}", task.id);
                 ActionError::Unavailable
             })?;
+            ids.push(task.id);
         }
         Ok(ids)
     }
 
-    /// A spec's own validity, its estimate's, and that its dependencies exist.
-    fn check(&self, spec: &TaskSpec) -> Result<(), String> {
-        spec.validate().map_err(|e| e.to_string())?;
-        if spec.engine == RunEngine::Slurm {
-            crate::slurm::check(spec)?;
-        }
-        // A missing directory is the submitter's mistake, not a failed run.
-        if let Some(cwd) = &spec.cwd {
-            crate::spec::check_cwd_exists(cwd).map_err(|e| e.to_string())?;
-        }
-        spec.estimate.to_estimate().validate().map_err(|e| format!("estimate.{e}"))?;
-        for (dep, _) in spec.dependencies() {
-            match self.shared.store().get_task(dep) {
-                Ok(Some(_)) => {}
-                Ok(None) => return Err(format!("after: no task {dep}")),
-                Err(e) => return Err(format!("after: cannot read task {dep}: {e}")),
-            }
-        }
-        Ok(())
-    }
-
     fn live(&self, id: TaskId) -> Result<TaskState, ActionError> {
-        let rec = self.shared.store().get_task(id)?.ok_or(ActionError::NotFound(id))?;
+        let rec = self.task(id)?.ok_or(ActionError::NotFound(id))?;
         if rec.state.is_terminal() {
             return Err(ActionError::Conflict(format!("task {id} already ended ({})", rec.state)));
         }
         Ok(rec.state)
     }
 
-    /// The state the queue holds now (the store follows through the pump).
-    fn queue_state(&self, id: TaskId, fallback: TaskState) -> TaskState {
-        self.queue.get(qid(id)).map_or(fallback, |v| map_state(v.state))
+    /// Once the queue's events so far are durable: the task's stored state,
+    /// which is what `status` shows from now on.
+    fn settled_state(&self, id: TaskId) -> Result<TaskState, ActionError> {
+        self.settle()?;
+        Ok(self.shared.reader().get_task(id)?.ok_or(ActionError::NotFound(id))?.state)
     }
 
     /// Cancels: a pending task at once; a running one gets SIGTERM, then
-    /// SIGKILL after `grace`.
+    /// SIGKILL after `grace`. Answers with the stored state once the
+    /// change is durable (a running task stays RUNNING until it exits).
     pub(crate) fn cancel(&self, id: TaskId, grace: Option<Duration>) -> Result<TaskState, ActionError> {
         self.live(id)?;
         if let Some(state) = self.slurm.as_ref().and_then(|s| s.cancel(id)) {
@@ -141,11 +140,11 @@ impl Engine {
             slot.cancel(grace.unwrap_or(self.shared.kill_grace));
         }
         match self.queue.cancel(qid(id)) {
-            Ok(()) | Err(QueueError::AlreadyEnded(_)) => Ok(self.queue_state(id, TaskState::Cancelled)),
+            Ok(()) | Err(QueueError::AlreadyEnded(_)) => self.settled_state(id),
             Err(_) => {
                 // Live in the store but unknown to the queue: end it here.
                 let outcome = Outcome { state: TaskState::Cancelled, exit_code: None, reason: None };
-                self.shared.store().finish(id, &outcome)?;
+                self.shared.writer.call(move |s| s.finish(id, &outcome))?;
                 self.shared.emit(DaemonEvent::TaskChanged(id));
                 self.shared.emit(DaemonEvent::TaskFinished(id));
                 Ok(TaskState::Cancelled)
@@ -155,28 +154,36 @@ impl Engine {
 
     /// Pauses: a running command is stopped (SIGSTOP to its group) and
     /// keeps its reservation; a pending task is skipped by the dispatcher.
+    /// Answers once the pause is durable.
     pub(crate) fn pause(&self, id: TaskId) -> Result<TaskState, ActionError> {
         self.live(id)?;
-        if self.shared.store().get_task(id)?.is_some_and(|r| r.spec.engine == RunEngine::Slurm) {
+        if self.task(id)?.is_some_and(|r| r.spec.engine == RunEngine::Slurm) {
             return Err(ActionError::Conflict(format!("task {id} runs in Slurm: it cannot be paused")));
         }
-        match self.queue.set_running_paused(qid(id), true) {
-            Ok(()) => {
-                self.shared.slot(id).pause();
-                Ok(TaskState::Paused)
+        // Twice at most: a pending task may start between the two queue calls.
+        for _ in 0..2 {
+            match self.queue.set_running_paused(qid(id), true) {
+                Ok(()) => {
+                    self.shared.slot(id).pause();
+                    break;
+                }
+                Err(QueueError::NotStarted(_)) => {
+                    self.queue.pause(qid(id)).map_err(|e| ActionError::Conflict(e.to_string()))?;
+                    if self.queue.get(qid(id)).is_none_or(|v| v.state != lardon::TaskState::Running) {
+                        break;
+                    }
+                }
+                Err(QueueError::AlreadyEnded(_)) => {
+                    return Err(ActionError::Conflict(format!("task {id} already ended")));
+                }
+                Err(e) => return Err(ActionError::Conflict(e.to_string())),
             }
-            Err(QueueError::NotStarted(_)) => {
-                self.queue.pause(qid(id)).map_err(|e| ActionError::Conflict(e.to_string()))?;
-                Ok(TaskState::Paused)
-            }
-            Err(QueueError::AlreadyEnded(_)) => {
-                Err(ActionError::Conflict(format!("task {id} already ended")))
-            }
-            Err(e) => Err(ActionError::Conflict(e.to_string())),
         }
+        self.settled_state(id)
     }
 
-    /// Resumes a paused task (SIGCONT for a stopped command).
+    /// Resumes a paused task (SIGCONT for a stopped command). Answers once
+    /// the change is durable.
     pub(crate) fn resume(&self, id: TaskId) -> Result<TaskState, ActionError> {
         self.live(id)?;
         match self.queue.set_running_paused(qid(id), false) {
@@ -184,14 +191,13 @@ impl Engine {
                 if let Some(slot) = self.shared.existing_slot(id) {
                     slot.resume();
                 }
-                Ok(TaskState::Running)
             }
             Err(QueueError::NotStarted(_)) => {
                 self.queue.resume(qid(id)).map_err(|e| ActionError::Conflict(e.to_string()))?;
-                Ok(self.queue_state(id, TaskState::Pending))
             }
-            Err(e) => Err(ActionError::Conflict(e.to_string())),
+            Err(e) => return Err(ActionError::Conflict(e.to_string())),
         }
+        self.settled_state(id)
     }
 
     /// Runs a finished task again: same spec, a new attempt; its history
@@ -202,7 +208,7 @@ impl Engine {
         if self.shared.stopping() {
             return Err(ActionError::Unavailable);
         }
-        let rec = self.shared.store().get_task(id)?.ok_or(ActionError::NotFound(id))?;
+        let rec = self.task(id)?.ok_or(ActionError::NotFound(id))?;
         if !rec.state.is_terminal() {
             return Err(ActionError::Conflict(format!(
                 "task {id} is {}; only completed, failed or cancelled tasks can be restarted",
@@ -212,14 +218,24 @@ impl Engine {
         // The queue remembers every ended id; the new attempt reuses it.
         // (Unknown to this queue: it ended before the daemon's last start.)
         let _ = self.queue.release_id(qid(id));
-        let from = self.shared.store().restart(id)?;
+        let from = self.shared.writer.call(move |s| s.restart(id))?;
         self.mark_log(id, from);
         self.shared.emit(DaemonEvent::TaskChanged(id));
-        self.enqueue(id, &rec.spec, false).map_err(|e| {
+        let deps = {
+            let reader = self.shared.reader();
+            rec.spec
+                .dependencies()
+                .map(|(dep, kind)| {
+                    let stored = reader.get_task(dep)?.map(|r| r.state);
+                    Ok(Dependency { id: dep, kind, stored })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?
+        };
+        self.enqueue(id, &rec.spec, false, &deps).map_err(|e| {
             tracing::warn!("task {id} restarted in the store but not queued: {e}");
             ActionError::Unavailable
         })?;
-        Ok(self.queue_state(id, TaskState::Pending))
+        self.settled_state(id)
     }
 
     /// Appends a line to the task's log so that `lardon log` shows where
@@ -240,11 +256,12 @@ impl Engine {
         }
     }
 
-    /// Forgets a terminal task and its log.
-    pub(crate) fn remove(&self, id: TaskId) -> Result<(), ActionError> {
-        self.shared.store().remove_task(id)?;
+    /// Forgets a terminal task and its log; returns the state it ended in.
+    pub(crate) fn remove(&self, id: TaskId) -> Result<TaskState, ActionError> {
+        let state = self.task(id)?.ok_or(ActionError::NotFound(id))?.state;
+        self.shared.writer.call(move |s| s.remove_task(id))?;
         self.forget(id);
-        Ok(())
+        Ok(state)
     }
 
     fn forget(&self, id: TaskId) {
@@ -255,7 +272,8 @@ impl Engine {
 
     /// Removes every terminal task in `states` (empty: all terminal ones).
     pub(crate) fn clean(&self, states: &[TaskState]) -> Result<Vec<TaskId>, ActionError> {
-        let removed = self.shared.store().clean(states)?;
+        let states = states.to_vec();
+        let removed = self.shared.writer.call(move |s| s.clean(&states))?;
         for id in &removed {
             self.forget(*id);
         }
@@ -281,7 +299,8 @@ impl Engine {
             // figure below is what counts.
             let _ = self.queue.report_progress(qid(id), p);
         }
-        self.shared.store().set_progress(id, done, total, message)?;
+        let message = message.to_owned();
+        self.shared.writer.call(move |s| s.set_progress(id, done, total, &message))?;
         self.shared.emit(DaemonEvent::TaskChanged(id));
         Ok(())
     }
@@ -289,7 +308,7 @@ impl Engine {
     /// Applies policy changes atomically: parsed, validated by the
     /// Governor, then persisted.
     pub(crate) fn set_policy(&self, set: &[(String, String)], reset: &[String]) -> Result<(), ActionError> {
-        let overrides = self.shared.store().policy_overrides()?;
+        let overrides = self.policy_overrides()?;
         let defaults = self.default_policy();
         let mut policy = defaults.clone();
         let mut daemon = settings::DaemonSettings::default();
@@ -311,15 +330,50 @@ impl Engine {
             lardon::PolicyError::DoesNotCover(_) => ActionError::Conflict(e.to_string()),
             other => ActionError::Invalid(other.to_string()),
         })?;
-        self.shared.store().set_policy_overrides(set, reset)?;
+        let (set, reset) = (set.to_vec(), reset.to_vec());
+        self.shared.writer.call(move |s| s.set_policy_overrides(&set, &reset))?;
         self.shared.replace_settings(daemon);
         self.shared.compute.apply(&policy);
         self.queue.resources_changed();
         Ok(())
     }
 
+    /// A task as committed (`None`: no such task).
+    pub(crate) fn task(&self, id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
+        self.shared.reader().get_task(id)
+    }
+
+    /// The committed tasks `filter` selects.
+    pub(crate) fn tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
+        self.shared.reader().list_tasks(filter)
+    }
+
+    /// A task's course (its bounded decision history).
+    pub(crate) fn course(&self, id: TaskId) -> Result<Vec<CourseEntry>, StoreError> {
+        self.shared.reader().course(id)
+    }
+
+    /// The persisted policy overrides.
+    pub(crate) fn policy_overrides(&self) -> Result<Vec<(String, String)>, StoreError> {
+        self.shared.reader().policy_overrides()
+    }
+
     /// The host's default policy (before overrides).
     pub(crate) fn default_policy(&self) -> lardon::HostPolicy {
         self.shared.default_policy.clone()
     }
+}
+
+/// A spec's own validity and its estimate's (its dependencies are checked
+/// when it is stored): the daemon's one check of a submitted spec.
+fn check(spec: &TaskSpec) -> Result<(), String> {
+    spec.validate().map_err(|e| e.to_string())?;
+    if spec.engine == RunEngine::Slurm {
+        crate::slurm::check(spec)?;
+    }
+    // A missing directory is the submitter's mistake, not a failed run.
+    if let Some(cwd) = &spec.cwd {
+        crate::spec::check_cwd_exists(cwd).map_err(|e| e.to_string())?;
+    }
+    spec.estimate.to_estimate().validate().map_err(|e| format!("estimate.{e}"))
 }

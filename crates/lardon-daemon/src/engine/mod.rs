@@ -16,7 +16,7 @@ pub(crate) use startlog::log_start;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -34,7 +34,7 @@ use crate::DaemonError;
 use crate::runner::{ClassProbes, Executor, LocalExecutor, command_callback, orphans};
 use crate::settings::{self, DaemonSettings, EnforceMode};
 use crate::spec::{DepKind, RunEngine, TaskId, TaskSpec, TaskState};
-use crate::store::{Outcome, Store};
+use crate::store::{Outcome, Store, StoreWriter};
 
 /// Capacity of the event fan-out; a slower watcher is told it lagged.
 const EVENT_CAPACITY: usize = 4096;
@@ -73,13 +73,17 @@ const QUEUE_CAPACITY: usize = 10_000_000;
 /// owns the callbacks: no reference cycle).
 #[derive(Debug)]
 pub(crate) struct Shared {
-    store: Mutex<Store>,
+    /// The only path to the database for writes (group commit).
+    pub(crate) writer: StoreWriter,
+    /// A read-only connection: sees what the writer committed.
+    reader: Mutex<Store>,
+    /// How far the pump has handed queue events to the writer.
+    pub(crate) pumped: PumpMark,
     pub(crate) governor: Governor,
     pub(crate) executor: Arc<dyn Executor>,
     settings: Mutex<DaemonSettings>,
     pub(crate) info: Info,
     slots: Mutex<HashMap<TaskId, Arc<Slot>>>,
-    exits: Mutex<HashMap<TaskId, i32>>,
     stopping: AtomicBool,
     /// How often the daemon's event-driven loops woke (for the metrics).
     pub(crate) wakeups: Wakeups,
@@ -105,8 +109,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub(crate) fn store(&self) -> MutexGuard<'_, Store> {
-        lock(&self.store)
+    /// The read-only store: reads see every committed write, and the
+    /// guard hands out `&Store` only, so nothing writes through it.
+    pub(crate) fn reader(&self) -> ReadGuard<'_> {
+        ReadGuard(lock(&self.reader))
     }
 
     pub(crate) fn settings(&self) -> DaemonSettings {
@@ -145,17 +151,43 @@ impl Shared {
         lock(&self.slots).values().cloned().collect()
     }
 
-    pub(crate) fn set_exit(&self, id: TaskId, code: i32) {
-        lock(&self.exits).insert(id, code);
-    }
-
-    pub(crate) fn take_exit(&self, id: TaskId) -> Option<i32> {
-        lock(&self.exits).remove(&id)
-    }
-
     pub(crate) fn emit(&self, event: DaemonEvent) {
         // No receiver is fine: nobody is watching.
         let _ = self.events.send(event);
+    }
+}
+
+/// A read guard on the store's read-only connection (see [`Shared::reader`]).
+pub(crate) struct ReadGuard<'a>(MutexGuard<'a, Store>);
+
+impl std::ops::Deref for ReadGuard<'_> {
+    type Target = Store;
+    fn deref(&self) -> &Store {
+        &self.0
+    }
+}
+
+/// How many queue events the pump has handed to the writer, so that an
+/// action can wait until the events its queue call emitted are queued for
+/// the store (then one write through the writer makes them durable).
+#[derive(Debug, Default)]
+pub(crate) struct PumpMark {
+    handed: Mutex<u64>,
+    moved: Condvar,
+}
+
+impl PumpMark {
+    fn set(&self, handed: u64) {
+        *lock(&self.handed) = handed;
+        self.moved.notify_all();
+    }
+
+    /// Blocks until the pump has handed `count` events over (or stopped).
+    pub(crate) fn wait_for(&self, count: u64) {
+        let mut handed = lock(&self.handed);
+        while *handed < count {
+            handed = self.moved.wait(handed).unwrap_or_else(PoisonError::into_inner);
+        }
     }
 }
 
@@ -288,14 +320,21 @@ impl Engine {
         // the persisted overrides).
         let compute = ComputePool::new(cpu_layout, &governor.policy());
         let (events, _) = broadcast::channel(EVENT_CAPACITY);
+        let volumes = store.scratch_volumes()?;
+        let tasks = store.load_all()?;
+        let db = store.path().to_path_buf();
+        let writer = StoreWriter::spawn(store)
+            .map_err(|e| DaemonError::Runtime(format!("cannot start the store writer: {e}")))?;
+        let reader = Store::open_reader(&db)?;
         let shared = Arc::new(Shared {
-            store: Mutex::new(store),
+            writer,
+            reader: Mutex::new(reader),
+            pumped: PumpMark::default(),
             governor: governor.clone(),
             executor: Arc::new(LocalExecutor::new(Some(detection.enforcer))),
             settings: Mutex::new(daemon_settings),
             info,
             slots: Mutex::default(),
-            exits: Mutex::default(),
             stopping: AtomicBool::new(false),
             wakeups: Wakeups::default(),
             events,
@@ -307,7 +346,6 @@ impl Engine {
             compute,
             probes: ClassProbes::default(),
         });
-        let volumes = shared.store().scratch_volumes()?;
         for row in volumes {
             let name = row.name.clone();
             match governor.add_volume(name.clone(), crate::service::scratch::controller(&row), row.capacity) {
@@ -327,20 +365,27 @@ impl Engine {
             governor,
             lardon::QueueConfig { capacity: QUEUE_CAPACITY, ..lardon::QueueConfig::default() },
         );
-        let pump = pump::spawn(Arc::clone(&shared), queue.subscribe())
+        let pump = pump::spawn(Arc::clone(&shared), &queue)
             .map_err(|e| DaemonError::Runtime(format!("cannot start the event pump: {e}")))?;
         let slurm = crate::slurm::SlurmEngine::start(Arc::clone(&shared))
             .inspect_err(|e| tracing::error!("native Slurm mode unavailable: {e}"))
             .ok();
         let engine = Engine { shared, queue, pump: Mutex::new(Some(pump)), slurm };
-        let tasks = engine.shared.store().load_all()?;
+        // Dependencies are resolved from this one read: a dependency has a
+        // lower id, so it is queued (or found ended) before its dependents.
+        let states: HashMap<TaskId, TaskState> = tasks.iter().map(|r| (r.id, r.state)).collect();
         for rec in tasks.into_iter().filter(|r| !r.state.is_terminal()) {
             if let (Some(handle), Some(slurm)) = (slurm_jobs.remove(&rec.id), &engine.slurm) {
                 slurm.adopt(rec.id, &rec.spec, &handle, rec.memory_retries > 0);
                 continue;
             }
             let paused = rec.state == TaskState::Paused;
-            if let Err(e) = engine.enqueue(rec.id, &rec.spec, paused) {
+            let deps = rec
+                .spec
+                .dependencies()
+                .map(|(dep, kind)| Dependency { id: dep, kind, stored: states.get(&dep).copied() })
+                .collect::<Vec<_>>();
+            if let Err(e) = engine.enqueue(rec.id, &rec.spec, paused, &deps) {
                 tracing::error!("task {}: cannot queue again after restart: {e}", rec.id);
             }
         }
@@ -371,10 +416,17 @@ impl Engine {
     }
 
     /// Hands a stored task to the queue with its id, priority and
-    /// dependencies. A dependency the queue no longer knows is resolved
-    /// from the store: completed (or removed) satisfies it, any other end
-    /// fails an `after` dependent at once.
-    pub(crate) fn enqueue(&self, id: TaskId, spec: &TaskSpec, paused: bool) -> Result<(), String> {
+    /// dependencies, resolved once by the caller from the store
+    /// ([`Dependency`]): an ended one is satisfied (completed, or any end
+    /// for `after_any`) or fails the task at once; a live one is left to the
+    /// queue, which knows every live task and every end since it started.
+    pub(crate) fn enqueue(
+        &self,
+        id: TaskId,
+        spec: &TaskSpec,
+        paused: bool,
+        deps: &[Dependency],
+    ) -> Result<(), String> {
         if spec.engine == RunEngine::Slurm {
             match &self.slurm {
                 Some(slurm) => slurm.submit(id, spec),
@@ -391,25 +443,20 @@ impl Engine {
         if let Some(probe) = self.probe_for(id, spec) {
             task = task.after_any(qid(probe));
         }
-        for (dep, kind) in spec.dependencies() {
-            let live = self.queue.get(qid(dep)).is_some_and(|v| !v.state.is_terminal());
-            let stored =
-                if live { None } else { self.shared.store().get_task(dep).map_err(|e| e.to_string())? };
-            match stored {
-                None if live => {}
+        for dep in deps {
+            match dep.stored {
                 // Removed: it ended, and only terminal tasks can be removed.
                 None => continue,
-                Some(rec) if !rec.state.is_terminal() => {}
-                Some(rec) if rec.state == TaskState::Completed || kind == DepKind::End => continue,
-                Some(rec) => {
-                    let reason = format!("dependency {dep} ended {}", rec.state);
-                    self.fail_unqueued(id, reason);
+                Some(state) if !state.is_terminal() => {}
+                Some(state) if state == TaskState::Completed || dep.kind == DepKind::End => continue,
+                Some(state) => {
+                    self.fail_unqueued(id, format!("dependency {} ended {state}", dep.id));
                     return Ok(());
                 }
             }
-            task = match kind {
-                DepKind::Success => task.after(qid(dep)),
-                DepKind::End => task.after_any(qid(dep)),
+            task = match dep.kind {
+                DepKind::Success => task.after(qid(dep.id)),
+                DepKind::End => task.after_any(qid(dep.id)),
             };
         }
         let submitted = if paused { self.queue.submit_paused(task) } else { self.queue.submit(task) };
@@ -443,14 +490,23 @@ impl Engine {
         self.shared.probes.probe_for(&e.class, id, live)
     }
 
-    /// Ends a task that never reached the queue.
+    /// Ends a task that never reached the queue (durably, before it returns).
     fn fail_unqueued(&self, id: TaskId, reason: String) {
         let outcome = Outcome { state: TaskState::Failed, exit_code: None, reason: Some(reason) };
-        if let Err(e) = self.shared.store().finish(id, &outcome) {
+        if let Err(e) = self.shared.writer.call(move |s| s.finish(id, &outcome)) {
             tracing::error!("task {id}: cannot record failure: {e}");
         }
         self.shared.emit(DaemonEvent::TaskChanged(id));
         self.shared.emit(DaemonEvent::TaskFinished(id));
+    }
+
+    /// Waits until every queue event emitted so far (those of a queue call
+    /// that just returned included) is committed: after it, the store
+    /// shows what the queue did.
+    pub(crate) fn settle(&self) -> Result<(), crate::store::StoreError> {
+        self.shared.pumped.wait_for(self.queue.events_emitted());
+        // The pump's writes for those events are queued ahead of this one.
+        self.shared.writer.call(|_| Ok(()))
     }
 
     /// Stops: running commands are terminated (they stay RUNNING in the
@@ -469,7 +525,18 @@ impl Engine {
         if let Some(pump) = lock(&self.pump).take() {
             let _ = pump.join();
         }
+        // Everything the pump handed over is committed before this returns.
+        self.shared.writer.close();
     }
+}
+
+/// A dependency of a task being queued, with its state as stored when it
+/// was resolved (`None`: removed, so it ended).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Dependency {
+    pub(crate) id: TaskId,
+    pub(crate) kind: DepKind,
+    pub(crate) stored: Option<TaskState>,
 }
 
 fn next_instance() -> u64 {

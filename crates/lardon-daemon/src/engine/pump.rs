@@ -1,51 +1,40 @@
-//! The pump: one thread subscribed to the queue's events persists every
-//! state change, decision and start (one store transaction each) and fans
-//! the change out to the watchers.
+//! The pump: one thread subscribed to the queue's events turns each state
+//! change, decision, start and end into a write for the store's writer
+//! (which commits them in groups) and, once the write is durable, fans the
+//! change out to the watchers. The queue's events are the only path by
+//! which a task's state reaches the store after it was submitted.
 //!
 //! It blocks on the queue's event stream with no timeout: it wakes once
 //! per event and ends when the stream does, which the queue's `close`
 //! guarantees (docs/DESIGN.md §8: no fixed polling), so an idle daemon's
-//! pump never wakes.
+//! pump never wakes. After each event it moves [`super::PumpMark`], which
+//! is what lets an action wait for its own events (`Engine::settle`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::Receiver;
 use std::thread::JoinHandle;
 
-use lardon::QueueEvent;
+use lardon::{DecisionKind, QueueEvent, TaskQueue};
 
 use super::{DaemonEvent, Shared};
-use crate::spec::{DecisionKind, TaskId, TaskState};
-use crate::store::{DecisionRecord, Grant, Outcome};
+use crate::spec::{TaskId, TaskState};
+use crate::store::{DecisionRecord, Grant, Outcome, Store, StoreError};
 
-pub(crate) fn spawn(shared: Arc<Shared>, events: Receiver<QueueEvent>) -> std::io::Result<JoinHandle<()>> {
+pub(crate) fn spawn(shared: Arc<Shared>, queue: &TaskQueue) -> std::io::Result<JoinHandle<()>> {
+    // Nothing is queued yet, so no event falls between these two lines.
+    let events = queue.subscribe();
+    let mut handed = queue.events_emitted();
     let run = move || {
         for event in events {
             shared.wakeups.pump.fetch_add(1, Ordering::Relaxed);
             handle(&shared, event);
+            handed += 1;
+            shared.pumped.set(handed);
         }
+        // The stream ended (the queue closed): release any waiter.
+        shared.pumped.set(u64::MAX);
     };
     std::thread::Builder::new().name("lardon-pump".into()).spawn(run)
-}
-
-fn state_of(s: lardon::TaskState) -> TaskState {
-    match s {
-        lardon::TaskState::Pending => TaskState::Pending,
-        lardon::TaskState::Running => TaskState::Running,
-        lardon::TaskState::Paused => TaskState::Paused,
-        lardon::TaskState::Completed => TaskState::Completed,
-        lardon::TaskState::Failed => TaskState::Failed,
-        lardon::TaskState::Cancelled => TaskState::Cancelled,
-    }
-}
-
-pub(crate) fn kind_of(k: lardon::DecisionKind) -> DecisionKind {
-    match k {
-        lardon::DecisionKind::Admit => DecisionKind::Admit,
-        lardon::DecisionKind::ReduceBatch => DecisionKind::ReduceBatch,
-        lardon::DecisionKind::Wait => DecisionKind::Wait,
-        lardon::DecisionKind::Reject => DecisionKind::Reject,
-    }
 }
 
 /// What a contract grants, as the task's course records it.
@@ -53,23 +42,41 @@ fn grant_of(c: &lardon::Contract) -> Grant {
     Grant { batch: c.batch, memory: c.memory, cpu_millis: c.cpu_millis }
 }
 
-fn handle(shared: &Shared, event: QueueEvent) {
-    let (id, result) = match event {
-        QueueEvent::Submitted { id, .. } | QueueEvent::Progress { id, .. } => (TaskId(id.0), Ok(())),
+/// Queues `write` for task `id`; once it is durable, tells the watchers
+/// (`finished`: it ended) or logs why it failed.
+fn persist(
+    shared: &Arc<Shared>,
+    id: TaskId,
+    finished: bool,
+    write: impl FnOnce(&mut Store) -> Result<(), StoreError> + Send + 'static,
+) {
+    let watchers = Arc::clone(shared);
+    shared.writer.send(write, move |result| {
+        if let Err(e) = result {
+            tracing::error!("task {id}: cannot persist a change: {e}");
+        }
+        watchers.emit(DaemonEvent::TaskChanged(id));
+        if finished {
+            watchers.emit(DaemonEvent::TaskFinished(id));
+        }
+    });
+}
+
+fn handle(shared: &Arc<Shared>, event: QueueEvent) {
+    match event {
+        QueueEvent::Submitted { .. } | QueueEvent::Progress { .. } => {}
         QueueEvent::Sequence { id, contract } => {
             // Written only when the batch changed (no write per batch).
-            let id = TaskId(id.0);
-            (id, shared.store().record_grant(id, &grant_of(&contract)))
+            let grant = grant_of(&contract);
+            persist(shared, TaskId(id.0), false, move |s| s.record_grant(TaskId(id.0), &grant));
         }
         QueueEvent::Decision { id, kind, reason, message } => {
             let id = TaskId(id.0);
-            let kind = kind_of(kind);
             if kind == DecisionKind::Reject {
                 tracing::warn!("task {id}: rejected ({}): {message}", reason.as_str());
             } else {
                 tracing::debug!("task {id}: {} ({}): {message}", kind.as_str(), reason.as_str());
             }
-            let result = shared.store().record_decision(id, kind, reason.as_str(), &message, None);
             let record = DecisionRecord {
                 kind,
                 reason_code: reason.as_str().to_owned(),
@@ -78,27 +85,36 @@ fn handle(shared: &Shared, event: QueueEvent) {
                 at_ms: crate::now_ms(),
             };
             shared.stats.lock().unwrap_or_else(std::sync::PoisonError::into_inner).record(id, &record);
-            shared.emit(DaemonEvent::Decision(id, record));
-            (id, result)
+            let watchers = Arc::clone(shared);
+            let stored = record.clone();
+            shared.writer.send(
+                move |s| s.record_decision(id, stored.kind, &stored.reason_code, &stored.message, None),
+                move |result| {
+                    if let Err(e) = result {
+                        tracing::error!("task {id}: cannot persist a decision: {e}");
+                    }
+                    watchers.emit(DaemonEvent::Decision(id, record));
+                    watchers.emit(DaemonEvent::TaskChanged(id));
+                },
+            );
         }
         QueueEvent::Started { id, contract } => {
+            let grant = grant_of(&contract);
             let id = TaskId(id.0);
-            (id, shared.store().start_attempt_granted(id, &grant_of(&contract)).map(drop))
+            persist(shared, id, false, move |s| s.start_attempt_granted(id, &grant).map(drop));
         }
         QueueEvent::StateChanged { id, state } => {
-            let id = TaskId(id.0);
             if shared.stopping() {
                 return;
             }
-            let result = match state {
-                lardon::TaskState::Paused => shared.store().pause(id).map(drop),
-                _ => shared.store().resume(id).map(drop),
-            };
-            (id, result)
+            let id = TaskId(id.0);
+            persist(shared, id, false, move |s| match state {
+                lardon::TaskState::Paused => s.pause(id).map(drop),
+                _ => s.resume(id).map(drop),
+            });
         }
         QueueEvent::Finished { id, state, message } => {
             let id = TaskId(id.0);
-            let state = state_of(state);
             // At shutdown, runs the daemon itself stopped and pending tasks
             // the closing queue cancelled stay live in the store: the next
             // start queues them again. A run that ends failed while the
@@ -108,18 +124,10 @@ fn handle(shared: &Shared, event: QueueEvent) {
             if shared.stopping() && state != TaskState::Completed {
                 return;
             }
-            let outcome = Outcome { state, exit_code: shared.take_exit(id), reason: message };
-            let result = shared.store().finish(id, &outcome);
-            shared.emit(DaemonEvent::TaskChanged(id));
-            shared.emit(DaemonEvent::TaskFinished(id));
-            if let Err(e) = result {
-                tracing::error!("task {id}: cannot persist its end: {e}");
-            }
-            return;
+            // The exit code is already on the row: the runner wrote it with
+            // its last run, ahead of this end in the writer's order.
+            let outcome = Outcome { state, exit_code: None, reason: message };
+            persist(shared, id, true, move |s| s.finish(id, &outcome));
         }
-    };
-    if let Err(e) = result {
-        tracing::error!("task {id}: cannot persist a change: {e}");
     }
-    shared.emit(DaemonEvent::TaskChanged(id));
 }

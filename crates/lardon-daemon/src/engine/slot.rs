@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use crate::runner::{Run, RunSignal};
 
-/// See the module docs.
+/// The control slot of one running task: the run it has up (if any) and
+/// the pause/cancel intents, under one lock so that a run started after a
+/// pause or cancel honours it.
 #[derive(Debug, Default)]
 pub(crate) struct Slot {
     state: Mutex<SlotState>,

@@ -62,7 +62,7 @@ pub(crate) fn start_lines(engine: &Engine, overrides: &[(String, String)]) -> Ve
 
 /// Logs [`start_lines`] at `info`.
 pub(crate) fn log_start(engine: &Engine) {
-    let overrides = match engine.shared.store().policy_overrides() {
+    let overrides = match engine.shared.reader().policy_overrides() {
         Ok(o) => o,
         Err(e) => {
             tracing::warn!("cannot read the persisted policy overrides: {e}");

@@ -54,7 +54,7 @@ fn store_err(e: impl std::fmt::Display) -> TaskError {
 }
 
 fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, slot: &Slot) -> TaskResult {
-    let stored = shared.store().get_task(id).map_err(store_err)?;
+    let stored = shared.reader().get_task(id).map_err(store_err)?;
     let mut cursor = if spec.items.is_some() { stored.as_ref().map_or(0, |r| r.cursor) } else { 0 };
     let mut retries = stored.as_ref().map_or(0, |r| r.memory_retries);
     let class = spec.estimate.class.as_str();
@@ -107,7 +107,9 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
             st.run = Some(Arc::clone(&run));
             run
         };
-        if let Err(e) = shared.store().set_run_handle(id, Some(&run.handle())) {
+        // Durable before the wait: a crash from here on finds the run by it.
+        let handle = run.handle();
+        if let Err(e) = shared.writer.call(move |s| s.set_run_handle(id, Some(&handle))) {
             tracing::warn!("task {id}: run handle not recorded: {e}");
         }
         let exit = wait_reporting_usage(&*run, ctx);
@@ -134,15 +136,12 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
             None => RunRecord::unbatched(exit.wall, outcome),
         };
         ctx.record_run(record);
-        persist_run(shared, id, class, &record);
+        persist_run(shared, id, class, record, exit.code);
         if settings.enforce == EnforceMode::Soft
             && let (Some(limit), Some(peak)) = (memory_high, peak)
             && peak > limit
         {
             note_soft_overrun(shared, id, &contract, limit, peak);
-        }
-        if let Some(code) = exit.code {
-            shared.set_exit(id, code);
         }
         if oom {
             let limit = memory_max.or(memory_high).map_or_else(|| "?".to_owned(), format_bytes);
@@ -160,7 +159,7 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
             };
             let note = format!("{what} {killed}; run again at the size learned from the kill");
             tracing::warn!("task {id}: {note}");
-            retries = shared.store().note_memory_retry(id, &note).map_err(store_err)?;
+            retries = shared.writer.call(move |s| s.note_memory_retry(id, &note)).map_err(store_err)?;
             shared.emit(DaemonEvent::TaskChanged(id));
             // A new admission sized from the kill: smaller batch or larger
             // grant; a REJECT (even batch_min can never fit) fails the task
@@ -173,11 +172,15 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
         }
         let Some((offset, size, total)) = batch else { return Ok(()) };
         cursor = offset + size;
-        {
-            let mut store = shared.store();
-            store.advance_cursor(id, cursor).map_err(store_err)?;
-            let _ = store.set_progress(id, cursor, total, "");
-        }
+        // Durable before the next batch starts: a crash re-runs at most
+        // the batch after it (one transaction with the progress it implies).
+        shared
+            .writer
+            .call(move |s| {
+                s.advance_cursor(id, cursor)?;
+                s.set_progress(id, cursor, total, "")
+            })
+            .map_err(store_err)?;
         let _ = ctx.set_progress(cursor, total);
         if cursor >= total {
             return Ok(());
@@ -187,11 +190,26 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
 }
 
 /// Keeps `record` in the store so that learning survives a restart (the
-/// store ignores a record that carries nothing).
-fn persist_run(shared: &Shared, id: TaskId, class: &str, record: &RunRecord) {
-    if let Err(e) = shared.store().record_run(class, record) {
-        tracing::warn!("task {id}: run sample not persisted: {e}");
-    }
+/// store ignores a record that carries nothing), and the run's exit code on
+/// the task's row. Not waited for: the writer applies writes in the order
+/// they were sent, so this lands before the task's end, which the pump
+/// sends only after this callback returned.
+fn persist_run(shared: &Shared, id: TaskId, class: &str, record: RunRecord, code: Option<i32>) {
+    let class = class.to_owned();
+    shared.writer.send(
+        move |s| {
+            s.record_run(&class, &record)?;
+            match code {
+                Some(code) => s.set_exit_code(id, code),
+                None => Ok(()),
+            }
+        },
+        move |result| {
+            if let Err(e) = result {
+                tracing::warn!("task {id}: run not persisted: {e}");
+            }
+        },
+    );
 }
 
 /// A run went past its grant plus slack and soft enforcement let it: say so
@@ -205,10 +223,17 @@ fn note_soft_overrun(shared: &Shared, id: TaskId, contract: &lardon::Contract, l
         format_bytes(limit)
     );
     tracing::warn!("task {id}: {note}");
-    if let Err(e) = shared.store().note_soft_overrun(id, &note) {
-        tracing::warn!("task {id}: overrun not recorded: {e}");
-    }
-    shared.emit(DaemonEvent::TaskChanged(id));
+    let events = shared.events.clone();
+    shared.writer.send(
+        move |s| s.note_soft_overrun(id, &note),
+        move |result| {
+            if let Err(e) = result {
+                tracing::warn!("task {id}: overrun not recorded: {e}");
+            }
+            // Nobody watching is fine.
+            let _ = events.send(DaemonEvent::TaskChanged(id));
+        },
+    );
 }
 
 /// Waits for the run while feeding its memory use to the reservation, so

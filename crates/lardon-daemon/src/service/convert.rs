@@ -88,8 +88,8 @@ fn eta_to_pb(s: EtaState) -> pb::EtaState {
     }
 }
 
-/// A client's spec, checked: ids parsed, defaults applied, then the spec's
-/// own validation (the estimate is checked by the engine).
+/// A client's spec, decoded: ids parsed and defaults applied. The spec's
+/// validation is the engine's, at submit.
 pub(crate) fn spec_from_pb(spec: Option<pb::TaskSpec>) -> Result<TaskSpec, Status> {
     let spec = spec.ok_or_else(|| Status::invalid_argument("spec: missing"))?;
     let ids = |field: &str, list: &[String]| -> Result<Vec<TaskId>, Status> {
@@ -127,7 +127,7 @@ pub(crate) fn spec_from_pb(spec: Option<pb::TaskSpec>) -> Result<TaskSpec, Statu
             .parse()
             .map_err(|e: crate::spec::SpecError| Status::invalid_argument(e.to_string()))?,
     };
-    out.validate().map_err(|e| Status::invalid_argument(e.to_string()))?;
+    // Validated once, by the engine's submit (`Engine::submit_many`).
     Ok(out)
 }
 

@@ -72,7 +72,7 @@ pub(crate) fn controller(row: &ScratchVolumeRow) -> Arc<DirVolume> {
 
 /// Every volume, with its registration.
 pub(crate) fn list(engine: &Engine) -> Result<Vec<pb::ScratchVolume>, Status> {
-    let rows = engine.shared.store().scratch_volumes().map_err(store_status)?;
+    let rows = engine.shared.reader().scratch_volumes().map_err(store_status)?;
     Ok(engine
         .shared
         .governor
@@ -83,7 +83,7 @@ pub(crate) fn list(engine: &Engine) -> Result<Vec<pb::ScratchVolume>, Status> {
 }
 
 fn one(engine: &Engine, view: &VolumeView) -> Result<pb::ScratchVolume, Status> {
-    let rows = engine.shared.store().scratch_volumes().map_err(store_status)?;
+    let rows = engine.shared.reader().scratch_volumes().map_err(store_status)?;
     Ok(to_pb(view, rows.iter().find(|r| r.name == view.name)))
 }
 
@@ -118,11 +118,12 @@ pub(crate) fn add(engine: &Engine, req: pb::ScratchAddRequest) -> Result<pb::Scr
         draining: false,
         added_ms: 0,
     };
-    engine.shared.store().add_scratch(&row).map_err(store_status)?;
+    let stored = row.clone();
+    engine.shared.writer.call(move |s| s.add_scratch(&stored)).map_err(store_status)?;
     match engine.shared.governor.add_volume(name.clone(), controller(&row), row.capacity) {
         Ok(view) => Ok(to_pb(&view, Some(&row))),
         Err(e) => {
-            let _ = engine.shared.store().remove_scratch(&name);
+            let _ = engine.shared.writer.call(move |s| s.remove_scratch(&name));
             Err(scratch_status(e))
         }
     }
@@ -131,19 +132,22 @@ pub(crate) fn add(engine: &Engine, req: pb::ScratchAddRequest) -> Result<pb::Scr
 /// Starts draining `name` (durable: a restart keeps refusing leases).
 pub(crate) fn drain(engine: &Engine, name: &str) -> Result<pb::ScratchVolume, Status> {
     let view = engine.shared.governor.drain(name).map_err(scratch_status)?;
-    engine.shared.store().set_scratch_draining(name, true).map_err(store_status)?;
+    let owned = name.to_owned();
+    engine.shared.writer.call(move |s| s.set_scratch_draining(&owned, true)).map_err(store_status)?;
     one(engine, &view)
 }
 
 /// Returns `name` to service.
 pub(crate) fn cancel_drain(engine: &Engine, name: &str) -> Result<pb::ScratchVolume, Status> {
     let view = engine.shared.governor.cancel_drain(name).map_err(scratch_status)?;
-    engine.shared.store().set_scratch_draining(name, false).map_err(store_status)?;
+    let owned = name.to_owned();
+    engine.shared.writer.call(move |s| s.set_scratch_draining(&owned, false)).map_err(store_status)?;
     one(engine, &view)
 }
 
 /// Forgets `name` (refused while leases exist).
 pub(crate) fn remove(engine: &Engine, name: &str) -> Result<(), Status> {
     engine.shared.governor.remove_volume(name).map_err(scratch_status)?;
-    engine.shared.store().remove_scratch(name).map_err(store_status)
+    let owned = name.to_owned();
+    engine.shared.writer.call(move |s| s.remove_scratch(&owned)).map_err(store_status)
 }

@@ -49,7 +49,7 @@ pub(crate) async fn wait(
     let ids: Vec<TaskId> =
         req.ids.iter().enumerate().map(|(i, s)| id_arg(&format!("ids[{i}]"), s)).collect::<Result<_, _>>()?;
     let mut remaining: BTreeSet<TaskId> = blocking(&engine, move |engine| {
-        let store = engine.shared.store();
+        let store = engine.shared.reader();
         if ids.is_empty() {
             let all = store.load_all().map_err(store_status)?;
             return Ok(all.into_iter().filter(|r| !r.state.is_terminal()).map(|r| r.id).collect());
@@ -69,7 +69,7 @@ pub(crate) async fn wait(
         loop {
             for id in std::mem::take(&mut check) {
                 let found = blocking(&engine, move |e| {
-                    let rec = e.shared.store().get_task(id).map_err(store_status)?;
+                    let rec = e.task(id).map_err(store_status)?;
                     Ok(rec.filter(|r| r.state.is_terminal()).map(|r| (r.state, e.task_pb(&r))))
                 })
                 .await;
@@ -123,7 +123,7 @@ pub(crate) async fn log(
     if pb::LogStream::try_from(req.stream).is_err() {
         return Err(Status::invalid_argument(format!("stream: {} is not a log stream", req.stream)));
     }
-    let exists = blocking(&engine, move |e| e.shared.store().get_task(id).map_err(store_status)).await?;
+    let exists = blocking(&engine, move |e| e.task(id).map_err(store_status)).await?;
     if exists.is_none() {
         return Err(Status::not_found(format!("no task {id}")));
     }
@@ -168,7 +168,7 @@ pub(crate) async fn log(
             // Whether the task has ended, read before draining the file so
             // the last bytes written before the end are always sent.
             let ended = blocking(&engine, move |e| {
-                Ok(e.shared.store().get_task(id).ok().flatten().is_none_or(|r| r.state.is_terminal()))
+                Ok(e.task(id).ok().flatten().is_none_or(|r| r.state.is_terminal()))
             })
             .await
             .unwrap_or(true);
@@ -241,7 +241,7 @@ fn event(seq: &mut u64, e: pb::watch_event::Event) -> pb::WatchEvent {
 }
 
 fn snapshot(engine: &Engine) -> Result<pb::WatchSnapshot, Status> {
-    let recs = engine.shared.store().load_all().map_err(store_status)?;
+    let recs = engine.shared.reader().load_all().map_err(store_status)?;
     let recent = engine
         .shared
         .stats
@@ -287,7 +287,7 @@ pub(crate) async fn watch(
                 ev = events.recv() => match ev {
                     Ok(DaemonEvent::TaskChanged(id)) => {
                         let task = blocking(&engine, move |e| {
-                            Ok(e.shared.store().get_task(id).ok().flatten().map(|r| e.task_pb(&r)))
+                            Ok(e.task(id).ok().flatten().map(|r| e.task_pb(&r)))
                         }).await.ok().flatten();
                         task.map(|t| Ok(event(&mut seq, Event::TaskChanged(t))))
                     }

@@ -29,7 +29,7 @@ impl Engine {
         let av = gov.availability();
         let policy = gov.policy();
         let profile = gov.profile();
-        let counts = self.shared.store().count_by_state()?;
+        let counts = self.shared.reader().count_by_state()?;
         let count = |s: TaskState| counts.iter().find(|(st, _)| *st == s).map_or(0, |(_, n)| *n);
         let to_u32 = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
         let captured = av.last_sample_at.map_or(0, |at| {
@@ -124,8 +124,8 @@ pub(crate) fn enforcement_view(
 
 /// The estimate at its batch bounds as admission sizes it (declared or
 /// learned, whichever is larger: fixed + batch × per item), and the batch
-/// target the engine's history implies — asked of the engine, never
-/// recomputed here.
+/// target admission applies now ([`lardon::Governor::batch_target`]) —
+/// asked of the Governor, never recomputed here.
 pub(crate) fn needs(spec: &TaskSpec, engine: &Engine) -> pb::EstimateNeeds {
     let est: Estimate = spec.estimate.to_estimate();
     let (min, max) = (est.batch_min(), est.batch_max());
@@ -139,7 +139,9 @@ pub(crate) fn needs(spec: &TaskSpec, engine: &Engine) -> pb::EstimateNeeds {
         memory_at_batch_max: memory_for(max),
         gpu_memory_at_batch_min: est.gpu_memory_for(min).unwrap_or(u64::MAX),
         gpu_memory_at_batch_max: est.gpu_memory_for(max).unwrap_or(u64::MAX),
-        adaptive_batch_max: learned.map(|l| l.batch_target).filter(|a| *a < max),
+        // The Governor's own target (history, then slow start and
+        // pressure): what the next admission would grant at most.
+        adaptive_batch_max: Some(engine.shared.governor.batch_target(&est)).filter(|a| *a < max),
         estimate_error: est.validate().err().map(|e| e.to_string()).unwrap_or_default(),
     }
 }

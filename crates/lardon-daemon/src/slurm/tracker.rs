@@ -159,11 +159,14 @@ impl SlurmEngine {
             self.submit(id, spec);
             return;
         };
-        {
-            let mut store = self.inner.shared.store();
-            if let Err(e) = store.start_attempt(id).and_then(|_| store.set_run_handle(id, Some(run_handle))) {
-                tracing::warn!("task {id}: slurm job {job} adopted but not recorded: {e}");
-            }
+        let handle = run_handle.to_owned();
+        let recorded = self
+            .inner
+            .shared
+            .writer
+            .call(move |s| s.start_attempt(id).and_then(|_| s.set_run_handle(id, Some(&handle))));
+        if let Err(e) = recorded {
+            tracing::warn!("task {id}: slurm job {job} adopted but not recorded: {e}");
         }
         tracing::info!("task {id}: tracking slurm job {job} again after a restart");
         self.inner.shared.emit(DaemonEvent::TaskChanged(id));
@@ -321,14 +324,13 @@ impl Inner {
         };
         let mem = memory.map_or_else(|| "the site's default".to_owned(), |m| format!("{}M", m >> 20));
         tracing::info!("task {}: slurm job {job_id} (--mem {mem}, {cpus} CPUs)", w.id);
-        {
-            let mut store = self.shared.store();
-            let started = if w.resubmit { Ok(0) } else { store.start_attempt(w.id) };
-            if let Err(e) =
-                started.and_then(|_| store.set_run_handle(w.id, Some(&handle(job_id, &report_name))))
-            {
-                tracing::warn!("task {}: slurm job {job_id} not recorded: {e}", w.id);
-            }
+        let (id, resubmit, run_handle) = (w.id, w.resubmit, handle(job_id, &report_name));
+        let recorded = self.shared.writer.call(move |s| {
+            let started = if resubmit { Ok(0) } else { s.start_attempt(id) };
+            started.and_then(|_| s.set_run_handle(id, Some(&run_handle)))
+        });
+        if let Err(e) = recorded {
+            tracing::warn!("task {}: slurm job {job_id} not recorded: {e}", w.id);
         }
         self.shared.emit(DaemonEvent::TaskChanged(w.id));
         let submitted = Submitted { job: job_id, memory, oom_retry: spec.oom_retry, resubmitted: w.resubmit };
@@ -343,7 +345,8 @@ impl Inner {
         let class = job.spec.estimate.class.as_str();
         if let Some(record) = verdict.record {
             self.shared.governor.record_run(&Class::new(class), record);
-            if let Err(e) = self.shared.store().record_run(class, &record) {
+            let class_name = class.to_owned();
+            if let Err(e) = self.shared.writer.call(move |s| s.record_run(&class_name, &record)) {
                 tracing::warn!("task {}: run sample not persisted: {e}", job.id);
             }
         }
@@ -355,7 +358,8 @@ impl Inner {
             }
             Next::Resubmit(note) => {
                 tracing::warn!("task {}: {note}", job.id);
-                if let Err(e) = self.shared.store().note_memory_retry(job.id, &note) {
+                let (id, text) = (job.id, note.clone());
+                if let Err(e) = self.shared.writer.call(move |s| s.note_memory_retry(id, &text)) {
                     tracing::warn!("task {}: retry not recorded: {e}", job.id);
                 }
                 self.shared.emit(DaemonEvent::TaskChanged(job.id));
@@ -365,7 +369,8 @@ impl Inner {
     }
 
     fn finish(&self, id: TaskId, outcome: &Outcome) {
-        if let Err(e) = self.shared.store().finish(id, outcome) {
+        let end = outcome.clone();
+        if let Err(e) = self.shared.writer.call(move |s| s.finish(id, &end)) {
             tracing::error!("task {id}: cannot record its end: {e}");
         }
         self.shared.emit(DaemonEvent::TaskChanged(id));

@@ -47,7 +47,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         const OP: &str = "write policy";
         let now = self.now_ms();
-        let tx = self.conn.transaction().ctx("begin policy")?;
+        let tx = self.conn.savepoint().ctx("begin policy")?;
         for key in reset {
             tx.prepare_cached("DELETE FROM policy_overrides WHERE key = ?1")
                 .ctx(OP)?
@@ -76,7 +76,7 @@ impl Store {
         let hook =
             serde_json::to_string(&volume.hook).map_err(|source| StoreError::Encode { op: OP, source })?;
         let capacity = volume.capacity.map(|c| to_i64(c, "capacity")).transpose()?;
-        let tx = self.conn.transaction().ctx("begin scratch")?;
+        let tx = self.conn.savepoint().ctx("begin scratch")?;
         let taken: Option<String> = tx
             .query_row(
                 "SELECT name FROM scratch_volumes WHERE name = ?1 OR path = ?2",

@@ -218,7 +218,7 @@ impl Store {
     /// [`StoreError::NotFound`]; SQLite errors.
     pub fn record_grant(&mut self, id: TaskId, grant: &Grant) -> Result<(), StoreError> {
         let now = self.now_ms();
-        let tx = self.conn.transaction().ctx("begin grant")?;
+        let tx = self.conn.savepoint().ctx("begin grant")?;
         let previous = last_grant(&tx, id)?;
         if previous.as_ref() == Some(grant) {
             return Ok(());
@@ -252,7 +252,7 @@ impl Store {
     pub fn note_memory_retry(&mut self, id: TaskId, message: &str) -> Result<u32, StoreError> {
         const OP: &str = "note memory retry";
         let now = self.now_ms();
-        let tx = self.conn.transaction().ctx("begin memory retry")?;
+        let tx = self.conn.savepoint().ctx("begin memory retry")?;
         let retries: Option<i64> = tx
             .prepare_cached(
                 "UPDATE tasks SET memory_retries = memory_retries + 1 WHERE id = ?1 RETURNING memory_retries",
@@ -286,7 +286,7 @@ impl Store {
     pub fn note_soft_overrun(&mut self, id: TaskId, message: &str) -> Result<(), StoreError> {
         const OP: &str = "note soft overrun";
         let now = self.now_ms();
-        let tx = self.conn.transaction().ctx("begin soft overrun")?;
+        let tx = self.conn.savepoint().ctx("begin soft overrun")?;
         let n = tx
             .prepare_cached("UPDATE tasks SET overrun_note = ?2 WHERE id = ?1")
             .ctx(OP)?

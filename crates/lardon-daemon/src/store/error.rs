@@ -119,6 +119,14 @@ pub enum StoreError {
     /// No scratch volume by that name.
     #[error("store: scratch volume `{0}` not found")]
     ScratchNotFound(String),
+    /// The store's writer thread has stopped (the daemon is shutting down,
+    /// or the thread failed): the write was not made.
+    #[error("store: the writer has stopped; the change was not written")]
+    WriterStopped,
+    /// The group this write belonged to could not be committed: nothing of
+    /// it is durable.
+    #[error("store: commit failed: {0}")]
+    CommitFailed(String),
     /// The database file's directory could not be created.
     #[error("store: creating {}: {source}", path.display())]
     Io {

@@ -117,7 +117,7 @@ impl Store {
         payload: &str,
     ) -> Result<(), StoreError> {
         let now = self.now_ms();
-        let tx = self.conn.transaction().ctx("begin event")?;
+        let tx = self.conn.savepoint().ctx("begin event")?;
         push_event(&tx, task, kind, payload, now, self.max_events)?;
         tx.commit().ctx("commit event")
     }

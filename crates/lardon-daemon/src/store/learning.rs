@@ -71,7 +71,7 @@ impl Store {
             RunOutcome::Completed { peak } => (peak, None),
             RunOutcome::KilledAtLimit { limit } => (None, Some(limit)),
         };
-        let tx = self.conn.transaction().ctx("begin history")?;
+        let tx = self.conn.savepoint().ctx("begin history")?;
         tx.prepare_cached(
             "INSERT INTO class_history (class, items, unbatched, duration_ns, peak_bytes, killed_at, at_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -185,7 +185,7 @@ impl Store {
     pub fn put_feedback(&mut self, class: &str, alternative: &str, blob: &[u8]) -> Result<(), StoreError> {
         const OP: &str = "store feedback";
         let now = self.now_ms();
-        let tx = self.conn.transaction().ctx("begin feedback")?;
+        let tx = self.conn.savepoint().ctx("begin feedback")?;
         tx.prepare_cached(
             "INSERT INTO capability_feedback (class, alternative, blob, updated_ms) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (class, alternative) DO UPDATE SET blob = excluded.blob, updated_ms = excluded.updated_ms",

@@ -1,17 +1,20 @@
 //! The durable store: one SQLite database (WAL, `synchronous=FULL`) in the
 //! state dir.
 //!
-//! * Every state change is **one** transaction touching only the rows it
-//!   changes (no whole-state rewrites), and appends its event in the same
-//!   transaction.
+//! * Every state change is **one** atomic unit (a savepoint: its own
+//!   transaction when alone, part of the open group inside the writer)
+//!   touching only the rows it changes (no whole-state rewrites), and
+//!   appends its event in the same unit.
 //! * Schema versions live in `PRAGMA user_version` ([`schema`]); a database
 //!   from a newer build is refused with [`StoreError::TooNew`].
 //! * Task numbers come from a counter that only moves forward, so ids are
 //!   never reused, even after `remove`/`clean`.
 //! * [`Store::recover_after_crash`] applies docs/DESIGN.md §10's crash recovery.
 //!
-//! The store is synchronous; the daemon owns it on one thread (or behind a
-//! mutex with `spawn_blocking`).
+//! The store is synchronous. The daemon writes only through one
+//! [`StoreWriter`] thread, which groups the writes queued behind each other
+//! into one transaction (one fsync per group) and replies after the commit;
+//! it reads through a second connection from [`Store::open_reader`].
 //!
 //! Table groups: `tasks` (insert, read, remove), `transitions` (state
 //! changes, cursor, progress, decisions, recovery), `course` (each task's
@@ -26,12 +29,13 @@ mod learning;
 pub mod schema;
 mod tasks;
 mod transitions;
+mod writer;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OpenFlags};
 
 pub use config::ScratchVolumeRow;
 pub use course::{COURSE_PER_TASK, CourseEntry, CourseKind, Grant};
@@ -39,8 +43,9 @@ pub use error::StoreError;
 pub use events::{EventKind, EventRow};
 pub use learning::{FeedbackRow, HISTORY_PER_CLASS, HistorySample, MAX_FEEDBACK_ROWS};
 pub use schema::SCHEMA_VERSION;
-pub use tasks::{NewTask, TaskFilter};
+pub use tasks::{Inserted, NewTask, StoredDep, TaskFilter};
 pub use transitions::{INTERRUPTED, Outcome, RecoveryReport};
+pub use writer::{MAX_GROUP, StoreWriter};
 
 use crate::spec::{DecisionKind, TaskId, TaskSpec, TaskState};
 use error::Ctx;
@@ -176,6 +181,65 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON").ctx("enable foreign keys")?;
         schema::migrate(&mut conn, &path)?;
         Ok(Store { conn, path, clock, max_events: DEFAULT_MAX_EVENTS })
+    }
+
+    /// Opens a second, read-only connection to the database at `path`,
+    /// which [`Store::open`] must have created and migrated. With WAL it
+    /// reads the last committed state without waiting for the writer, and
+    /// SQLite itself refuses any write through it (`query_only`), so only
+    /// the `&self` reads make sense on it.
+    ///
+    /// # Errors
+    /// SQLite errors (e.g. no database there).
+    pub fn open_reader(path: impl AsRef<Path>) -> Result<Store, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&path, flags).ctx("open database for reading")?;
+        conn.busy_timeout(BUSY_TIMEOUT).ctx("set busy timeout")?;
+        conn.pragma_update(None, "query_only", "ON").ctx("set query_only")?;
+        Ok(Store { conn, path, clock: Box::new(system_now_ms), max_events: DEFAULT_MAX_EVENTS })
+    }
+
+    /// Opens a group: every write until [`Store::commit_group`] joins one
+    /// transaction (each write still runs in its own savepoint, so a
+    /// refused write leaves the others in the group intact).
+    ///
+    /// # Errors
+    /// SQLite errors (e.g. a group is already open).
+    pub fn begin_group(&mut self) -> Result<(), StoreError> {
+        // IMMEDIATE: the write lock is taken now, not at the first write.
+        self.conn.execute_batch("BEGIN IMMEDIATE").ctx("begin group")
+    }
+
+    /// Commits the open group: one fsync (`synchronous=FULL`) makes every
+    /// write in it durable together.
+    ///
+    /// # Errors
+    /// SQLite errors; the group is rolled back then and nothing of it is kept.
+    pub fn commit_group(&mut self) -> Result<(), StoreError> {
+        let committed = self.conn.execute_batch("COMMIT").ctx("commit group");
+        if committed.is_err() && !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        committed
+    }
+
+    /// Runs `f` as one unit: every write it made is kept if it returns
+    /// `Ok`, none if it returns `Err` (a savepoint; inside a group, the
+    /// group's other writes are untouched either way).
+    ///
+    /// # Errors
+    /// `f`'s error, or SQLite's if the savepoint cannot be taken or
+    /// released.
+    pub fn atomically<T>(
+        &mut self,
+        f: impl FnOnce(&mut Store) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.conn.execute_batch("SAVEPOINT unit").ctx("begin unit")?;
+        let result = f(self);
+        let end = if result.is_ok() { "RELEASE unit" } else { "ROLLBACK TO unit; RELEASE unit" };
+        self.conn.execute_batch(end).ctx("end unit")?;
+        result
     }
 
     /// Sets the bound on stored events (at least 1).

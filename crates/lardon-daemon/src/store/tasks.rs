@@ -1,6 +1,6 @@
 //! Tasks: insert (one or in bulk), read, list, remove, clean.
 
-use rusqlite::{OptionalExtension, Row, Transaction, params, params_from_iter, types::Value};
+use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter, types::Value};
 
 use super::error::{Ctx, StoreError};
 use super::events::{EventKind, push_event};
@@ -21,6 +21,26 @@ impl NewTask {
     pub fn new(spec: TaskSpec) -> NewTask {
         NewTask { spec, paused: false }
     }
+}
+
+/// A task [`Store::insert_tasks_resolved`] inserted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inserted {
+    /// Its new id.
+    pub id: TaskId,
+    /// Its dependencies, each an existing task.
+    pub deps: Vec<StoredDep>,
+}
+
+/// A dependency of a task being inserted, as stored at that moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredDep {
+    /// The task depended on.
+    pub id: TaskId,
+    /// Wait for its success, or for any end.
+    pub kind: DepKind,
+    /// Its state in the inserting transaction.
+    pub state: TaskState,
 }
 
 /// Which tasks [`Store::list_tasks`] returns (every given criterion must
@@ -96,11 +116,11 @@ impl RawTask {
             |what: &str, detail: String| StoreError::Corrupt { what: format!("task {id} {what}"), detail };
         let spec: TaskSpec = serde_json::from_str(&self.spec).map_err(|e| corrupt("spec", e.to_string()))?;
         let state: TaskState =
-            self.state.parse().map_err(|e: crate::spec::SpecError| corrupt("state", e.to_string()))?;
+            crate::spec::parse_state(&self.state).map_err(|e| corrupt("state", e.to_string()))?;
         let (kind, code, message, batch, at_ms) = self.decision;
         let last_decision = match (kind, at_ms) {
             (Some(kind), Some(at_ms)) => Some(DecisionRecord {
-                kind: kind.parse().map_err(|e: crate::spec::SpecError| corrupt("decision", e.to_string()))?,
+                kind: crate::spec::parse_decision(&kind).map_err(|e| corrupt("decision", e.to_string()))?,
                 reason_code: code.unwrap_or_default(),
                 message: message.unwrap_or_default(),
                 batch: batch.map(|b| to_u64(b, "decision batch")).transpose()?,
@@ -148,7 +168,7 @@ pub(super) fn query_tasks(
 }
 
 /// Inserts one task inside `tx`, taking the next number from the counter.
-fn insert_one(tx: &Transaction<'_>, new: &NewTask, now: i64, max_events: u64) -> Result<TaskId, StoreError> {
+fn insert_one(tx: &Connection, new: &NewTask, now: i64, max_events: u64) -> Result<Inserted, StoreError> {
     const OP: &str = "insert task";
     let next: i64 = tx
         .prepare_cached("SELECT value FROM meta WHERE key = 'next_task_number'")
@@ -180,17 +200,19 @@ fn insert_one(tx: &Transaction<'_>, new: &NewTask, now: i64, max_events: u64) ->
         now
     ])
     .ctx(OP)?;
+    let mut deps = Vec::new();
     for (dep, kind) in spec.dependencies() {
         let dep_i = to_i64(dep.0, "dependency id")?;
-        let exists: Option<i64> = tx
-            .prepare_cached("SELECT id FROM tasks WHERE id = ?1 AND id < ?2")
+        let stored: Option<String> = tx
+            .prepare_cached("SELECT state FROM tasks WHERE id = ?1 AND id < ?2")
             .ctx(OP)?
             .query_row(params![dep_i, next], |r| r.get(0))
             .optional()
             .ctx(OP)?;
-        if exists.is_none() {
-            return Err(StoreError::UnknownDependency { dep });
-        }
+        let Some(stored) = stored else { return Err(StoreError::UnknownDependency { dep }) };
+        let dep_state = crate::spec::parse_state(&stored)
+            .map_err(|e| StoreError::Corrupt { what: format!("task {dep} state"), detail: e.to_string() })?;
+        deps.push(StoredDep { id: dep, kind, state: dep_state });
         // A task listed in both `after` and `after_any` keeps the stricter kind.
         tx.prepare_cached(
             "INSERT INTO task_deps (task_id, dep_id, kind) VALUES (?1, ?2, ?3)
@@ -202,7 +224,7 @@ fn insert_one(tx: &Transaction<'_>, new: &NewTask, now: i64, max_events: u64) ->
     }
     let id = TaskId(to_u64(next, "task id")?);
     push_event(tx, Some(id), EventKind::Submitted, state.as_str(), now, max_events)?;
-    Ok(id)
+    Ok(Inserted { id, deps })
 }
 
 impl Store {
@@ -224,12 +246,23 @@ impl Store {
     /// # Errors
     /// As [`Store::insert_task`]; nothing is inserted on error.
     pub fn insert_tasks(&mut self, news: &[NewTask]) -> Result<Vec<TaskId>, StoreError> {
+        Ok(self.insert_tasks_resolved(news)?.into_iter().map(|t| t.id).collect())
+    }
+
+    /// [`Store::insert_tasks`], also returning each task's dependencies
+    /// with their states as of the same transaction: the one place a
+    /// submission's dependencies are checked and resolved.
+    ///
+    /// # Errors
+    /// As [`Store::insert_task`]; nothing is inserted on error.
+    pub fn insert_tasks_resolved(&mut self, news: &[NewTask]) -> Result<Vec<Inserted>, StoreError> {
         let now = self.now_ms();
         let max_events = self.max_events;
-        let tx = self.conn.transaction().ctx("begin insert")?;
-        let ids = news.iter().map(|n| insert_one(&tx, n, now, max_events)).collect::<Result<Vec<_>, _>>()?;
+        let tx = self.conn.savepoint().ctx("begin insert")?;
+        let inserted =
+            news.iter().map(|n| insert_one(&tx, n, now, max_events)).collect::<Result<Vec<_>, _>>()?;
         tx.commit().ctx("commit insert")?;
-        Ok(ids)
+        Ok(inserted)
     }
 
     /// The number the next inserted task will get. Only ever grows.
@@ -325,10 +358,8 @@ impl Store {
             .ctx(OP)?;
         rows.into_iter()
             .map(|(s, n)| {
-                let state = s.parse().map_err(|e: crate::spec::SpecError| StoreError::Corrupt {
-                    what: "task state".into(),
-                    detail: e.to_string(),
-                })?;
+                let state = crate::spec::parse_state(&s)
+                    .map_err(|e| StoreError::Corrupt { what: "task state".into(), detail: e.to_string() })?;
                 Ok((state, to_u64(n, "count")?))
             })
             .collect()
@@ -361,15 +392,13 @@ impl Store {
     /// # Errors
     /// [`StoreError::NotFound`], [`StoreError::NotTerminal`]; SQLite errors.
     pub fn remove_task(&mut self, id: TaskId) -> Result<(), StoreError> {
-        let tx = self.conn.transaction().ctx("begin remove")?;
+        let tx = self.conn.savepoint().ctx("begin remove")?;
         let state: Option<String> = tx
             .query_row("SELECT state FROM tasks WHERE id = ?1", [to_i64(id.0, "task id")?], |r| r.get(0))
             .optional()
             .ctx("remove task")?;
-        let state: TaskState =
-            state.ok_or(StoreError::NotFound(id))?.parse().map_err(|e: crate::spec::SpecError| {
-                StoreError::Corrupt { what: format!("task {id} state"), detail: e.to_string() }
-            })?;
+        let state: TaskState = crate::spec::parse_state(&state.ok_or(StoreError::NotFound(id))?)
+            .map_err(|e| StoreError::Corrupt { what: format!("task {id} state"), detail: e.to_string() })?;
         if !state.is_terminal() {
             return Err(StoreError::NotTerminal { id, state });
         }
@@ -384,7 +413,7 @@ impl Store {
     /// SQLite errors.
     pub fn clean(&mut self, states: &[TaskState]) -> Result<Vec<TaskId>, StoreError> {
         const OP: &str = "clean tasks";
-        let wanted: Vec<Value> = TaskState::ALL
+        let wanted: Vec<Value> = crate::spec::STATES
             .into_iter()
             .filter(|s| s.is_terminal() && (states.is_empty() || states.contains(s)))
             .map(|s| Value::Text(s.as_str().to_owned()))
@@ -394,7 +423,7 @@ impl Store {
         }
         let sql =
             format!("DELETE FROM tasks WHERE state IN ({}) RETURNING id", vec!["?"; wanted.len()].join(", "));
-        let tx = self.conn.transaction().ctx("begin clean")?;
+        let tx = self.conn.savepoint().ctx("begin clean")?;
         let mut ids = {
             let mut stmt = tx.prepare(&sql).ctx(OP)?;
             stmt.query_map(params_from_iter(wanted), |r| r.get::<_, i64>(0))

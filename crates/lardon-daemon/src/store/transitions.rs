@@ -1,7 +1,7 @@
 //! State changes, cursor, progress, decisions and crash recovery: each one
 //! transaction that updates only the task's row and appends its event.
 
-use rusqlite::{OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::course::{self, CourseKind, Grant};
 use super::error::{Ctx, StoreError};
@@ -46,7 +46,7 @@ impl RecoveryReport {
 }
 
 /// The (state, paused_running, attempts) of a task, inside a transaction.
-fn current(tx: &Transaction<'_>, id: TaskId) -> Result<(TaskState, bool, u32), StoreError> {
+fn current(tx: &Connection, id: TaskId) -> Result<(TaskState, bool, u32), StoreError> {
     let row: Option<(String, bool, u32)> = tx
         .prepare_cached("SELECT state, paused_running, attempts FROM tasks WHERE id = ?1")
         .ctx("read task state")?
@@ -54,10 +54,8 @@ fn current(tx: &Transaction<'_>, id: TaskId) -> Result<(TaskState, bool, u32), S
         .optional()
         .ctx("read task state")?;
     let (state, paused_running, attempts) = row.ok_or(StoreError::NotFound(id))?;
-    let state = state.parse().map_err(|e: crate::spec::SpecError| StoreError::Corrupt {
-        what: format!("task {id} state"),
-        detail: e.to_string(),
-    })?;
+    let state = crate::spec::parse_state(&state)
+        .map_err(|e| StoreError::Corrupt { what: format!("task {id} state"), detail: e.to_string() })?;
     Ok((state, paused_running, attempts))
 }
 
@@ -115,7 +113,7 @@ impl Store {
         const OP: &str = "change task state";
         let now = self.now_ms();
         let max_events = self.max_events;
-        let tx = self.conn.transaction().ctx("begin state change")?;
+        let tx = self.conn.savepoint().ctx("begin state change")?;
         let (from, paused_running, attempts) = current(&tx, id)?;
         let illegal = StoreError::IllegalTransition { id, from, to };
         if from.is_terminal() || expect.is_some_and(|e| e != from) {
@@ -197,13 +195,33 @@ impl Store {
     /// # Errors
     /// [`StoreError::NotFound`]; SQLite errors.
     pub fn set_run_handle(&mut self, id: TaskId, handle: Option<&str>) -> Result<(), StoreError> {
+        self.update_task(id, "set run handle", "UPDATE tasks SET run_handle = ?2 WHERE id = ?1", &handle)
+    }
+
+    /// Runs `sql` (an `UPDATE` of task `?1` with one value `?2`).
+    fn update_task(
+        &mut self,
+        id: TaskId,
+        op: &'static str,
+        sql: &str,
+        value: &dyn rusqlite::ToSql,
+    ) -> Result<(), StoreError> {
         let n = self
             .conn
-            .prepare_cached("UPDATE tasks SET run_handle = ?2 WHERE id = ?1")
-            .ctx("set run handle")?
-            .execute(params![to_i64(id.0, "task id")?, handle])
-            .ctx("set run handle")?;
+            .prepare_cached(sql)
+            .ctx(op)?
+            .execute(params![to_i64(id.0, "task id")?, value])
+            .ctx(op)?;
         if n == 0 { Err(StoreError::NotFound(id)) } else { Ok(()) }
+    }
+
+    /// Records the exit code of the task's latest run (its end keeps it;
+    /// the next attempt's start clears it).
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`]; SQLite errors.
+    pub fn set_exit_code(&mut self, id: TaskId, code: i32) -> Result<(), StoreError> {
+        self.update_task(id, "set exit code", "UPDATE tasks SET exit_code = ?2 WHERE id = ?1", &code)
     }
 
     /// Pauses a live task (a no-op if already paused); returns the previous state.
@@ -247,7 +265,7 @@ impl Store {
         const OP: &str = "restart task";
         let now = self.now_ms();
         let max_events = self.max_events;
-        let tx = self.conn.transaction().ctx("begin restart")?;
+        let tx = self.conn.savepoint().ctx("begin restart")?;
         let (from, _, attempts) = current(&tx, id)?;
         if !from.is_terminal() {
             return Err(StoreError::StillLive { id, state: from });
@@ -302,7 +320,7 @@ impl Store {
         let now = self.now_ms();
         let max_events = self.max_events;
         let key = to_i64(id.0, "task id")?;
-        let tx = self.conn.transaction().ctx("begin cursor")?;
+        let tx = self.conn.savepoint().ctx("begin cursor")?;
         let row: Option<(i64, Option<i64>)> = tx
             .prepare_cached("SELECT cursor, items FROM tasks WHERE id = ?1")
             .ctx(OP)?
@@ -369,7 +387,7 @@ impl Store {
         let now = self.now_ms();
         let max_events = self.max_events;
         let key = to_i64(id.0, "task id")?;
-        let tx = self.conn.transaction().ctx("begin decision")?;
+        let tx = self.conn.savepoint().ctx("begin decision")?;
         let prev: Option<(Option<String>, Option<String>)> = tx
             .prepare_cached("SELECT decision_kind, decision_code FROM tasks WHERE id = ?1")
             .ctx(OP)?
@@ -428,7 +446,7 @@ impl Store {
         let now = self.now_ms();
         let max_events = self.max_events;
         let failed_reason = format!("{INTERRUPTED} (not retried: the task asked for no retry)");
-        let tx = self.conn.transaction().ctx("begin recovery")?;
+        let tx = self.conn.savepoint().ctx("begin recovery")?;
         let run = |sql: &str, args: &[&dyn rusqlite::ToSql]| -> Result<Vec<TaskId>, StoreError> {
             let mut stmt = tx.prepare(sql).ctx(OP)?;
             let mut ids = stmt

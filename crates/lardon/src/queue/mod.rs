@@ -518,6 +518,15 @@ impl TaskQueue {
         rx
     }
 
+    /// How many events the queue has emitted since it was created. Events
+    /// are sent to every subscriber under the queue's lock, so once a call
+    /// that changed a task returns, this count covers its events: a
+    /// subscriber that has handled this many has seen them (the daemon
+    /// waits on it before acknowledging a change, docs/DESIGN.md §10).
+    pub fn events_emitted(&self) -> u64 {
+        self.inner.lock().emitted
+    }
+
     /// Tells the dispatcher that host resources changed outside the
     /// Governor's view (it re-samples the host and rescans at once).
     pub fn resources_changed(&self) {

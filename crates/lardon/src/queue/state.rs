@@ -127,6 +127,8 @@ pub(crate) struct QueueState {
     /// queue-wide reason stops the scan early).
     pub(crate) fresh: Vec<TaskId>,
     pub(crate) subscribers: Vec<Sender<QueueEvent>>,
+    /// Events emitted so far (see [`super::TaskQueue::events_emitted`]).
+    pub(crate) emitted: u64,
     /// Terminal outcome of every task that ended, so a dependency on a task
     /// that ended long ago (out of `history`) still resolves. One small
     /// entry per task ever run.
@@ -138,9 +140,11 @@ pub(crate) struct QueueState {
 }
 
 impl QueueState {
-    /// Sends the event `make` builds to every subscriber. With none, the
-    /// event is never built (its strings and contract are not copied).
+    /// Sends the event `make` builds to every subscriber (counted either
+    /// way: the daemon waits on the count). With none, the event is never
+    /// built (its strings and contract are not copied).
     pub(crate) fn emit(&mut self, make: impl FnOnce() -> QueueEvent) {
+        self.emitted += 1;
         if self.subscribers.is_empty() {
             return;
         }

@@ -1,0 +1,63 @@
+//! The reads: `List`, `Get`, `Explain` and `Resources`. Each asks the
+//! engine (which reads what the store committed) and encodes the answer.
+
+use lardon_proto::pb;
+use tonic::Status;
+
+use super::convert::{estimate_to_pb, id_arg, states_arg};
+use super::{store_status, views};
+use crate::engine::Engine;
+use crate::store::TaskFilter;
+
+/// Tasks matching the request's filter.
+pub(super) fn list(engine: &Engine, req: pb::ListRequest) -> Result<pb::ListResponse, Status> {
+    let ids =
+        req.ids.iter().enumerate().map(|(i, s)| id_arg(&format!("ids[{i}]"), s)).collect::<Result<_, _>>()?;
+    let (min, only, limit) = (req.min_priority, req.only_min_priority, req.limit);
+    let filter = TaskFilter {
+        ids,
+        states: states_arg(&req.states)?,
+        class: (!req.class.is_empty()).then_some(req.class),
+        name_contains: (!req.name_contains.is_empty()).then_some(req.name_contains),
+        limit: (limit > 0 && !only).then_some(limit),
+    };
+    let recs = engine.tasks(&filter).map_err(store_status)?;
+    let mut tasks: Vec<pb::Task> =
+        recs.iter().filter(|r| !only || r.spec.priority >= min).map(|r| engine.task_pb(r)).collect();
+    if only && limit > 0 {
+        tasks.truncate(limit as usize);
+    }
+    Ok(pb::ListResponse { tasks })
+}
+
+/// One task.
+pub(super) fn get(engine: &Engine, req: pb::GetRequest) -> Result<pb::GetResponse, Status> {
+    let id = id_arg("id", &req.id)?;
+    let rec =
+        engine.task(id).map_err(store_status)?.ok_or_else(|| Status::not_found(format!("no task {id}")))?;
+    Ok(pb::GetResponse { task: Some(engine.task_pb(&rec)) })
+}
+
+/// Why a task is where it is: its course, its needs (with the batch
+/// target the Governor would apply now) and the host's availability.
+pub(super) fn explain(engine: &Engine, req: pb::ExplainRequest) -> Result<pb::ExplainResponse, Status> {
+    let id = id_arg("id", &req.id)?;
+    let rec =
+        engine.task(id).map_err(store_status)?.ok_or_else(|| Status::not_found(format!("no task {id}")))?;
+    let history =
+        if req.history { views::course_pb(engine.course(id).map_err(store_status)?) } else { Vec::new() };
+    let task = engine.task_pb(&rec);
+    Ok(pb::ExplainResponse {
+        history,
+        last_decision: task.last_decision.clone(),
+        task: Some(task),
+        estimate: Some(estimate_to_pb(&rec.spec.estimate)),
+        needs: Some(views::needs(&rec.spec, engine)),
+        availability: Some(engine.availability_pb().map_err(store_status)?),
+    })
+}
+
+/// The Governor's availability.
+pub(super) fn resources(engine: &Engine) -> Result<pb::ResourcesResponse, Status> {
+    Ok(pb::ResourcesResponse { availability: Some(engine.availability_pb().map_err(store_status)?) })
+}

@@ -1,0 +1,172 @@
+//! The store's one writer: a thread that owns the writing connection and
+//! applies every change sent to it, with **group commit**.
+//!
+//! The thread blocks until a write arrives, then takes every write already
+//! queued behind it (at most [`MAX_GROUP`]) and applies them all inside one
+//! transaction: one `COMMIT`, so one fsync, for the whole group. Writes that
+//! arrive while a group is being applied or committed wait in the channel
+//! and form the next group. Each write runs in its own savepoint
+//! ([`Store::atomically`]), so a refused write (an illegal transition, a
+//! missing task) is rolled back whole and alone, and the rest of its group
+//! still commits.
+//!
+//! A write's continuation runs on the writer thread only **after** its
+//! group committed (or failed to), so a reply sent from it never
+//! acknowledges a change that a crash could still lose, and a reader that
+//! hears of it sees the change (docs/DESIGN.md §10).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel, sync_channel};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+use super::{Store, StoreError};
+
+/// The most writes one group holds: bounds how long the first write of a
+/// group waits for the others, and the transaction's size.
+pub const MAX_GROUP: usize = 4096;
+
+/// What the writer calls once the group a write belonged to ended: `None`
+/// when it committed, the commit's error otherwise.
+type Then = Box<dyn FnOnce(Option<&StoreError>) + Send>;
+
+/// One write: applied to the store inside the open group; returns what to
+/// do once the group ended.
+type Job = Box<dyn FnOnce(&mut Store) -> Then + Send>;
+
+/// Counters of what the writer did (for metrics and tests).
+#[derive(Debug, Default)]
+struct Counters {
+    /// Groups committed.
+    groups: AtomicU64,
+    /// Writes applied (refused ones included).
+    writes: AtomicU64,
+}
+
+/// A handle on the writer thread. Sending never blocks; [`StoreWriter::call`]
+/// blocks until the write is durable.
+#[derive(Debug)]
+pub struct StoreWriter {
+    jobs: Mutex<Option<Sender<Job>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    counters: Arc<Counters>,
+}
+
+impl StoreWriter {
+    /// Starts the writer thread, which owns `store` from now on.
+    ///
+    /// # Errors
+    /// The thread could not be started.
+    pub fn spawn(store: Store) -> std::io::Result<StoreWriter> {
+        let (tx, rx) = channel::<Job>();
+        let counters = Arc::new(Counters::default());
+        let seen = Arc::clone(&counters);
+        let thread =
+            std::thread::Builder::new().name("lardon-store".into()).spawn(move || run(store, &rx, &seen))?;
+        Ok(StoreWriter { jobs: Mutex::new(Some(tx)), thread: Mutex::new(Some(thread)), counters })
+    }
+
+    /// Queues `write` for the next group; `then` gets its result once that
+    /// group committed (a commit failure replaces an `Ok`), on the writer
+    /// thread: keep it short (send a reply, emit an event).
+    ///
+    /// If the writer has stopped, nothing is written and `then` is never
+    /// called (dropped unrun); [`StoreWriter::call`] turns that into
+    /// [`StoreError::WriterStopped`].
+    pub fn send<T: Send + 'static>(
+        &self,
+        write: impl FnOnce(&mut Store) -> Result<T, StoreError> + Send + 'static,
+        then: impl FnOnce(Result<T, StoreError>) + Send + 'static,
+    ) {
+        let job: Job = Box::new(move |store: &mut Store| {
+            let result = store.atomically(write);
+            Box::new(move |commit: Option<&StoreError>| {
+                then(match (result, commit) {
+                    (Ok(_), Some(e)) => Err(StoreError::CommitFailed(e.to_string())),
+                    (result, _) => result,
+                });
+            })
+        });
+        let sender = self.jobs.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some(sender) = sender {
+            // An error means the thread is gone: the job is dropped unrun.
+            let _ = sender.send(job);
+        }
+    }
+
+    /// Applies `write` in the next group and returns its result once the
+    /// group is durable.
+    ///
+    /// # Errors
+    /// The write's own error, [`StoreError::CommitFailed`] if its group
+    /// could not be committed, [`StoreError::WriterStopped`] if the writer
+    /// has stopped.
+    pub fn call<T: Send + 'static>(
+        &self,
+        write: impl FnOnce(&mut Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (tx, rx) = sync_channel(1);
+        self.send(write, move |result| {
+            // The caller may have given up waiting: nothing to tell.
+            let _ = tx.send(result);
+        });
+        // A dropped job (writer stopped) drops `tx` unsent.
+        rx.recv().unwrap_or(Err(StoreError::WriterStopped))
+    }
+
+    /// Groups committed so far.
+    pub fn groups(&self) -> u64 {
+        self.counters.groups.load(Ordering::Relaxed)
+    }
+
+    /// Writes applied so far (refused ones included).
+    pub fn writes(&self) -> u64 {
+        self.counters.writes.load(Ordering::Relaxed)
+    }
+
+    /// Stops taking writes, lets the thread apply and commit every write
+    /// already queued, and waits for it. Later writes get
+    /// [`StoreError::WriterStopped`].
+    pub fn close(&self) {
+        drop(self.jobs.lock().unwrap_or_else(PoisonError::into_inner).take());
+        if let Some(thread) = self.thread.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for StoreWriter {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// The writer thread: one group per wake-up until every sender is gone.
+fn run(mut store: Store, jobs: &Receiver<Job>, counters: &Counters) {
+    while let Ok(first) = jobs.recv() {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match jobs.try_recv() {
+                Ok(job) => group.push(job),
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+        }
+        if let Err(e) = store.begin_group() {
+            tracing::error!("store writer: {e}");
+            // Dropping the jobs drops their replies: callers get WriterStopped.
+            drop(group);
+            continue;
+        }
+        let thens: Vec<Then> = group.into_iter().map(|job| job(&mut store)).collect();
+        counters.writes.fetch_add(thens.len() as u64, Ordering::Relaxed);
+        let committed = store.commit_group();
+        if let Err(e) = &committed {
+            tracing::error!("store writer: {e}");
+        } else {
+            counters.groups.fetch_add(1, Ordering::Relaxed);
+        }
+        for then in thens {
+            then(committed.as_ref().err());
+        }
+    }
+}
