@@ -10,7 +10,8 @@
 #      start of the next, and `started → finished` of one `true`, medians
 #      from the daemon's own stamps (milliseconds);
 #   3. `lardon submit` latency (p50/p99 of the whole CLI call) with 0, 10 000
-#      and 100 000 tasks already queued behind a blocker.
+#      and 100 000 tasks already queued behind a blocker;
+#   4. the CLI's start-up: `lardon --version` against `/bin/true`.
 # Not part of CI. Usage: scripts/bench-daemon.sh [--tasks N] [--parallel P]
 #                         [--depths "0 10000 100000"] [--samples S] [--pueue]
 #                         [--simulate]
@@ -145,7 +146,8 @@ for depth in $DEPTHS; do
   fill=$((depth - queued))
   if [ "$fill" -gt 0 ]; then
     echo "   filling to $depth queued tasks…" >&2
-    seq "$fill" | xargs -P 4 -n 200 sh -c 'for _ in "$@"; do "$0" --state-dir "'"$SD"'" submit -- true >/dev/null; done' "$LARDON"
+    # One --each submission (10 000 per request): filling is not measured.
+    seq "$fill" | "$LARDON" --state-dir "$SD" submit --each - -- true >/dev/null
     queued=$depth
   fi
   : >"$WORK/lat"
@@ -157,6 +159,22 @@ for depth in $DEPTHS; do
   stats=$(sort -n "$WORK/lat" | awk '{ v[NR] = $1 } END { printf "%.2f ms | %.2f ms", v[int(NR * 0.5)] / 1000, v[int(NR * 0.99)] / 1000 }')
   LAT_ROWS="$LAT_ROWS| $depth | $stats |"$'\n'
 done
+
+echo "== client start-up: lardon --version against /bin/true" >&2
+STARTUP=$(python3 - "$LARDON" <<'PY'
+import statistics, subprocess, sys, time
+def median_ms(argv, n=300):
+    runs = []
+    for _ in range(n):
+        t = time.perf_counter_ns()
+        subprocess.run(argv, stdout=subprocess.DEVNULL, check=True)
+        runs.append(time.perf_counter_ns() - t)
+    return statistics.median(runs) / 1e6
+true_ms = median_ms(["/bin/true"])
+lardon_ms = median_ms([sys.argv[1], "--version"])
+print(f"| {true_ms:.2f} ms | {lardon_ms:.2f} ms | {lardon_ms - true_ms:.2f} ms |")
+PY
+)
 
 cat <<EOF
 
@@ -180,4 +198,7 @@ Host governed by lardon: $( [ "$SIMULATE" = 1 ] && echo "simulated 64 GiB / 64 C
 | tasks queued | \`lardon submit\` p50 | p99 |
 |---|---|---|
 $LAT_ROWS
+| \`/bin/true\` (median of 300) | \`lardon --version\` | start-up over \`/bin/true\` |
+|---|---|---|
+$STARTUP
 EOF

@@ -39,15 +39,25 @@ pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
     Failure::Usage(message.into()).into()
 }
 
-/// True when a closed pipe is anywhere in the chain.
+/// True when our closed stdout is in the chain. A broken pipe below a gRPC
+/// status or transport error is a connection that failed (a daemon or
+/// broker that closed on us, a TLS server refusing a plain client): that
+/// is an error to report, never a quiet exit 0.
 pub(crate) fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain().any(|e| {
-        e.downcast_ref::<io::Error>().is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
+    for e in err.chain() {
+        if e.is::<tonic::Status>() || e.is::<tonic::transport::Error>() {
+            return false;
+        }
+        let broken = e.downcast_ref::<io::Error>().is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
             // serde_json's writer errors keep the io kind but not the
             // io::Error itself in their source chain.
             || e.downcast_ref::<serde_json::Error>()
-                .is_some_and(|j| j.io_error_kind() == Some(io::ErrorKind::BrokenPipe))
-    })
+                .is_some_and(|j| j.io_error_kind() == Some(io::ErrorKind::BrokenPipe));
+        if broken {
+            return true;
+        }
+    }
+    false
 }
 
 /// Maps a gRPC status to an error with the right exit code.
@@ -119,4 +129,21 @@ fn clap_one_line(err: &clap::Error) -> String {
         _ => " (see `lardon help`)".to_owned(),
     };
     format!("{first}{tip}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Our closed stdout ends quietly; a connection's broken pipe, under a
+    /// gRPC status, is an error (a plain client refused by a TLS broker
+    /// once exited 0 with no word).
+    #[test]
+    fn only_our_closed_stdout_counts_as_a_broken_pipe() {
+        let stdout =
+            anyhow::Error::new(io::Error::from(io::ErrorKind::BrokenPipe)).context("writing the table");
+        assert!(is_broken_pipe(&stdout));
+        let network = tonic::Status::from_error(Box::new(io::Error::from(io::ErrorKind::BrokenPipe)));
+        assert!(!is_broken_pipe(&anyhow::Error::new(network).context("broker status")));
+    }
 }

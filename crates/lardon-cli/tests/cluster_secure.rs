@@ -189,7 +189,12 @@ async fn a_secured_broker_serves_its_cluster_refuses_strangers_and_reports_deman
     // Strangers: no certificate; the certificate but no token; a
     // certificate from another CA with the right token.
     let plain = run(&["cluster", "status", "--broker", &addr]);
-    assert!(!plain.status.success(), "a client without a certificate was served");
+    assert!(
+        !plain.status.success(),
+        "a client without a certificate was served: {}{}",
+        String::from_utf8_lossy(&plain.stdout),
+        String::from_utf8_lossy(&plain.stderr)
+    );
     let agent_tls = d.join("agent");
     let no_token = run(&[
         "cluster",
