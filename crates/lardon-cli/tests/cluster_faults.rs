@@ -10,9 +10,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod common;
+#[path = "support/procs.rs"]
+mod procs;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lardon_cluster::agent::Backoff;
@@ -20,44 +22,9 @@ use lardon_cluster::client::{self, Answer, RemoteTask, Submitter, SubmitterConfi
 use lardon_cluster::{Capability, SubmitterId, TaskId};
 use lardon_proto::cluster::ClusterStatusResponse;
 
+use procs::{Proc, free_port, logs};
+
 const WAIT: Duration = Duration::from_secs(60);
-
-/// A child process, SIGKILLed on drop; its stderr goes to `log`.
-struct Proc {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn start(dir: &Path, name: &str, args: &[&str]) -> Proc {
-        let log = dir.join(format!("{name}.log"));
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
-        let child = Command::new(common::bin())
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .unwrap();
-        Proc { child, log }
-    }
-
-    fn kill9(&mut self) {
-        let _ = self.child.kill(); // SIGKILL
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
-fn free_port() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
 
 fn broker(dir: &Path, addr: &str, name: &str) -> Proc {
     let state = dir.join("state");
@@ -86,13 +53,6 @@ fn agent(dir: &Path, addr: &str, id: &str, tokens: &str) -> Proc {
     let mut args = args.to_vec();
     args.extend(["--simulate-host", "8GiB,8"]);
     Proc::start(dir, id, &args)
-}
-
-fn logs(procs: &[&Proc]) -> String {
-    procs
-        .iter()
-        .map(|p| format!("--- {}\n{}", p.log.display(), std::fs::read_to_string(&p.log).unwrap_or_default()))
-        .collect()
 }
 
 /// Polls the broker's status until `ok` holds.

@@ -9,56 +9,20 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod common;
+#[path = "support/procs.rs"]
+mod procs;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use lardon_proto::keda::external_scaler_client::ExternalScalerClient;
 use lardon_proto::keda::{GetMetricsRequest, ScaledObjectRef};
 use lardon_tls::{JoinToken, Role, init_ca, issue};
 
+use procs::{Proc, free_port, logs};
+
 const WAIT: Duration = Duration::from_secs(60);
-
-/// A child process, SIGKILLed on drop; its output goes to `log`.
-struct Proc {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn start(dir: &Path, name: &str, args: &[&str]) -> Proc {
-        let log = dir.join(format!("{name}.log"));
-        let file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(common::bin())
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .unwrap();
-        Proc { child, log }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn logs(procs: &[&Proc]) -> String {
-    procs
-        .iter()
-        .map(|p| format!("--- {}\n{}", p.log.display(), std::fs::read_to_string(&p.log).unwrap_or_default()))
-        .collect()
-}
-
-fn free_port() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
 
 fn run(args: &[&str]) -> Output {
     Command::new(common::bin()).args(args).output().unwrap()

@@ -28,20 +28,7 @@ pub(crate) fn run(cli: &Cli, args: &DaemonArgs) -> Result<u8> {
         .build()
         .context("starting the runtime")?;
     rt.block_on(async move {
-        let shutdown = async {
-            let term = async {
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(mut s) => {
-                        s.recv().await;
-                    }
-                    Err(_) => std::future::pending::<()>().await,
-                }
-            };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                () = term => {}
-            }
-        };
+        let shutdown = super::broker::shutdown_signal();
         engine::run(config, shutdown).await.context("daemon")
     })
     .inspect_err(|e| tracing::error!("the daemon stopped: {e:#}"))?;

@@ -1,0 +1,55 @@
+//! Real `lardon` processes for the cluster tests: started with their output
+//! in a log file, SIGKILLed on drop, and their logs gathered for a failure
+//! message.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// A child process, SIGKILLed on drop; its stdout and stderr go to `log`.
+pub(crate) struct Proc {
+    child: Child,
+    pub(crate) log: PathBuf,
+}
+
+impl Proc {
+    /// Starts `lardon ARGS…` with its log at `DIR/NAME.log` (appended to).
+    pub(crate) fn start(dir: &Path, name: &str, args: &[&str]) -> Proc {
+        let log = dir.join(format!("{name}.log"));
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        let child = Command::new(super::common::bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        Proc { child, log }
+    }
+
+    /// SIGKILL, then reap.
+    pub(crate) fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A loopback address with a port that was free a moment ago.
+pub(crate) fn free_port() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+/// The logs of `procs`, for a failure message.
+pub(crate) fn logs(procs: &[&Proc]) -> String {
+    procs
+        .iter()
+        .map(|p| format!("--- {}\n{}", p.log.display(), std::fs::read_to_string(&p.log).unwrap_or_default()))
+        .collect()
+}
