@@ -375,6 +375,10 @@ pub(crate) struct ClusterSubmitArgs {
     /// The broker (HOST:PORT)
     #[arg(long, value_name = "ADDR")]
     pub(crate) broker: String,
+    /// Its output depends only on the capability and argv (no input files): the broker
+    /// answers it from its result cache when it can, and caches a success
+    #[arg(long)]
+    pub(crate) cacheable: bool,
     #[command(flatten)]
     pub(crate) security: ClusterSecurity,
     /// What it must run on, NAME[@VERSION][:TARGET]

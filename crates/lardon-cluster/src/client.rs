@@ -41,6 +41,9 @@ pub struct RemoteTask {
     /// Unix milliseconds after which the agent kills it (`None`: no
     /// deadline).
     pub deadline_unix_ms: Option<i64>,
+    /// Its result depends only on its capability, argv and env: the broker
+    /// may answer it from its cache.
+    pub cacheable: bool,
 }
 
 impl RemoteTask {
@@ -55,6 +58,7 @@ impl RemoteTask {
             env: Vec::new(),
             stdin: Vec::new(),
             deadline_unix_ms: None,
+            cacheable: false,
         }
     }
 
@@ -68,6 +72,7 @@ impl RemoteTask {
             env: self.env.iter().map(|(n, v)| pb::EnvVar { name: n.clone(), value: v.clone() }).collect(),
             stdin: self.stdin.clone(),
             deadline_unix_ms: self.deadline_unix_ms.unwrap_or(0),
+            cacheable: self.cacheable,
         }
     }
 }

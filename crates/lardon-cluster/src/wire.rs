@@ -268,6 +268,7 @@ mod tests {
             env: vec![pb::EnvVar { name: "A".into(), value: "b".into() }],
             stdin: Vec::new(),
             deadline_unix_ms: 0,
+            cacheable: false,
         }
     }
 

@@ -253,3 +253,70 @@ async fn a_deadline_that_passes_in_the_queue_is_answered_and_the_task_never_star
     assert!(matches!(answer(busy).await, Answer::Done(e) if e.success));
     assert!(c.started.try_recv().is_err(), "the expired task started");
 }
+
+/// A cacheable task's success is cached by the broker; the same task
+/// submitted again is answered from the cache with no agent connected,
+/// while a task not marked cacheable gets "no executor".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_success_is_answered_with_no_agent_connected() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let config = BrokerConfig {
+        heartbeat: Duration::from_secs(1),
+        cache_bytes: Some(1 << 20),
+        ..BrokerConfig::default()
+    };
+    tokio::spawn(broker::serve(listener, config, std::future::pending()));
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let (_gate, open_rx) = watch::channel(true);
+    let agent_config = AgentConfig {
+        broker: addr.clone(),
+        agent: AgentId::new("a1").unwrap(),
+        capabilities: vec![Capability::parse("gcc@12").unwrap()],
+        tokens: 1,
+        heartbeat: Duration::from_secs(1),
+        backoff: fast(),
+        dial: Default::default(),
+    };
+    let exec = FakeExec { agent: "a1".into(), started: started_tx, open: open_rx };
+    let agent = Agent::new(agent_config, governor(), Arc::new(exec)).unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let agent = tokio::spawn(agent.run(async move {
+        let _ = stopped.await;
+    }));
+    let c =
+        Cluster { addr: addr.clone(), started: mpsc::unbounded_channel().1, gate: watch::channel(true).0 };
+    c.until("the agent to connect", |s| s.agents.len() == 1).await;
+
+    let s = c.submitter("s1");
+    let task = |id: &str, cacheable: bool| {
+        let mut t = RemoteTask::new(
+            TaskId::new(id).unwrap(),
+            Capability::parse("gcc@12").unwrap(),
+            vec!["gcc".into(), "-c".into(), "x.c".into()],
+        );
+        t.cacheable = cacheable;
+        t
+    };
+    match answer(s.submit(&task("first", true))).await {
+        Answer::Done(ended) => assert_eq!((ended.success, ended.stdout.as_slice()), (true, &b"a1"[..])),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(started.recv().await.map(|(_, t)| t).as_deref(), Some("first"));
+
+    let _ = stop.send(());
+    agent.await.unwrap();
+    c.until("the agent to be gone", |s| s.agents.is_empty()).await;
+
+    match answer(s.submit(&task("again", true))).await {
+        Answer::Done(ended) => {
+            assert_eq!((ended.success, ended.stdout.as_slice()), (true, &b"a1"[..]), "the cached output")
+        }
+        other => panic!("not answered from the cache: {other:?}"),
+    }
+    assert!(started.try_recv().is_err(), "nothing ran");
+    assert!(
+        matches!(answer(s.submit(&task("plain", false))).await, Answer::NoExecutor),
+        "only cacheable tasks"
+    );
+}

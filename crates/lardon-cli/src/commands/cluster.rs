@@ -93,6 +93,7 @@ async fn submit(args: &ClusterSubmitArgs) -> Result<u8> {
     let submitter = SubmitterId::new(&submitter).map_err(|e| usage(format!("--submitter: {e}")))?;
     let mut task = RemoteTask::new(id, capability, args.argv.clone());
     task.need = Need { memory: args.mem, cpu_millis: args.cpus };
+    task.cacheable = args.cacheable;
     task.deadline_unix_ms = args
         .deadline
         .map(|ms| i64::try_from(now.as_millis().saturating_add(u128::from(ms))).unwrap_or(i64::MAX));

@@ -12,6 +12,8 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 use tracing::{error, info, warn};
 
+use crate::cache::hooks::{CacheHook, HookChain, HookVerdict, PreRoute};
+use crate::cache::key::ActionKey;
 use crate::ids::{AgentId, SubmitterId, TaskId};
 use crate::messages::{Availability, Delivery, Event, Hello, Outcome, Report, Submitted, TaskPlace};
 use crate::router::Router;
@@ -96,6 +98,9 @@ pub(crate) struct Core {
     /// Agents that held tasks before a restart and have not said hello,
     /// with the cancels asked for their tasks meanwhile.
     ghosts: BTreeMap<AgentId, Vec<TaskId>>,
+    /// The result cache and the pre-route chain that reads it (`None`: no
+    /// cache).
+    cache: Option<(super::BrokerCache, HookChain)>,
 }
 
 impl Core {
@@ -116,6 +121,7 @@ impl Core {
             agents: HashMap::new(),
             submitters: HashMap::new(),
             ghosts: BTreeMap::new(),
+            cache: None,
         };
         let live = core.store.live()?;
         let restored = !live.is_empty();
@@ -164,6 +170,14 @@ impl Core {
         }
         info!("broker state: {} live task(s) restored", core.specs.len());
         Ok((core, restored))
+    }
+
+    /// Serves cacheable tasks from `cache` (its first pre-route hook) and
+    /// caches their successes.
+    pub(crate) fn with_cache(mut self, cache: super::BrokerCache) -> Self {
+        let chain = HookChain::new().with(Box::new(CacheHook::new(std::sync::Arc::clone(&cache.actions))));
+        self.cache = Some((cache, chain));
+        self
     }
 
     /// Tasks queued or in flight, per capability.
@@ -299,6 +313,32 @@ impl Core {
             Err(e) => error!("{e}"),
         }
         let spec = job.spec.clone();
+        if spec.cacheable
+            && let Some((_, chain)) = &self.cache
+        {
+            let key = action_key(&job.request.capability, &spec);
+            match chain.check(&PreRoute { cacheable: Some(key) }, std::time::Instant::now()) {
+                Some((_, HookVerdict::Intercept(result))) => {
+                    let ended = pb::TaskEnded {
+                        success: true,
+                        exit_code: Some(result.exit_code),
+                        reason: String::new(),
+                        stdout: result.stdout_raw,
+                        stderr: result.stderr_raw,
+                    };
+                    let reply = reply(&id, Delivery::Done(Outcome::Succeeded), Some(ended));
+                    if let Err(e) = self.store.finish(id.as_str(), submitter.as_str(), &reply) {
+                        error!("{e}");
+                    }
+                    return self.to_submitter(&submitter, reply);
+                }
+                Some((hook, HookVerdict::Reject(why))) => {
+                    let reply = reply(&id, Delivery::RunLocally(format!("{hook}: {why}")), None);
+                    return self.to_submitter(&submitter, reply);
+                }
+                Some((_, HookVerdict::Pass)) | None => {}
+            }
+        }
         let (submitted, events) = self.router.submit(job.request);
         if submitted == Submitted::Queued {
             if let Err(e) = self.store.insert(submitter.as_str(), &spec) {
@@ -349,6 +389,13 @@ impl Core {
                         }
                     };
                     let durable = !matches!(delivery, Delivery::NoExecutor);
+                    if let (Some(ended), Some((cache, _)), Some((_, spec))) =
+                        (&result, &self.cache, self.specs.get(&task))
+                        && ended.success
+                        && spec.cacheable
+                    {
+                        cache.remember(spec, ended);
+                    }
                     let reply = reply(&task, delivery, result);
                     if durable {
                         if let Err(e) = self.store.finish(task.as_str(), submitter.as_str(), &reply) {
@@ -427,6 +474,14 @@ impl Core {
 enum Out {
     Agent(AgentId, pb::broker_to_agent::Kind),
     Submitter(SubmitterId, pb::SubmitReply),
+}
+
+/// The cache key of a cacheable task: its capability, argv and every
+/// variable it sets (the submitter sends only the ones that matter).
+pub(crate) fn action_key(capability: &crate::Capability, spec: &pb::TaskSpec) -> ActionKey {
+    let env: Vec<(String, String)> = spec.env.iter().map(|v| (v.name.clone(), v.value.clone())).collect();
+    let names: Vec<&str> = spec.env.iter().map(|v| v.name.as_str()).collect();
+    ActionKey::new(capability, &spec.argv, &env, &names, None)
 }
 
 /// The submitter's answer for `task`.

@@ -75,6 +75,68 @@ impl Default for BrokerConfig {
     }
 }
 
+/// The broker's result cache: the stores its REAPI services serve, which
+/// its pre-route cache hook also reads and its successes fill.
+#[derive(Debug, Clone)]
+pub(crate) struct BrokerCache {
+    cas: Arc<Mutex<crate::cache::store::Cas>>,
+    actions: Arc<Mutex<crate::cache::store::ActionCache>>,
+}
+
+impl BrokerCache {
+    fn new(bytes: u64) -> Self {
+        BrokerCache {
+            cas: Arc::new(Mutex::new(crate::cache::store::Cas::new(bytes))),
+            actions: Arc::new(Mutex::new(crate::cache::store::ActionCache::new(CACHE_ENTRIES, CACHE_TTL))),
+        }
+    }
+
+    fn service(&self) -> crate::cache::service::CacheService {
+        crate::cache::service::CacheService::new(Arc::clone(&self.cas), Arc::clone(&self.actions))
+    }
+
+    /// Caches a cacheable task's success: its Action and Command go to the
+    /// CAS (as REAPI requires of a cached result) and its result to the
+    /// action cache.
+    fn remember(&self, spec: &lardon_proto::cluster::TaskSpec, ended: &lardon_proto::cluster::TaskEnded) {
+        use prost::Message as _;
+        let Ok(capability) = crate::wire::capability("capability", spec.capability.as_ref()) else {
+            return;
+        };
+        let key = core::action_key(&capability, spec);
+        let lock = |m: &Mutex<crate::cache::store::Cas>| {
+            m.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .put(&crate::cache::key::digest_of(&key.action.encode_to_vec()), key.action.encode_to_vec())
+        };
+        let command = key.command.encode_to_vec();
+        let stored = lock(&self.cas).and_then(|()| {
+            self.cas
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .put(&crate::cache::key::digest_of(&command), command.clone())
+        });
+        if let Err(e) = stored {
+            tracing::warn!("task {}: not cached: {e}", spec.task_id);
+            return;
+        }
+        let result = crate::cache::reapi::ActionResult {
+            exit_code: ended.exit_code.unwrap_or(0),
+            stdout_raw: ended.stdout.clone(),
+            stderr_raw: ended.stderr.clone(),
+            ..Default::default()
+        };
+        let put = self.actions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).put(
+            &key.digest,
+            result,
+            std::time::Instant::now(),
+        );
+        if let Err(e) = put {
+            tracing::warn!("task {}: not cached: {e}", spec.task_id);
+        }
+    }
+}
+
 /// The broker could not start or serve.
 #[derive(Debug, Error)]
 pub enum BrokerError {
@@ -92,12 +154,19 @@ pub enum BrokerError {
 /// # Errors
 /// [`BrokerError::Store`] when the state cannot be opened or read.
 pub fn start(config: &BrokerConfig) -> Result<BrokerService, BrokerError> {
+    start_with_cache(config, config.cache_bytes.map(BrokerCache::new))
+}
+
+fn start_with_cache(config: &BrokerConfig, cache: Option<BrokerCache>) -> Result<BrokerService, BrokerError> {
     let store = match &config.state {
         Some(dir) => Store::open(dir)?,
         None => Store::in_memory()?,
     };
     let (tx, mut rx) = mpsc::channel(1024);
     let (mut core, restored) = core::Core::restore(store, config.seed, Some(tx.clone()))?;
+    if let Some(cache) = cache {
+        core = core.with_cache(cache);
+    }
     if restored {
         let tx = tx.clone();
         let window = config.recovery;
@@ -127,7 +196,8 @@ pub async fn serve(
     config: BrokerConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), BrokerError> {
-    let service = start(&config)?;
+    let cache = config.cache_bytes.map(BrokerCache::new);
+    let service = start_with_cache(&config, cache.clone())?;
     let mut builder = tonic::transport::Server::builder();
     if let Some(id) = &config.tls {
         builder = builder.tls_config(id.server_config())?;
@@ -138,15 +208,13 @@ pub async fn serve(
         None => Ok(req),
     };
     let mut router = builder.add_service(InterceptedService::new(BrokerServer::new(service), check.clone()));
-    if let Some(bytes) = config.cache_bytes {
+    if let Some(cache) = cache {
         use crate::cache::reapi::{
             action_cache_server::ActionCacheServer, capabilities_server::CapabilitiesServer,
             content_addressable_storage_server::ContentAddressableStorageServer,
         };
         use bazel_remote_apis::google::bytestream::byte_stream_server::ByteStreamServer;
-        let cas = Arc::new(Mutex::new(crate::cache::store::Cas::new(bytes)));
-        let actions = Arc::new(Mutex::new(crate::cache::store::ActionCache::new(CACHE_ENTRIES, CACHE_TTL)));
-        let cache = crate::cache::service::CacheService::new(cas, actions);
+        let cache = cache.service();
         router = router
             .add_service(InterceptedService::new(CapabilitiesServer::new(cache.clone()), check.clone()))
             .add_service(InterceptedService::new(ActionCacheServer::new(cache.clone()), check.clone()))
