@@ -276,6 +276,13 @@ impl Router {
     /// Cancels a task: a queued one is answered at once; one in flight is
     /// cancelled at its agent (its report ends it).
     pub fn cancel(&mut self, task: &TaskId) -> Vec<Event> {
+        self.stop(task, Delivery::Cancelled)
+    }
+
+    /// Ends `task` before it runs: a queued one leaves its route (an empty
+    /// route goes too) and is answered `delivery`; one in flight is
+    /// cancelled at its agent (its report ends it).
+    fn stop(&mut self, task: &TaskId, delivery: Delivery) -> Vec<Event> {
         let Some(entry) = self.tasks.get(task) else { return Vec::new() };
         let events = match &entry.place {
             Place::InFlight(agent) => vec![Event::Cancel { agent: agent.clone(), task: task.clone() }],
@@ -284,8 +291,11 @@ impl Router {
                 let submitter = entry.request.submitter.clone();
                 if let Some(route) = self.routes.get_mut(&key) {
                     route.remove(&submitter, task);
+                    if route.is_empty() {
+                        self.routes.remove(&key);
+                    }
                 }
-                self.finish(task, Delivery::Cancelled).into_iter().collect()
+                self.finish(task, delivery).into_iter().collect()
             }
         };
         self.debug_check();
@@ -356,23 +366,7 @@ impl Router {
     /// at its agent (which also kills it at the deadline). Unknown or
     /// finished ids change nothing.
     pub fn expire(&mut self, task: &TaskId) -> Vec<Event> {
-        let Some(entry) = self.tasks.get(task) else { return Vec::new() };
-        let events = match &entry.place {
-            Place::InFlight(agent) => vec![Event::Cancel { agent: agent.clone(), task: task.clone() }],
-            Place::Queued => {
-                let key = entry.request.capability.key();
-                let submitter = entry.request.submitter.clone();
-                if let Some(route) = self.routes.get_mut(&key) {
-                    route.remove(&submitter, task);
-                    if route.is_empty() {
-                        self.routes.remove(&key);
-                    }
-                }
-                self.finish(task, Delivery::Expired).into_iter().collect()
-            }
-        };
-        self.debug_check();
-        events
+        self.stop(task, Delivery::Expired)
     }
 
     /// Tasks queued (all routes).

@@ -104,18 +104,12 @@ impl BrokerCache {
             return;
         };
         let key = core::action_key(&capability, spec);
-        let lock = |m: &Mutex<crate::cache::store::Cas>| {
-            m.lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .put(&crate::cache::key::digest_of(&key.action.encode_to_vec()), key.action.encode_to_vec())
+        let stored = {
+            let mut cas = self.cas.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            [key.action.encode_to_vec(), key.command.encode_to_vec()]
+                .into_iter()
+                .try_for_each(|blob| cas.put(&crate::cache::key::digest_of(&blob), blob))
         };
-        let command = key.command.encode_to_vec();
-        let stored = lock(&self.cas).and_then(|()| {
-            self.cas
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .put(&crate::cache::key::digest_of(&command), command.clone())
-        });
         if let Err(e) = stored {
             tracing::warn!("task {}: not cached: {e}", spec.task_id);
             return;
