@@ -175,7 +175,8 @@ fn an_over_estimate_shrinks_to_the_learned_memory() {
     let dir = tmp.path();
     let _d = daemon(dir);
     let first = unique("big-first");
-    let id = submit_slurm(dir, &["--mem", "400MiB", "--class", "shrink", "--name", &first], &exercise("32MiB"));
+    let id =
+        submit_slurm(dir, &["--mem", "400MiB", "--class", "shrink", "--name", &first], &exercise("32MiB"));
     let t = wait_end(dir, &id);
     assert_eq!(t["state"].as_str(), Some("completed"), "{t}");
     let jobs = jobs_named(&first);
@@ -186,7 +187,8 @@ fn an_over_estimate_shrinks_to_the_learned_memory() {
     let want = (learned + learned / 10).div_ceil(MIB);
 
     let second = unique("big-second");
-    let id = submit_slurm(dir, &["--mem", "400MiB", "--class", "shrink", "--name", &second], &exercise("32MiB"));
+    let id =
+        submit_slurm(dir, &["--mem", "400MiB", "--class", "shrink", "--name", &second], &exercise("32MiB"));
     let t = wait_end(dir, &id);
     let jobs = jobs_named(&second);
     assert_eq!(jobs.len(), 1, "one job: {jobs:?} {t}");
