@@ -309,6 +309,9 @@ pub(crate) struct BrokerArgs {
     /// Also serve KEDA's external scaler (queued demand per capability) on this address, plain gRPC
     #[arg(long, value_name = "ADDR")]
     pub(crate) keda_listen: Option<SocketAddr>,
+    /// Also serve Prometheus metrics (`GET /metrics`: agents, queue, answers, cache) on this address, plain HTTP
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics_listen: Option<SocketAddr>,
     /// Blob bytes the REAPI result cache keeps (served on --listen; 0: no cache)
     #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "1GiB")]
     pub(crate) cache_size: u64,
