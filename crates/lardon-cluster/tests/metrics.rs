@@ -196,6 +196,9 @@ async fn scrapes_show_the_figures_move_as_tasks_are_routed() {
     assert_eq!(get(&m, &format!("lardon_broker_capability_tasks_in_flight{{capability=\"{key}\"}}")), 2.0);
     assert_eq!(get(&m, &format!("lardon_broker_capability_tasks_queued{{capability=\"{key}\"}}")), 1.0);
     assert_eq!(get(&m, "lardon_broker_submitters"), 1.0);
+    // ClusterStatus carries the same per-capability figures.
+    let st = client::status(&addr, &Default::default()).await.unwrap();
+    assert_eq!(st.routes, vec![pb::RouteStatus { capability: key.clone(), queued: 1, in_flight: 2 }]);
     assert_eq!(get(&m, "lardon_broker_cache_misses_total"), 3.0);
 
     gate.send_replace(true);

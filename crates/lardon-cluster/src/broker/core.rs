@@ -355,6 +355,16 @@ impl Core {
 
     /// The counters, and the gauges read now.
     fn metrics(&self) -> super::metrics::MetricsSnapshot {
+        super::metrics::MetricsSnapshot {
+            counters: self.counters,
+            agents: u64::try_from(self.agents.len() + self.ghosts.len()).unwrap_or(u64::MAX),
+            submitters: u64::try_from(self.submitters.len()).unwrap_or(u64::MAX),
+            load: self.load(),
+        }
+    }
+
+    /// Tasks queued and in flight per capability key.
+    fn load(&self) -> BTreeMap<String, super::metrics::Load> {
         let mut load: BTreeMap<String, super::metrics::Load> = BTreeMap::new();
         for (task, (_, spec)) in &self.specs {
             let Ok(capability) = wire::capability("capability", spec.capability.as_ref()) else { continue };
@@ -365,12 +375,7 @@ impl Core {
                 None => {}
             }
         }
-        super::metrics::MetricsSnapshot {
-            counters: self.counters,
-            agents: u64::try_from(self.agents.len() + self.ghosts.len()).unwrap_or(u64::MAX),
-            submitters: u64::try_from(self.submitters.len()).unwrap_or(u64::MAX),
-            load,
-        }
+        load
     }
 
     fn is_current_agent(&self, agent: &AgentId, conn: u64) -> bool {
@@ -546,6 +551,11 @@ impl Core {
             in_flight: u64::try_from(self.router.in_flight_total()).unwrap_or(u64::MAX),
             finished: self.store.finished_count().unwrap_or(0),
             submitters: u32::try_from(self.submitters.len()).unwrap_or(u32::MAX),
+            routes: self
+                .load()
+                .into_iter()
+                .map(|(capability, l)| pb::RouteStatus { capability, queued: l.queued, in_flight: l.in_flight })
+                .collect(),
         }
     }
 }
