@@ -79,6 +79,11 @@ pub(crate) enum Input {
     Metrics {
         reply: oneshot::Sender<super::metrics::MetricsSnapshot>,
     },
+    /// Tests ask the core to check its invariants.
+    #[cfg(test)]
+    Check {
+        reply: oneshot::Sender<Result<(), String>>,
+    },
 }
 
 #[derive(Debug)]
@@ -283,6 +288,10 @@ impl Core {
             Input::Metrics { reply } => {
                 let _ = reply.send(self.metrics());
             }
+            #[cfg(test)]
+            Input::Check { reply } => {
+                let _ = reply.send(self.check());
+            }
             Input::Deadline { task } => {
                 let events = self.router.expire(&task);
                 self.apply(events, std::slice::from_ref(&task), None);
@@ -351,6 +360,21 @@ impl Core {
             Delivery::Cancelled => c.cancelled += 1,
             Delivery::Expired => c.expired += 1,
         }
+    }
+
+    /// The router's invariants, and that the live tasks the core keeps
+    /// specs for are exactly those the router knows.
+    #[cfg(test)]
+    fn check(&self) -> Result<(), String> {
+        self.router.check()?;
+        if let Some(t) = self.specs.keys().find(|t| self.router.place(t).is_none()) {
+            return Err(format!("task {t} has a spec but the router does not know it"));
+        }
+        let known = self.router.queued() + self.router.in_flight_total();
+        if known != self.specs.len() {
+            return Err(format!("the router knows {known} tasks, the core {}", self.specs.len()));
+        }
+        Ok(())
     }
 
     /// The counters, and the gauges read now.
@@ -554,7 +578,11 @@ impl Core {
             routes: self
                 .load()
                 .into_iter()
-                .map(|(capability, l)| pb::RouteStatus { capability, queued: l.queued, in_flight: l.in_flight })
+                .map(|(capability, l)| pb::RouteStatus {
+                    capability,
+                    queued: l.queued,
+                    in_flight: l.in_flight,
+                })
                 .collect(),
         }
     }

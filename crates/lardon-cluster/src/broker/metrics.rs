@@ -188,6 +188,17 @@ impl MetricsBoard {
     }
 }
 
+#[cfg(test)]
+impl MetricsBoard {
+    /// Asks the core to check its invariants (the fault tests).
+    pub(crate) async fn check(&self) -> Result<(), String> {
+        let core = self.core.get().ok_or("no broker attached")?;
+        let (reply, rx) = oneshot::channel();
+        core.send(Input::Check { reply }).await.map_err(|_| "the core stopped")?;
+        rx.await.map_err(|_| "the core stopped".to_owned())?
+    }
+}
+
 /// Longest a scraper may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest request head read; a longer one is refused.

@@ -15,6 +15,9 @@
 mod core;
 #[cfg(test)]
 mod core_tests;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod fault_tests;
 mod metrics;
 mod service;
 
