@@ -24,6 +24,7 @@ pub(crate) fn run(args: &BrokerArgs) -> Result<u8> {
         None => None,
     };
     let demand = args.keda_listen.map(|_| lardon_cluster::keda::DemandBoard::new());
+    let metrics = args.metrics_listen.map(|_| broker::MetricsBoard::new());
     let config = BrokerConfig {
         state: args.state.clone(),
         recovery: Duration::from_millis(args.recovery),
@@ -32,6 +33,7 @@ pub(crate) fn run(args: &BrokerArgs) -> Result<u8> {
         token: security.token()?,
         cache_bytes: (args.cache_size > 0).then_some(args.cache_size),
         demand: demand.clone(),
+        metrics: metrics.clone(),
         ..BrokerConfig::default()
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -58,6 +60,17 @@ pub(crate) fn run(args: &BrokerArgs) -> Result<u8> {
             tokio::spawn(async move {
                 if let Err(e) = broker::serve_keda(keda, board, shutdown_signal()).await {
                     tracing::error!("the KEDA scaler stopped: {e}");
+                }
+            });
+        }
+        if let (Some(addr), Some(board)) = (args.metrics_listen, metrics) {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--metrics-listen: cannot listen on {addr}"))?;
+            tracing::info!("Prometheus metrics on http://{addr}/metrics");
+            tokio::spawn(async move {
+                if let Err(e) = broker::serve_metrics(listener, board, shutdown_signal()).await {
+                    tracing::error!("the metrics endpoint stopped: {e}");
                 }
             });
         }
