@@ -64,8 +64,14 @@ pub(crate) fn run(args: &AgentArgs) -> Result<u8> {
         .build()
         .context("starting the runtime")?;
     rt.block_on(async move {
-        let agent =
+        let mut agent =
             Agent::new(config, governor, Arc::new(ProcessExecutor)).map_err(|e| usage(e.to_string()))?;
+        if let Some(ms) = args.idle_exit {
+            if ms == 0 {
+                return Err(usage("--idle-exit: must be more than 0"));
+            }
+            agent = agent.with_idle_exit(Duration::from_millis(ms));
+        }
         tracing::info!("agent {id} with {tokens} token(s), dialling {}", args.broker);
         agent.run(super::broker::shutdown_signal()).await;
         anyhow::Ok(())
