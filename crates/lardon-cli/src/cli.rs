@@ -344,6 +344,11 @@ pub(crate) struct AgentArgs {
     pub(crate) heartbeat: u64,
     #[command(flatten)]
     pub(crate) security: ClusterSecurity,
+    /// This agent owns its allocation (a Slurm job, a pod): admit against
+    /// the allocation alone, keeping no CPUs back for the rest of the host
+    /// and ignoring the host's load average (other jobs' work)
+    #[arg(long)]
+    pub(crate) allocation: bool,
     /// Exit (status 0, closing the stream) after this long with nothing
     /// assigned or running, e.g. 5m: an allocation's agent gives it back
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]

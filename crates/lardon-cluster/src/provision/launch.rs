@@ -32,12 +32,14 @@ pub struct AgentLaunch {
 
 impl AgentLaunch {
     /// The agent's argv (program first) declaring `capabilities`, without
-    /// `--id`.
+    /// `--id`; with `--allocation` (it owns the allocation: no host
+    /// reserves, no host load gate).
     #[must_use]
     pub fn argv(&self, capabilities: &[Capability]) -> Vec<String> {
         let mut argv = vec![
             self.program.to_string_lossy().into_owned(),
             "agent".to_owned(),
+            "--allocation".to_owned(),
             "--broker".to_owned(),
             self.broker.clone(),
         ];
@@ -55,8 +57,40 @@ impl AgentLaunch {
             argv.extend(["--heartbeat".to_owned(), format!("{}ms", h.as_millis())]);
         }
         for c in capabilities {
-            argv.extend(["--capability".to_owned(), c.key()]);
+            argv.extend(["--capability".to_owned(), flag(c)]);
         }
         argv
+    }
+}
+
+/// `c` as `--capability` takes it: `NAME[@VERSION][:TARGET]`, leaving out
+/// the parts any value matches (the key's `*` is not a value the flag
+/// accepts).
+fn flag(c: &Capability) -> String {
+    let mut text = c.name().to_owned();
+    if let Some(v) = c.version() {
+        text.push('@');
+        text.push_str(v);
+    }
+    if let Some(t) = c.target() {
+        text.push(':');
+        text.push_str(t);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn every_capability_round_trips_through_the_agents_flag() {
+        for text in ["sh", "sh@1", "gcc@13:x86_64-linux-gnu", "clang:aarch64"] {
+            let c = Capability::parse(text).unwrap();
+            assert_eq!(flag(&c), text);
+            assert_eq!(Capability::parse(&flag(&c)).unwrap(), c);
+        }
     }
 }
