@@ -326,6 +326,10 @@ pub(crate) struct BrokerArgs {
     /// Blob bytes the REAPI result cache keeps (served on --listen; 0: no cache)
     #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "1GiB")]
     pub(crate) cache_size: u64,
+    /// Provisioning TOML (provider slurm|local|static, shapes, limits; see
+    /// deploy/slurm/provision.toml): ask the engine for agents while tasks wait
+    #[arg(long, value_name = "FILE")]
+    pub(crate) provision: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) security: ClusterSecurity,
     /// Log level or filter [default: info]
@@ -354,6 +358,15 @@ pub(crate) struct AgentArgs {
     pub(crate) heartbeat: u64,
     #[command(flatten)]
     pub(crate) security: ClusterSecurity,
+    /// This agent owns its allocation (a Slurm job, a pod): admit against
+    /// the allocation alone, keeping no CPUs back for the rest of the host
+    /// and ignoring the host's load average (other jobs' work)
+    #[arg(long)]
+    pub(crate) allocation: bool,
+    /// Exit (status 0, closing the stream) after this long with nothing
+    /// assigned or running, e.g. 5m: an allocation's agent gives it back
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub(crate) idle_exit: Option<u64>,
     /// Admit against a simulated host of this size instead of this machine
     /// (tasks still really run). For tests, never for real work.
     #[arg(long, value_name = "MEMORY,CPUS", value_parser = parse_host)]
@@ -372,6 +385,20 @@ pub(crate) enum ClusterCommand {
         #[arg(long, value_name = "ADDR")]
         broker: String,
         /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        security: ClusterSecurity,
+    },
+    /// Why the broker's Provisioner is not asking for (more) allocations,
+    /// one line each, and the allocations it holds.
+    ///
+    /// Example: `lardon cluster explain --broker 127.0.0.1:7700`
+    Explain {
+        /// The broker (HOST:PORT)
+        #[arg(long, value_name = "ADDR")]
+        broker: String,
+        /// Print JSON
         #[arg(long)]
         json: bool,
         #[command(flatten)]

@@ -84,12 +84,14 @@ pub(crate) fn parse_duration_ms(text: &str) -> Result<u64, String> {
         (n, 1000.0)
     } else if let Some(n) = t.strip_suffix('m') {
         (n, 60_000.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3_600_000.0)
     } else {
         (t, 1000.0)
     };
     match num.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok((v * scale).round() as u64),
-        _ => Err(format!("`{text}` is not a duration (e.g. 5s, 500ms, 1m)")),
+        _ => Err(format!("`{text}` is not a duration (e.g. 5s, 500ms, 1m, 2h)")),
     }
 }
 

@@ -16,7 +16,9 @@
 //!   charged at once, so no agent is handed more than it said it could take
 //!   before its next update (no prefetch held by saturated agents).
 //! * **Failure.** A submission with no agent for its capability is answered
-//!   [`Delivery::NoExecutor`] at once (the submitter runs it locally). An
+//!   [`Delivery::NoExecutor`] at once (the submitter runs it locally),
+//!   unless the capability is provisionable ([`Router::set_provisionable`]):
+//!   then it waits for the allocation a Provisioner brings. An
 //!   agent's WAIT puts the task back at the head of its submitter's queue
 //!   and empties that agent's mirror until its next update.
 //!   A lost agent's tasks are queued again with one more attempt; past
@@ -132,6 +134,9 @@ pub struct Router {
     finished: VecDeque<TaskId>,
     finished_set: BTreeSet<TaskId>,
     rng: SplitMix,
+    /// Capabilities a Provisioner can bring agents for: their tasks wait
+    /// for one instead of being handed back.
+    provisionable: BTreeSet<String>,
 }
 
 impl Router {
@@ -150,7 +155,29 @@ impl Router {
             finished: VecDeque::new(),
             finished_set: BTreeSet::new(),
             rng: SplitMix(seed),
+            provisionable: BTreeSet::new(),
         }
+    }
+
+    /// Capabilities a Provisioner's shapes offer (scale from zero): a task
+    /// of one of them is queued even while no agent serves it, and stays
+    /// queued when the last agent goes, while an allocation comes.
+    pub fn set_provisionable(&mut self, capabilities: &[Capability]) {
+        self.provisionable = capabilities.iter().map(Capability::key).collect();
+    }
+
+    /// Tasks waiting for an agent, per capability, with the largest
+    /// declared need among them (what the Provisioner sizes allocations
+    /// for).
+    pub fn queued_demand(&self) -> BTreeMap<Capability, (u64, Need)> {
+        let mut demand: BTreeMap<Capability, (u64, Need)> = BTreeMap::new();
+        for e in self.tasks.values().filter(|e| matches!(e.place, Place::Queued)) {
+            let (n, need) = demand.entry(e.request.capability.clone()).or_insert((0, Need::default()));
+            *n += 1;
+            need.memory = need.memory.max(e.request.need.memory);
+            need.cpu_millis = need.cpu_millis.max(e.request.need.cpu_millis);
+        }
+        demand
     }
 
     /// Tasks queued or in flight, per capability (what KEDA scales on).
@@ -172,7 +199,8 @@ impl Router {
             return (Submitted::AlreadyFinished, Vec::new());
         }
         let key = request.capability.key();
-        if !self.agents.values().any(|a| a.capabilities.contains(&key)) {
+        if !self.agents.values().any(|a| a.capabilities.contains(&key)) && !self.provisionable.contains(&key)
+        {
             let event = Event::Deliver {
                 submitter: request.submitter,
                 task: request.id,
@@ -492,7 +520,9 @@ impl Router {
         let orphaned: Vec<String> = self
             .routes
             .keys()
-            .filter(|k| !self.agents.values().any(|a| a.capabilities.contains(*k)))
+            .filter(|k| {
+                !self.provisionable.contains(*k) && !self.agents.values().any(|a| a.capabilities.contains(*k))
+            })
             .cloned()
             .collect();
         for key in orphaned {

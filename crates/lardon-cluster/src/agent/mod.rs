@@ -16,6 +16,10 @@
 //!   tasks it still runs and those whose end the broker has not
 //!   acknowledged, whose reports are sent again, so nothing is lost or run
 //!   twice across a broker restart.
+//! * **Idle exit** ([`Agent::with_idle_exit`]): an allocation's agent ends
+//!   after a while with nothing assigned, running or unacknowledged,
+//!   closing its stream, so its allocation ends (COMPLETED on Slurm) and
+//!   gives its resources back.
 
 mod exec;
 mod tokens;
@@ -107,6 +111,10 @@ pub struct Agent {
     /// A WAIT was reported since the last sample: the broker emptied our
     /// mirror, so the next sample pushes the availability even unchanged.
     waited: bool,
+    /// Exit after this long with nothing to do (`None`: never).
+    idle_exit: Option<Duration>,
+    /// The last moment it held something (or started).
+    busy_at: tokio::time::Instant,
 }
 
 /// `HOST:PORT` or a URI, as a URI.
@@ -145,11 +153,33 @@ impl Agent {
             ended_rx,
             generation: u64::MAX,
             waited: false,
+            idle_exit: None,
+            busy_at: tokio::time::Instant::now(),
         })
     }
 
-    /// Runs until `shutdown` resolves: connects, serves, and reconnects
-    /// with backoff whenever the stream ends.
+    /// Makes the agent exit after `idle` with nothing assigned, running or
+    /// waiting for the broker's acknowledgement (connected or not), closing
+    /// its stream: [`Agent::run`] returns.
+    #[must_use]
+    pub fn with_idle_exit(mut self, idle: Duration) -> Self {
+        self.idle_exit = Some(idle);
+        self
+    }
+
+    /// When the agent exits for idleness, if it is idle now.
+    fn idle_deadline(&mut self) -> Option<tokio::time::Instant> {
+        let idle = self.idle_exit?;
+        if !self.running.is_empty() || !self.unacked.is_empty() {
+            self.busy_at = tokio::time::Instant::now();
+            return None;
+        }
+        Some(self.busy_at + idle)
+    }
+
+    /// Runs until `shutdown` resolves (or, with an idle exit, until idle
+    /// that long): connects, serves, and reconnects with backoff whenever
+    /// the stream ends.
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
         let mut shutdown = std::pin::pin!(shutdown);
         let mut wait = self.config.backoff.initial;
@@ -158,12 +188,21 @@ impl Agent {
                 served = self.session() => served,
                 () = &mut shutdown => return,
             };
+            let served = match served {
+                Session::IdleExit => return,
+                Session::Ended { served } => served,
+            };
             if served {
                 wait = self.config.backoff.initial;
             }
+            let idle = self.idle_deadline();
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
                 () = &mut shutdown => return,
+                () = until(idle) => {
+                    info!("idle for {:?} while disconnected: exiting", self.idle_exit.unwrap_or_default());
+                    return;
+                }
             }
             wait = (wait * 2).min(self.config.backoff.max);
         }
@@ -192,11 +231,12 @@ impl Agent {
         pb::AgentMessage { kind: Some(pb::agent_message::Kind::Hello(hello)) }
     }
 
-    /// One connection: returns whether it got as far as the broker's
-    /// answer (then the backoff starts over).
-    async fn session(&mut self) -> bool {
+    /// One connection: says whether it got as far as the broker's answer
+    /// (then the backoff starts over), or ended for idleness.
+    async fn session(&mut self) -> Session {
+        let failed = Session::Ended { served: false };
         let Ok(mut client) = self.config.dial.connect(&self.config.broker).await else {
-            return false;
+            return failed;
         };
         // A fresh sample, so the hello's availability is current.
         let _ = self.governor.sample();
@@ -206,7 +246,7 @@ impl Agent {
             Ok(response) => response.into_inner(),
             Err(status) => {
                 warn!("broker refused the hello: {}", status.message());
-                return false;
+                return failed;
             }
         };
         info!("connected to {} as {}", self.config.broker, self.config.agent);
@@ -217,7 +257,14 @@ impl Agent {
         let mut beat = tokio::time::interval(self.config.heartbeat);
         let mut sample = tokio::time::interval(Duration::from_secs(1));
         loop {
+            let idle = self.idle_deadline();
             tokio::select! {
+                () = until(idle) => {
+                    // Dropping `out` ends the stream cleanly: the broker
+                    // sees the agent leave, holding nothing.
+                    info!("idle for {:?}: exiting", self.idle_exit.unwrap_or_default());
+                    return Session::IdleExit;
+                }
                 message = tokio::time::timeout(self.config.heartbeat * 3, inbound.message()) => {
                     match message {
                         Ok(Ok(Some(m))) => self.on_message(m, &out),
@@ -245,7 +292,7 @@ impl Agent {
             }
             self.push_availability(&out);
         }
-        true
+        Session::Ended { served: true }
     }
 
     /// Sends the availability when the Governor's generation moved.
@@ -342,6 +389,22 @@ impl Agent {
             drop(reservation);
             let _ = ended_tx.send((task, ended));
         });
+    }
+}
+
+/// How a session ended.
+enum Session {
+    /// The stream ended; `served`: it got as far as the broker's answer.
+    Ended { served: bool },
+    /// Idle for the idle-exit time: the agent stops.
+    IdleExit,
+}
+
+/// Resolves at `deadline`, never without one.
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -69,6 +69,11 @@ pub(crate) enum Input {
     Status {
         reply: oneshot::Sender<pb::ClusterStatusResponse>,
     },
+    /// The Provisioner's view: queued demand per capability (with the
+    /// largest declared need) and the connected agents' ids.
+    ProvisionView {
+        reply: oneshot::Sender<ProvisionView>,
+    },
     /// The recovery window after a restart has passed.
     RecoveryOver,
     /// A task's deadline passed.
@@ -84,6 +89,13 @@ pub(crate) enum Input {
     Check {
         reply: oneshot::Sender<Result<(), String>>,
     },
+}
+
+/// What the provisioning loop reads from the core at each tick.
+#[derive(Debug, Default)]
+pub(crate) struct ProvisionView {
+    pub(crate) queued: std::collections::BTreeMap<crate::Capability, (u64, crate::Need)>,
+    pub(crate) agents: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -192,6 +204,12 @@ impl Core {
         self
     }
 
+    /// Lets tasks of `capabilities` wait for an allocation (scale from
+    /// zero).
+    pub(crate) fn set_provisionable(&mut self, capabilities: &[crate::Capability]) {
+        self.router.set_provisionable(capabilities);
+    }
+
     /// Tasks queued or in flight, per capability.
     pub(crate) fn demand(&self) -> std::collections::BTreeMap<crate::Capability, u64> {
         self.router.demand()
@@ -291,6 +309,13 @@ impl Core {
             #[cfg(test)]
             Input::Check { reply } => {
                 let _ = reply.send(self.check());
+            }
+            Input::ProvisionView { reply } => {
+                let view = ProvisionView {
+                    queued: self.router.queued_demand(),
+                    agents: self.agents.keys().map(ToString::to_string).collect(),
+                };
+                let _ = reply.send(view);
             }
             Input::Deadline { task } => {
                 let events = self.router.expire(&task);
