@@ -132,6 +132,9 @@ async fn setup(memory: u64) -> mpsc::UnboundedReceiver<(Streaming<pb::AgentMessa
         heartbeat: Duration::from_secs(1),
         backoff: Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(50) },
         dial: Default::default(),
+        ends_at_ms: None,
+        drain_grace: None,
+        tuning: None,
     };
     tokio::spawn(Agent::new(config, governor, Arc::new(Instant)).unwrap().run(std::future::pending()));
     rx

@@ -78,6 +78,9 @@ async fn cluster(agents: &[(&str, &[&str], u32)], open: bool) -> Cluster {
             heartbeat: Duration::from_secs(1),
             backoff: fast(),
             dial: Default::default(),
+            ends_at_ms: None,
+            drain_grace: None,
+            tuning: None,
         };
         let exec = FakeExec { agent: (*id).to_owned(), started: started_tx.clone(), open: open_rx.clone() };
         let agent = Agent::new(config, governor(), Arc::new(exec)).unwrap();
@@ -277,6 +280,9 @@ async fn a_cached_success_is_answered_with_no_agent_connected() {
         heartbeat: Duration::from_secs(1),
         backoff: fast(),
         dial: Default::default(),
+        ends_at_ms: None,
+        drain_grace: None,
+        tuning: None,
     };
     let exec = FakeExec { agent: "a1".into(), started: started_tx, open: open_rx };
     let agent = Agent::new(agent_config, governor(), Arc::new(exec)).unwrap();

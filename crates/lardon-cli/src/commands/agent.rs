@@ -57,6 +57,9 @@ pub(crate) fn run(args: &AgentArgs) -> Result<u8> {
         heartbeat: Duration::from_millis(args.heartbeat),
         backoff: Backoff::default(),
         dial: args.security.dial("agent")?,
+        ends_at_ms: None,
+        drain_grace: None,
+        tuning: None,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
