@@ -131,7 +131,7 @@ pub struct Agent {
     /// Where it is in a stop.
     drain: Drain,
     /// Stop requests (each SIGTERM is one).
-    stops: Option<mpsc::UnboundedReceiver<()>>,
+    stops: Option<Stops>,
     /// The optimizer and its period.
     tuner: Option<(Tuner, tokio::time::Interval)>,
     /// The optimizer's clock origin.
@@ -153,10 +153,23 @@ enum SessionEnd {
     Stopped,
 }
 
-/// Resolves with the next stop request; never without a channel.
-async fn next_stop(stops: &mut Option<mpsc::UnboundedReceiver<()>>) -> Option<()> {
+/// A stream of stop requests, e.g. one item per SIGTERM.
+pub type StopRequests = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = ()> + Send>>;
+
+/// The stop requests, shown by name only.
+struct Stops(StopRequests);
+
+impl std::fmt::Debug for Stops {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StopRequests")
+    }
+}
+
+/// Resolves with the next stop request; never without a stream.
+async fn next_stop(stops: &mut Option<Stops>) -> Option<()> {
+    use tokio_stream::StreamExt as _;
     match stops {
-        Some(rx) => rx.recv().await,
+        Some(s) => s.0.next().await,
         None => std::future::pending().await,
     }
 }
@@ -229,12 +242,14 @@ impl Agent {
         })
     }
 
-    /// Drains on each message of `stops` (one per SIGTERM): the first
-    /// starts a drain, the second stops at once (see the `drain` rules in
-    /// the module docs); [`Agent::run`] then returns.
+    /// Drains on each item of `stops` (one per SIGTERM): the first starts
+    /// a drain, the second stops at once (see the `drain` rules in the
+    /// module docs); [`Agent::run`] then returns. Poll the signal itself
+    /// (not a task forwarding it): a request that arrives together with
+    /// assignments is then seen first, and they go back unstarted.
     #[must_use]
-    pub fn with_stop_requests(mut self, stops: mpsc::UnboundedReceiver<()>) -> Self {
-        self.stops = Some(stops);
+    pub fn with_stop_requests(mut self, stops: StopRequests) -> Self {
+        self.stops = Some(Stops(stops));
         self
     }
 
