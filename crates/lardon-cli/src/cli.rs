@@ -356,6 +356,25 @@ pub(crate) struct AgentArgs {
     /// Heartbeat interval (at most the broker's)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms, default_value = "5s")]
     pub(crate) heartbeat: u64,
+    /// When this agent's allocation ends, Unix seconds: the broker gives it no task that
+    /// would outlast it [default: $SLURM_JOB_END_TIME when set, else no end]
+    #[arg(long, value_name = "UNIX_SECONDS", conflicts_with = "walltime")]
+    pub(crate) ends_at: Option<u64>,
+    /// This agent's allocation ends this long after it starts (e.g. 4h); as --ends-at
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub(crate) walltime: Option<u64>,
+    /// On SIGTERM, how long running tasks may finish before they are cancelled and queued
+    /// again elsewhere (a second SIGTERM cancels at once) [default: the time left before
+    /// the allocation ends, less 5 s (Slurm's --signal=B:TERM@LEAD gives LEAD), else 25 s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub(crate) drain_grace: Option<u64>,
+    /// How often the optimizer reads this agent's cgroup CPU counters and moves its token
+    /// bound (within 1 and --tokens; at least 100ms)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms, default_value = "5s")]
+    pub(crate) optimize_every: u64,
+    /// Keep the token bound at --tokens (no optimizer)
+    #[arg(long)]
+    pub(crate) no_optimizer: bool,
     #[command(flatten)]
     pub(crate) security: ClusterSecurity,
     /// This agent owns its allocation (a Slurm job, a pod): admit against
@@ -441,6 +460,14 @@ pub(crate) struct ClusterSubmitArgs {
     /// Kill it at the agent past this long (e.g. 10m)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
     pub(crate) deadline: Option<u64>,
+    /// Its class for the broker's learned peak and duration (tasks of one class cost alike)
+    /// [default: the capability and the program's base name]
+    #[arg(long, value_name = "NAME")]
+    pub(crate) class: Option<String>,
+    /// How long it should run (e.g. 20m): keeps it off agents whose allocation ends sooner,
+    /// until the broker has learned its class's duration
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub(crate) expected_duration: Option<u64>,
     /// The command (never run through a shell)
     #[arg(last = true, required = true, value_name = "ARGV")]
     pub(crate) argv: Vec<String>,

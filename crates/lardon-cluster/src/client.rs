@@ -44,6 +44,12 @@ pub struct RemoteTask {
     /// Its result depends only on its capability, argv and env: the broker
     /// may answer it from its cache.
     pub cacheable: bool,
+    /// Its class for the broker's learned estimates (`None`: its
+    /// capability and program name).
+    pub class: Option<String>,
+    /// How long it is expected to run (`None`: unknown); what the broker
+    /// learned of its class takes precedence.
+    pub expected_duration: Option<std::time::Duration>,
 }
 
 impl RemoteTask {
@@ -59,6 +65,8 @@ impl RemoteTask {
             stdin: Vec::new(),
             deadline_unix_ms: None,
             cacheable: false,
+            class: None,
+            expected_duration: None,
         }
     }
 
@@ -73,6 +81,10 @@ impl RemoteTask {
             stdin: self.stdin.clone(),
             deadline_unix_ms: self.deadline_unix_ms.unwrap_or(0),
             cacheable: self.cacheable,
+            class: self.class.clone().unwrap_or_default(),
+            expected_duration_ms: self
+                .expected_duration
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         }
     }
 }
@@ -142,7 +154,7 @@ pub struct SubmitterConfig {
 }
 
 enum Command {
-    Submit(pb::TaskSpec, oneshot::Sender<Answer>),
+    Submit(Box<pb::TaskSpec>, oneshot::Sender<Answer>),
     Cancel(TaskId),
 }
 
@@ -191,7 +203,7 @@ impl Submitter {
             Err(reason) => drop(tx.send(Answer::Rejected(reason))),
             Ok(_) => {
                 if let Err(mpsc::error::SendError(Command::Submit(_, tx))) =
-                    self.tx.send(Command::Submit(spec, tx))
+                    self.tx.send(Command::Submit(Box::new(spec), tx))
                 {
                     drop(tx); // the ticket then says Stopped
                 }
@@ -257,7 +269,7 @@ impl Loop {
                     command = self.rx.recv() => match command {
                         None => return,
                         Some(Command::Submit(spec, tx)) => {
-                            self.track(spec, tx);
+                            self.track(*spec, tx);
                         }
                         // Sent once connected again.
                         Some(Command::Cancel(id)) => self.cancels.push(id),
@@ -317,8 +329,8 @@ impl Loop {
                 command = self.rx.recv() => match command {
                     None => return Session::Closed,
                     Some(Command::Submit(spec, tx)) => {
-                        if self.track(spec.clone(), tx) {
-                            let _ = out.send(request(spec));
+                        if self.track((*spec).clone(), tx) {
+                            let _ = out.send(request(*spec));
                         }
                     }
                     Some(Command::Cancel(id)) => {

@@ -31,6 +31,30 @@ impl Proc {
         Proc { child, log }
     }
 
+    /// Sends `signal` (a `kill` name: `TERM`, `STOP`, `CONT` …).
+    pub(crate) fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} {}", self.child.id());
+    }
+
+    /// Its exit code once it exits, polling until `within` passes (then
+    /// `None`: still running).
+    pub(crate) fn wait_exit(&mut self, within: std::time::Duration) -> Option<Option<i32>> {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status.code());
+            }
+            if start.elapsed() > within {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+    }
+
     /// SIGKILL, then reap.
     pub(crate) fn kill9(&mut self) {
         let _ = self.child.kill();

@@ -38,6 +38,8 @@ use crate::store::{Store, StoreError};
 pub use metrics::{MetricsBoard, serve_metrics};
 pub use service::BrokerService;
 
+pub(crate) use core::unix_ms;
+
 /// How a broker runs.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
