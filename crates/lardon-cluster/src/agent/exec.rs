@@ -44,7 +44,7 @@ impl Executor for ProcessExecutor {
 }
 
 fn failed(reason: String) -> pb::TaskEnded {
-    pb::TaskEnded { success: false, exit_code: None, reason, stdout: Vec::new(), stderr: Vec::new() }
+    pb::TaskEnded { success: false, reason, ..Default::default() }
 }
 
 /// Time left before `deadline_unix_ms` (0: none).
@@ -137,8 +137,7 @@ async fn run_process(spec: pb::TaskSpec, cancel: oneshot::Receiver<()>) -> pb::T
                 (None, None, Some(sig)) => format!("killed by signal {sig}"),
                 (None, None, None) => "ended without a status".to_owned(),
             },
-            stdout: Vec::new(),
-            stderr: Vec::new(),
+            ..Default::default()
         },
     };
     if out_cut || err_cut {

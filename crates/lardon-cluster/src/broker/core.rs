@@ -231,7 +231,9 @@ impl Core {
                     return;
                 }
                 let events = self.router.report(&agent, &task, report);
-                self.apply(events, std::slice::from_ref(&task), ended.map(|e| (task.clone(), e)));
+                // Who ran it is the broker's word, not the agent's claim.
+                let ended = ended.map(|e| (task.clone(), pb::TaskEnded { agent_id: agent.to_string(), ..e }));
+                self.apply(events, std::slice::from_ref(&task), ended);
                 // Recorded (or a duplicate): the agent may forget it.
                 self.to_agent(
                     &agent,
@@ -325,6 +327,7 @@ impl Core {
                         reason: String::new(),
                         stdout: result.stdout_raw,
                         stderr: result.stderr_raw,
+                        agent_id: String::new(),
                     };
                     let reply = reply(&id, Delivery::Done(Outcome::Succeeded), Some(ended));
                     if let Err(e) = self.store.finish(id.as_str(), submitter.as_str(), &reply) {
