@@ -54,10 +54,19 @@ impl Cluster {
             ],
             &[("ONLY_ON_AGENT", "agent-side")],
         );
-        let policy_file = dir.join("policy.toml");
-        std::fs::write(&policy_file, policy).unwrap();
+        std::fs::write(dir.join("policy.toml"), policy).unwrap();
         let state = dir.join("state");
-        let daemon = Proc::start(
+        let daemon = Self::daemon(dir, &state, &addr);
+        let c = Cluster { broker, agent, daemon, addr, state };
+        c.until("the daemon to answer", || lardon(&c.state, &["status"]).status.success());
+        c.until("the agent at the broker", || c.agents() == 1);
+        c
+    }
+
+    /// `lardon daemon --broker` on `state` with `dir/policy.toml`.
+    fn daemon(dir: &Path, state: &Path, addr: &str) -> Proc {
+        let policy = dir.join("policy.toml");
+        Proc::start(
             dir,
             "daemon",
             &[
@@ -67,19 +76,15 @@ impl Cluster {
                 "--simulate-host",
                 "8GiB,4",
                 "--policy",
-                policy_file.to_str().unwrap(),
+                policy.to_str().unwrap(),
                 "--broker",
-                &addr,
+                addr,
                 "--broker-heartbeat",
                 "1s",
                 "--broker-timeout",
                 "2s",
             ],
-        );
-        let c = Cluster { broker, agent, daemon, addr, state };
-        c.until("the daemon to answer", || lardon(&c.state, &["status"]).status.success());
-        c.until("the agent at the broker", || c.agents() == 1);
-        c
+        )
     }
 
     fn procs(&self) -> [&Proc; 3] {
@@ -314,4 +319,36 @@ fn a_bad_offload_policy_or_flag_is_refused_naming_the_field() {
     let o = lardon(d, &["submit", "--capability", "/bin/sh", "--shippable", "--", "true"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--capability"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_daemon_killed_with_a_task_out_asks_for_it_again_and_it_runs_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut c = Cluster::start(d, REMOTE, "1");
+    let runs = d.join("runs");
+    let script = format!(
+        "echo start >> '{r}'; while [ ! -e '{go}' ]; do sleep 0.05; done; echo end >> '{r}'; echo done-at-$ONLY_ON_AGENT",
+        r = runs.display(),
+        go = d.join("go").display()
+    );
+    let id = c.submit(&sh(&script));
+    c.until("the run started at the agent", || lines(&runs, "start") == 1);
+
+    c.daemon.kill9();
+    // It ends while no daemon listens: the broker keeps the answer.
+    std::fs::write(d.join("go"), "").unwrap();
+    c.until("the run ended at the agent", || lines(&runs, "end") == 1);
+    c.daemon = Cluster::daemon(d, &c.state, &c.addr);
+    c.until("the daemon to answer again", || lardon(&c.state, &["status"]).status.success());
+
+    let t = c.ended(&id);
+    assert_eq!(t["state"].as_str(), Some("completed"), "{t}\n{}", logs(&c.procs()));
+    assert!(c.log(&id).contains("done-at-agent-side"), "{}", c.log(&id));
+    assert_eq!((lines(&runs, "start"), lines(&runs, "end")), (1, 1), "it ran once");
+    let course = c.course(&id);
+    assert!(
+        course.iter().any(|(_, _, m)| m.contains("asked for again after a daemon restart")),
+        "{course:?}"
+    );
 }
