@@ -558,6 +558,23 @@ pub(crate) struct DaemonArgs {
     /// never for real work.
     #[arg(long, value_name = "MEMORY,CPUS", value_parser = parse_host)]
     pub(crate) simulate_host: Option<(u64, u32)>,
+    /// Policy file (TOML) applied at start, as `lardon policy --set` would: policy keys
+    /// (`max_running = 4`) and `offload = { prefer = "local" | "remote" | "balance", max_retries = N }`
+    #[arg(long, value_name = "FILE")]
+    pub(crate) policy: Option<PathBuf>,
+    /// Offload shippable tasks (`submit --capability … --shippable`) to this broker (HOST:PORT):
+    /// they run at its agents when the policy prefers remote or this host would make them wait,
+    /// and here whenever the broker cannot run them
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) broker: Option<String>,
+    /// With --broker: heartbeat interval (at most the broker's)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms, default_value = "5s", requires = "broker")]
+    pub(crate) broker_heartbeat: u64,
+    /// With --broker: shipped tasks run here once no broker has answered for this long
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms, default_value = "10s", requires = "broker")]
+    pub(crate) broker_timeout: u64,
+    #[command(flatten)]
+    pub(crate) security: ClusterSecurity,
 }
 
 /// What a task needs: shared by `submit` and the workload file.
@@ -627,6 +644,17 @@ pub(crate) struct SubmitArgs {
     /// the daemon needs Slurm's client commands and SLURM_CONF)
     #[arg(long, value_enum, default_value_t = EngineArg::Local)]
     pub(crate) engine: EngineArg,
+    /// What it needs of a cluster agent, NAME[@VERSION][:TARGET] (`/TARGET` also accepted);
+    /// with --shippable
+    #[arg(long, value_name = "CAP", requires = "shippable")]
+    pub(crate) capability: Option<String>,
+    /// It may run at a cluster agent declaring --capability, when the daemon has a broker
+    /// (`lardon daemon --broker`); it runs here otherwise
+    #[arg(long, requires = "capability")]
+    pub(crate) shippable: bool,
+    /// Kill it past this long from now (e.g. 10m), at the agent it ships to; needs --shippable
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms, requires = "shippable")]
+    pub(crate) deadline: Option<u64>,
     /// One task per line of FILE (`-` or nothing: standard input), as GNU
     /// parallel does: in the command and --name, `{}` is the line and `{#}`
     /// its number; without `{}` the line is the last argument. Blank lines

@@ -15,8 +15,19 @@ pub(crate) struct Proc {
 impl Proc {
     /// Starts `lardon ARGS…` with its log at `DIR/NAME.log` (appended to).
     pub(crate) fn start(dir: &Path, name: &str, args: &[&str]) -> Proc {
+        Self::start_env(dir, name, args, &[])
+    }
+
+    /// [`Proc::start`] with `env` set over the test's environment (and
+    /// the `LARDON_*` variables that would redirect a daemon removed).
+    pub(crate) fn start_env(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
         let mut command = Command::new(super::common::bin());
-        command.args(args);
+        command
+            .env_remove("LARDON_SOCKET")
+            .env_remove("LARDON_STATE_DIR")
+            .env_remove("LARDON_TASK_ID")
+            .envs(env.iter().copied())
+            .args(args);
         Proc::start_command(dir, name, command)
     }
 

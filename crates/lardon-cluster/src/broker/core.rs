@@ -313,7 +313,9 @@ impl Core {
                     self.counters.late_reports += 1;
                 }
                 let events = self.router.report(&agent, &task, report);
-                self.apply(events, std::slice::from_ref(&task), ended.map(|e| (task.clone(), e)));
+                // Who ran it is the broker's word, not the agent's claim.
+                let ended = ended.map(|e| (task.clone(), pb::TaskEnded { agent_id: agent.to_string(), ..e }));
+                self.apply(events, std::slice::from_ref(&task), ended);
                 // Recorded (or a duplicate): the agent may forget it.
                 self.to_agent(
                     &agent,
