@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -27,6 +28,15 @@ pub trait Executor: Send + Sync + std::fmt::Debug + 'static {
     /// Starts `spec` (already validated; its capability is one the agent
     /// declared) and resolves when it ends.
     fn run(&self, spec: pb::TaskSpec, cancel: oneshot::Receiver<()>) -> Running;
+
+    /// Starts `spec` with `dir` as its working directory (a task with
+    /// files runs in its own fresh directory). Executors that start real
+    /// processes override this; the default runs as [`Executor::run`],
+    /// which serves fakes that touch no files.
+    fn run_in(&self, spec: pb::TaskSpec, dir: &Path, cancel: oneshot::Receiver<()>) -> Running {
+        let _ = dir;
+        self.run(spec, cancel)
+    }
 }
 
 /// Runs tasks as child processes: `argv[0]` looked up in `PATH`, the
@@ -39,12 +49,16 @@ pub struct ProcessExecutor;
 
 impl Executor for ProcessExecutor {
     fn run(&self, spec: pb::TaskSpec, cancel: oneshot::Receiver<()>) -> Running {
-        Box::pin(run_process(spec, cancel))
+        Box::pin(run_process(spec, None, cancel))
+    }
+
+    fn run_in(&self, spec: pb::TaskSpec, dir: &Path, cancel: oneshot::Receiver<()>) -> Running {
+        Box::pin(run_process(spec, Some(dir.to_path_buf()), cancel))
     }
 }
 
 fn failed(reason: String) -> pb::TaskEnded {
-    pb::TaskEnded { success: false, exit_code: None, reason, stdout: Vec::new(), stderr: Vec::new() }
+    pb::TaskEnded { success: false, exit_code: None, reason, ..Default::default() }
 }
 
 /// Time left before `deadline_unix_ms` (0: none).
@@ -75,7 +89,11 @@ async fn capture(pipe: Option<impl AsyncRead + Unpin>) -> (Vec<u8>, bool) {
     (kept, cut)
 }
 
-async fn run_process(spec: pb::TaskSpec, cancel: oneshot::Receiver<()>) -> pb::TaskEnded {
+async fn run_process(
+    spec: pb::TaskSpec,
+    dir: Option<PathBuf>,
+    cancel: oneshot::Receiver<()>,
+) -> pb::TaskEnded {
     let Some((program, args)) = spec.argv.split_first() else {
         return failed("argv: empty".to_owned());
     };
@@ -91,6 +109,9 @@ async fn run_process(spec: pb::TaskSpec, cancel: oneshot::Receiver<()>) -> pb::T
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    if let Some(dir) = dir {
+        cmd.current_dir(dir);
+    }
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => return failed(format!("cannot start `{program}`: {e}")),
@@ -137,8 +158,7 @@ async fn run_process(spec: pb::TaskSpec, cancel: oneshot::Receiver<()>) -> pb::T
                 (None, None, Some(sig)) => format!("killed by signal {sig}"),
                 (None, None, None) => "ended without a status".to_owned(),
             },
-            stdout: Vec::new(),
-            stderr: Vec::new(),
+            ..Default::default()
         },
     };
     if out_cut || err_cut {

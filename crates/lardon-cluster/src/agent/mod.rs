@@ -16,8 +16,13 @@
 //!   tasks it still runs and those whose end the broker has not
 //!   acknowledged, whose reports are sent again, so nothing is lost or run
 //!   twice across a broker restart.
+//! * **Files.** A task naming input files or outputs runs in a fresh
+//!   directory of its own under the work directory
+//!   ([`Agent::with_work_dir`]): its inputs are fetched from the broker's
+//!   CAS, its outputs uploaded there and reported by digest.
 
 mod exec;
+mod files;
 mod tokens;
 
 use std::collections::HashMap;
@@ -107,6 +112,8 @@ pub struct Agent {
     /// A WAIT was reported since the last sample: the broker emptied our
     /// mirror, so the next sample pushes the availability even unchanged.
     waited: bool,
+    /// Where tasks with files get their directories.
+    work_dir: std::path::PathBuf,
 }
 
 /// `HOST:PORT` or a URI, as a URI.
@@ -145,7 +152,16 @@ impl Agent {
             ended_rx,
             generation: u64::MAX,
             waited: false,
+            work_dir: std::env::temp_dir().join("lardon-agent"),
         })
+    }
+
+    /// Tasks with files get their own directory under `dir` (default:
+    /// `lardon-agent` in the system's temporary directory).
+    #[must_use]
+    pub fn with_work_dir(mut self, dir: std::path::PathBuf) -> Self {
+        self.work_dir = dir;
+        self
     }
 
     /// Runs until `shutdown` resolves: connects, serves, and reconnects
@@ -333,7 +349,16 @@ impl Agent {
         };
         let (cancel_tx, cancel_rx) = oneshot::channel();
         self.running.insert(task.clone(), Held { cancel: Some(cancel_tx) });
-        let running = self.executor.run(job.spec, cancel_rx);
+        let running = if files::has_files(&job.spec) {
+            let staging = files::Staging {
+                broker: self.config.broker.clone(),
+                dial: self.config.dial.clone(),
+                root: self.work_dir.join(self.config.agent.as_str()),
+            };
+            Box::pin(files::run_staged(staging, Arc::clone(&self.executor), job.spec, cancel_rx))
+        } else {
+            self.executor.run(job.spec, cancel_rx)
+        };
         let ended_tx = self.ended_tx.clone();
         tokio::spawn(async move {
             let ended = running.await;

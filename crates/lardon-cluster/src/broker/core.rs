@@ -301,6 +301,19 @@ impl Core {
         });
     }
 
+    /// Whether the CAS still holds every output file of a cached result.
+    fn outputs_held(&self, result: &crate::cache::reapi::ActionResult) -> bool {
+        let Some((cache, _)) = &self.cache else { return false };
+        let digests: Vec<_> = result.output_files.iter().filter_map(|f| f.digest.clone()).collect();
+        digests.len() == result.output_files.len()
+            && cache
+                .cas
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .missing(&digests)
+                .is_empty()
+    }
+
     fn is_current_agent(&self, agent: &AgentId, conn: u64) -> bool {
         self.agents.get(agent).is_some_and(|p| p.conn == conn)
     }
@@ -318,13 +331,23 @@ impl Core {
         {
             let key = action_key(&job.request.capability, &spec);
             match chain.check(&PreRoute { cacheable: Some(key) }, std::time::Instant::now()) {
-                Some((_, HookVerdict::Intercept(result))) => {
+                // A hit whose output blobs were evicted meanwhile is a
+                // miss: the submitter could not fetch them.
+                Some((_, HookVerdict::Intercept(result))) if self.outputs_held(&result) => {
                     let ended = pb::TaskEnded {
                         success: true,
                         exit_code: Some(result.exit_code),
                         reason: String::new(),
                         stdout: result.stdout_raw,
                         stderr: result.stderr_raw,
+                        outputs: result
+                            .output_files
+                            .iter()
+                            .map(|f| pb::OutputFile {
+                                path: f.path.clone(),
+                                digest: f.digest.as_ref().map(crate::blobs::to_pb),
+                            })
+                            .collect(),
                     };
                     let reply = reply(&id, Delivery::Done(Outcome::Succeeded), Some(ended));
                     if let Err(e) = self.store.finish(id.as_str(), submitter.as_str(), &reply) {
@@ -336,7 +359,7 @@ impl Core {
                     let reply = reply(&id, Delivery::RunLocally(format!("{hook}: {why}")), None);
                     return self.to_submitter(&submitter, reply);
                 }
-                Some((_, HookVerdict::Pass)) | None => {}
+                Some((_, HookVerdict::Pass | HookVerdict::Intercept(_))) | None => {}
             }
         }
         let (submitted, events) = self.router.submit(job.request);
@@ -476,12 +499,22 @@ enum Out {
     Submitter(SubmitterId, pb::SubmitReply),
 }
 
-/// The cache key of a cacheable task: its capability, argv and every
-/// variable it sets (the submitter sends only the ones that matter).
+/// The cache key of a cacheable task: its capability, argv, every
+/// variable it sets (the submitter sends only the ones that matter), its
+/// input files' paths and digests, and its declared outputs.
 pub(crate) fn action_key(capability: &crate::Capability, spec: &pb::TaskSpec) -> ActionKey {
     let env: Vec<(String, String)> = spec.env.iter().map(|v| (v.name.clone(), v.value.clone())).collect();
     let names: Vec<&str> = spec.env.iter().map(|v| v.name.as_str()).collect();
-    ActionKey::new(capability, &spec.argv, &env, &names, None)
+    let inputs: Vec<crate::cache::key::InputEntry> = spec
+        .inputs
+        .iter()
+        .map(|f| crate::cache::key::InputEntry {
+            path: f.path.clone(),
+            digest: f.digest.as_ref().map(crate::blobs::from_pb).unwrap_or_default(),
+            executable: f.executable,
+        })
+        .collect();
+    ActionKey::with_files(capability, &spec.argv, &env, &names, &inputs, &spec.outputs)
 }
 
 /// The submitter's answer for `task`.

@@ -95,19 +95,26 @@ impl BrokerCache {
         crate::cache::service::CacheService::new(Arc::clone(&self.cas), Arc::clone(&self.actions))
     }
 
-    /// Caches a cacheable task's success: its Action and Command go to the
-    /// CAS (as REAPI requires of a cached result) and its result to the
-    /// action cache.
+    /// Caches a cacheable task's success: its Action, Command and input
+    /// tree go to the CAS (as REAPI requires of a cached result) and its
+    /// result, with its output files, to the action cache. A success that
+    /// lacks a declared output is not cached.
     fn remember(&self, spec: &lardon_proto::cluster::TaskSpec, ended: &lardon_proto::cluster::TaskEnded) {
         use prost::Message as _;
         let Ok(capability) = crate::wire::capability("capability", spec.capability.as_ref()) else {
             return;
         };
+        let all_outputs = spec.outputs.iter().all(|p| ended.outputs.iter().any(|o| &o.path == p));
+        if !all_outputs || ended.outputs.iter().any(|o| o.digest.is_none()) {
+            tracing::warn!("task {}: not cached: a declared output is missing", spec.task_id);
+            return;
+        }
         let key = core::action_key(&capability, spec);
         let stored = {
             let mut cas = self.cas.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             [key.action.encode_to_vec(), key.command.encode_to_vec()]
                 .into_iter()
+                .chain(key.directories)
                 .try_for_each(|blob| cas.put(&crate::cache::key::digest_of(&blob), blob))
         };
         if let Err(e) = stored {
@@ -118,6 +125,15 @@ impl BrokerCache {
             exit_code: ended.exit_code.unwrap_or(0),
             stdout_raw: ended.stdout.clone(),
             stderr_raw: ended.stderr.clone(),
+            output_files: ended
+                .outputs
+                .iter()
+                .map(|o| crate::cache::reapi::OutputFile {
+                    path: o.path.clone(),
+                    digest: o.digest.as_ref().map(crate::blobs::from_pb),
+                    ..Default::default()
+                })
+                .collect(),
             ..Default::default()
         };
         let put = self.actions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).put(
