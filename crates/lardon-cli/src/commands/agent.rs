@@ -64,8 +64,11 @@ pub(crate) fn run(args: &AgentArgs) -> Result<u8> {
         .build()
         .context("starting the runtime")?;
     rt.block_on(async move {
-        let agent =
+        let mut agent =
             Agent::new(config, governor, Arc::new(ProcessExecutor)).map_err(|e| usage(e.to_string()))?;
+        if let Some(dir) = &args.work_dir {
+            agent = agent.with_work_dir(dir.clone());
+        }
         tracing::info!("agent {id} with {tokens} token(s), dialling {}", args.broker);
         agent.run(super::broker::shutdown_signal()).await;
         anyhow::Ok(())
