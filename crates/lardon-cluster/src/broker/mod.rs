@@ -234,8 +234,22 @@ pub async fn serve(
             ))
             .add_service(InterceptedService::new(ByteStreamServer::new(cache), check));
     }
-    router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown).await?;
+    router.serve_with_incoming_shutdown(no_delay(listener), shutdown).await?;
     Ok(())
+}
+
+/// The connections `listener` accepts, with Nagle's algorithm off: a
+/// reply is a few small writes, and with Nagle on each waited for the
+/// client's delayed acknowledgement (about 40 ms per call on Linux).
+fn no_delay(
+    listener: TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt as _;
+    TcpListenerStream::new(listener).map(|conn| {
+        let conn = conn?;
+        conn.set_nodelay(true)?;
+        Ok(conn)
+    })
 }
 
 /// Action results the broker's cache keeps, and for how long.
@@ -255,7 +269,23 @@ pub async fn serve_keda(
     use lardon_proto::keda::external_scaler_server::ExternalScalerServer;
     tonic::transport::Server::builder()
         .add_service(ExternalScalerServer::new(crate::keda::Scaler::new(board)))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(no_delay(listener), shutdown)
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use tokio_stream::StreamExt as _;
+
+    #[tokio::test]
+    async fn accepted_connections_have_nagle_off() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut incoming = std::pin::pin!(super::no_delay(listener));
+        let conn = incoming.next().await.unwrap().unwrap();
+        assert!(conn.nodelay().unwrap(), "a reply would wait for the peer's delayed ACK");
+    }
 }
