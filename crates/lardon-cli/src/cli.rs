@@ -283,6 +283,32 @@ pub(crate) enum Command {
     /// Example: `lardon cert init --dir ca && lardon cert issue broker --ca ca --host broker.lan --out broker`
     #[command(subcommand)]
     Cert(CertCommand),
+    /// A compiler wrapper: sends single-source compiles through the cluster
+    /// broker (preprocessed here, compiled at an agent, cached), runs
+    /// everything else here unchanged (docs/DESIGN.md §14).
+    ///
+    /// Example: `make -j8 CC="lardon cc gcc"` with LARDON_BROKER=HOST:PORT
+    Cc(CcArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CcArgs {
+    /// The broker (HOST:PORT); without one every compile runs here
+    #[arg(long, value_name = "ADDR", env = "LARDON_BROKER")]
+    pub(crate) broker: Option<String>,
+    /// Say on stderr where each compile ran, and why it ran here
+    #[arg(long, env = "LARDON_CC_VERBOSE", value_parser = clap::builder::BoolishValueParser::new())]
+    pub(crate) verbose: bool,
+    #[command(flatten)]
+    pub(crate) security: ClusterSecurity,
+    /// The compiler command line, e.g. `gcc -c x.c -o x.o` (after `--` or not)
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required = true,
+        value_name = "COMPILER ARGS"
+    )]
+    pub(crate) command: Vec<String>,
 }
 
 /// How a broker and its peers authenticate each other (`lardon cert`).
@@ -386,6 +412,10 @@ pub(crate) struct AgentArgs {
     /// assigned or running, e.g. 5m: an allocation's agent gives it back
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
     pub(crate) idle_exit: Option<u64>,
+    /// Tasks with files each get a fresh directory under this one
+    /// [default: lardon-agent in the system's temporary directory]
+    #[arg(long, value_name = "DIR")]
+    pub(crate) work_dir: Option<PathBuf>,
     /// Admit against a simulated host of this size instead of this machine
     /// (tasks still really run). For tests, never for real work.
     #[arg(long, value_name = "MEMORY,CPUS", value_parser = parse_host)]

@@ -26,6 +26,7 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod blobs;
 pub mod broker;
 pub mod cache;
 mod capability;

@@ -31,6 +31,10 @@ pub const MAX_CLASS: usize = 128;
 pub const MAX_NOTE: usize = 512;
 /// Most characters of a failure reason kept.
 pub const MAX_REASON: usize = 4096;
+/// Most input files, and most output paths, in one task.
+pub const MAX_FILES: usize = 10_000;
+/// Most bytes of one file path.
+pub const MAX_PATH: usize = 4096;
 
 /// A field a peer sent was refused. Displays as `FIELD: why`.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -180,11 +184,95 @@ fn check_spec(p: &str, spec: &pb::TaskSpec) -> Result<(TaskId, Capability, Need)
     if spec.deadline_unix_ms < 0 {
         return Err(bad(format!("{p}.deadline_unix_ms"), "negative (0 means none)"));
     }
+    check_files(p, spec)?;
     let need = spec
         .need
         .as_ref()
         .map_or_else(Need::default, |n| Need { memory: n.memory, cpu_millis: n.cpu_millis });
     Ok((id, capability, need))
+}
+
+/// Checks a path a task names for a file in its working directory: non
+/// empty, relative, and made only of plain names (no `..`, no `.`, no
+/// empty component, no NUL), so it can never name anything outside that
+/// directory.
+///
+/// # Errors
+/// [`WireError`] naming `field`.
+pub fn relative_path(field: &str, path: &str) -> Result<(), WireError> {
+    if path.is_empty() {
+        return Err(bad(field, "empty path"));
+    }
+    if path.len() > MAX_PATH {
+        return Err(bad(field, format!("{} bytes, at most {MAX_PATH}", path.len())));
+    }
+    if path.contains('\0') {
+        return Err(bad(field, "contains a NUL byte"));
+    }
+    if path.starts_with('/') {
+        return Err(bad(field, format!("`{path}` is absolute; paths are relative to the task's directory")));
+    }
+    if path.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+        return Err(bad(
+            field,
+            format!("`{path}` has an empty, `.` or `..` component; paths stay inside the task's directory"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a blob digest field: 64 lower-case hex digits and a size ≥ 0.
+///
+/// # Errors
+/// [`WireError`] naming `field`.
+pub fn blob_digest(field: &str, d: Option<&pb::BlobDigest>) -> Result<(), WireError> {
+    let d = d.ok_or_else(|| bad(field, "missing"))?;
+    let hex = d.hash.len() == 64 && d.hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !hex || d.size_bytes < 0 {
+        return Err(bad(field, "not a sha256 digest (64 lower-case hex digits and a size ≥ 0)"));
+    }
+    Ok(())
+}
+
+fn check_files(p: &str, spec: &pb::TaskSpec) -> Result<(), WireError> {
+    if spec.inputs.len() > MAX_FILES {
+        return Err(bad(format!("{p}.inputs"), format!("{} files, at most {MAX_FILES}", spec.inputs.len())));
+    }
+    if spec.outputs.len() > MAX_FILES {
+        return Err(bad(
+            format!("{p}.outputs"),
+            format!("{} paths, at most {MAX_FILES}", spec.outputs.len()),
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (i, f) in spec.inputs.iter().enumerate() {
+        relative_path(&format!("{p}.inputs[{i}].path"), &f.path)?;
+        blob_digest(&format!("{p}.inputs[{i}].digest"), f.digest.as_ref())?;
+        if !seen.insert(f.path.as_str()) {
+            return Err(bad(format!("{p}.inputs[{i}].path"), format!("`{}` named twice", f.path)));
+        }
+    }
+    // A file and a directory of the same name cannot both be written.
+    for (i, f) in spec.inputs.iter().enumerate() {
+        let mut prefix = f.path.as_str();
+        while let Some((dir, _)) = prefix.rsplit_once('/') {
+            if seen.contains(dir) {
+                return Err(bad(
+                    format!("{p}.inputs[{i}].path"),
+                    format!("`{}` is inside `{dir}`, which is an input file", f.path),
+                ));
+            }
+            prefix = dir;
+        }
+    }
+    let mut outs = std::collections::HashSet::new();
+    for (i, path) in spec.outputs.iter().enumerate() {
+        relative_path(&format!("{p}.outputs[{i}]"), path)?;
+        if !outs.insert(path.as_str()) {
+            return Err(bad(format!("{p}.outputs[{i}]"), format!("`{path}` named twice")));
+        }
+    }
+    Ok(())
 }
 
 /// Checks an agent's first message.
@@ -289,6 +377,16 @@ pub fn report(value: pb::TaskReport) -> Result<(TaskId, Report, Option<pb::TaskE
         None => Err(bad("report.report", "missing (wait or ended)")),
         Some(pb::task_report::Report::Wait(_)) => Ok((task, Report::Wait, None)),
         Some(pb::task_report::Report::Ended(mut ended)) => {
+            if ended.outputs.len() > MAX_FILES {
+                return Err(bad(
+                    "report.ended.outputs",
+                    format!("{} files, at most {MAX_FILES}", ended.outputs.len()),
+                ));
+            }
+            for (i, o) in ended.outputs.iter().enumerate() {
+                relative_path(&format!("report.ended.outputs[{i}].path"), &o.path)?;
+                blob_digest(&format!("report.ended.outputs[{i}].digest"), o.digest.as_ref())?;
+            }
             if ended.reason.chars().count() > MAX_REASON {
                 ended.reason = ended.reason.chars().take(MAX_REASON).collect();
             }
@@ -326,6 +424,8 @@ mod tests {
             cacheable: false,
             class: String::new(),
             expected_duration_ms: 0,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
         }
     }
 
@@ -362,6 +462,38 @@ mod tests {
         let timed = task_spec(pb::TaskSpec { expected_duration_ms: 90_000, ..spec() }, &sub)
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(timed.request.duration_ms, Some(90_000));
+    }
+
+    #[test]
+    fn file_paths_stay_inside_the_task_directory_and_digests_are_checked() {
+        let digest = Some(pb::BlobDigest { hash: "a".repeat(64), size_bytes: 3 });
+        let input =
+            |path: &str| pb::InputFile { path: path.into(), digest: digest.clone(), executable: false };
+        let with = |inputs: Vec<pb::InputFile>, outputs: Vec<&str>| pb::TaskSpec {
+            inputs,
+            outputs: outputs.into_iter().map(String::from).collect(),
+            ..spec()
+        };
+        let sub = SubmitterId::new("s").unwrap_or_else(|e| panic!("{e}"));
+        let good = with(vec![input("x.i"), input("inc/a.h")], vec!["out/x.o"]);
+        assert!(task_spec(good, &sub).is_ok());
+        for bad_path in ["/etc/passwd", "../x", "a/../../x", "a//b", "./a", "", "a/.", "a/\0"] {
+            let e = err(with(vec![input(bad_path)], vec![]));
+            assert!(e.starts_with("request.inputs[0].path: "), "{bad_path:?}: {e}");
+            let e = err(with(vec![], vec![bad_path]));
+            assert!(e.starts_with("request.outputs[0]: "), "{bad_path:?}: {e}");
+        }
+        assert!(err(with(vec![input("/abs")], vec![])).contains("absolute"));
+        let e = err(with(vec![input("a"), input("a")], vec![]));
+        assert!(e.starts_with("request.inputs[1].path: `a` named twice"), "{e}");
+        let e = err(with(vec![input("a/b"), input("a")], vec![]));
+        assert!(e.starts_with("request.inputs[0].path: `a/b` is inside `a`"), "{e}");
+        let mut short = input("x");
+        short.digest = Some(pb::BlobDigest { hash: "ABC".into(), size_bytes: 1 });
+        assert!(err(with(vec![short], vec![])).starts_with("request.inputs[0].digest: "));
+        let mut none = input("x");
+        none.digest = None;
+        assert!(err(with(vec![none], vec![])).starts_with("request.inputs[0].digest: missing"));
     }
 
     #[test]

@@ -106,6 +106,9 @@ pub(crate) fn run(args: &AgentArgs) -> Result<u8> {
             }
             agent = agent.with_idle_exit(Duration::from_millis(ms));
         }
+        if let Some(dir) = &args.work_dir {
+            agent = agent.with_work_dir(dir.clone());
+        }
         tracing::info!("agent {id} with {tokens} token(s), dialling {}", args.broker);
         // Each SIGTERM (or Ctrl-C) is a stop request: the first drains, the
         // second cancels what still runs (docs/DESIGN.md §14).

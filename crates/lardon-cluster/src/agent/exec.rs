@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -27,6 +28,15 @@ pub trait Executor: Send + Sync + std::fmt::Debug + 'static {
     /// Starts `spec` (already validated; its capability is one the agent
     /// declared) and resolves when it ends.
     fn run(&self, spec: pb::TaskSpec, cancel: oneshot::Receiver<()>) -> Running;
+
+    /// Starts `spec` with `dir` as its working directory (a task with
+    /// files runs in its own fresh directory). Executors that start real
+    /// processes override this; the default runs as [`Executor::run`],
+    /// which serves fakes that touch no files.
+    fn run_in(&self, spec: pb::TaskSpec, dir: &Path, cancel: oneshot::Receiver<()>) -> Running {
+        let _ = dir;
+        self.run(spec, cancel)
+    }
 }
 
 /// Runs tasks as child processes: `argv[0]` looked up in `PATH`, the
@@ -39,7 +49,11 @@ pub struct ProcessExecutor;
 
 impl Executor for ProcessExecutor {
     fn run(&self, spec: pb::TaskSpec, cancel: oneshot::Receiver<()>) -> Running {
-        Box::pin(run_process(spec, cancel))
+        Box::pin(run_process(spec, None, cancel))
+    }
+
+    fn run_in(&self, spec: pb::TaskSpec, dir: &Path, cancel: oneshot::Receiver<()>) -> Running {
+        Box::pin(run_process(spec, Some(dir.to_path_buf()), cancel))
     }
 }
 
@@ -75,7 +89,11 @@ async fn capture(pipe: Option<impl AsyncRead + Unpin>) -> (Vec<u8>, bool) {
     (kept, cut)
 }
 
-async fn run_process(spec: pb::TaskSpec, cancel: oneshot::Receiver<()>) -> pb::TaskEnded {
+async fn run_process(
+    spec: pb::TaskSpec,
+    dir: Option<PathBuf>,
+    cancel: oneshot::Receiver<()>,
+) -> pb::TaskEnded {
     let Some((program, args)) = spec.argv.split_first() else {
         return failed("argv: empty".to_owned());
     };
@@ -93,6 +111,9 @@ async fn run_process(spec: pb::TaskSpec, cancel: oneshot::Receiver<()>) -> pb::T
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    if let Some(dir) = dir {
+        cmd.current_dir(dir);
+    }
     let started = Instant::now();
     let mut child = match cmd.spawn() {
         Ok(child) => child,

@@ -26,9 +26,14 @@
 //!   within a grace, then exit).
 //! * **The optimizer** ([`tuning`]) moves its token bound from its
 //!   cgroup's CPU counters and pushes it, with its verdict, to the broker.
+//! * **Files.** A task naming input files or outputs runs in a fresh
+//!   directory of its own under the work directory
+//!   ([`Agent::with_work_dir`]): its inputs are fetched from the broker's
+//!   CAS, its outputs uploaded there and reported by digest.
 
 mod drain;
 mod exec;
+mod files;
 mod tokens;
 pub mod tuning;
 
@@ -148,6 +153,8 @@ pub struct Agent {
     tune_warned: bool,
     /// The broker acknowledged this connection's drain notice.
     drain_acked: bool,
+    /// Where tasks with files get their directories.
+    work_dir: std::path::PathBuf,
 }
 
 /// How a session ended.
@@ -249,6 +256,7 @@ impl Agent {
             waited: false,
             idle_exit: None,
             busy_at: tokio::time::Instant::now(),
+            work_dir: std::env::temp_dir().join("lardon-agent"),
         })
     }
 
@@ -279,6 +287,14 @@ impl Agent {
     #[must_use]
     pub fn with_stop_requests(mut self, stops: StopRequests) -> Self {
         self.stops = Some(Stops(stops));
+        self
+    }
+
+    /// Tasks with files get their own directory under `dir` (default:
+    /// `lardon-agent` in the system's temporary directory).
+    #[must_use]
+    pub fn with_work_dir(mut self, dir: std::path::PathBuf) -> Self {
+        self.work_dir = dir;
         self
     }
 
@@ -613,7 +629,16 @@ impl Agent {
         };
         let (cancel_tx, cancel_rx) = oneshot::channel();
         self.running.insert(task.clone(), Held { cancel: Some(cancel_tx) });
-        let running = self.executor.run(job.spec, cancel_rx);
+        let running = if files::has_files(&job.spec) {
+            let staging = files::Staging {
+                broker: self.config.broker.clone(),
+                dial: self.config.dial.clone(),
+                root: self.work_dir.join(self.config.agent.as_str()),
+            };
+            Box::pin(files::run_staged(staging, Arc::clone(&self.executor), job.spec, cancel_rx))
+        } else {
+            self.executor.run(job.spec, cancel_rx)
+        };
         let ended_tx = self.ended_tx.clone();
         tokio::spawn(async move {
             let ended = running.await;

@@ -497,6 +497,19 @@ impl Core {
         load
     }
 
+    /// Whether the CAS still holds every output file of a cached result.
+    fn outputs_held(&self, result: &crate::cache::reapi::ActionResult) -> bool {
+        let Some((cache, _)) = &self.cache else { return false };
+        let digests: Vec<_> = result.output_files.iter().filter_map(|f| f.digest.clone()).collect();
+        digests.len() == result.output_files.len()
+            && cache
+                .cas
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .missing(&digests)
+                .is_empty()
+    }
+
     fn is_current_agent(&self, agent: &AgentId, conn: u64) -> bool {
         self.agents.get(agent).is_some_and(|p| p.conn == conn)
     }
@@ -514,19 +527,30 @@ impl Core {
         {
             let key = action_key(&job.request.capability, &spec);
             let verdict = chain.check(&PreRoute { cacheable: Some(key) }, std::time::Instant::now());
-            if matches!(verdict, Some((_, HookVerdict::Intercept(_)))) {
+            // A hit whose output blobs were evicted meanwhile is a miss: the
+            // submitter could not fetch them.
+            let hit = matches!(&verdict, Some((_, HookVerdict::Intercept(r))) if self.outputs_held(r));
+            if hit {
                 self.counters.cache_hits += 1;
             } else {
                 self.counters.cache_misses += 1;
             }
             match verdict {
-                Some((_, HookVerdict::Intercept(result))) => {
+                Some((_, HookVerdict::Intercept(result))) if hit => {
                     let ended = pb::TaskEnded {
                         success: true,
                         exit_code: Some(result.exit_code),
                         reason: String::new(),
                         stdout: result.stdout_raw,
                         stderr: result.stderr_raw,
+                        outputs: result
+                            .output_files
+                            .iter()
+                            .map(|f| pb::OutputFile {
+                                path: f.path.clone(),
+                                digest: f.digest.as_ref().map(crate::blobs::to_pb),
+                            })
+                            .collect(),
                         ..Default::default()
                     };
                     let reply = reply(&id, Delivery::Done(Outcome::Succeeded), Some(ended));
@@ -539,7 +563,7 @@ impl Core {
                     let reply = reply(&id, Delivery::RunLocally(format!("{hook}: {why}")), None);
                     return self.to_submitter(&submitter, reply);
                 }
-                Some((_, HookVerdict::Pass)) | None => {}
+                Some((_, HookVerdict::Pass | HookVerdict::Intercept(_))) | None => {}
             }
         }
         let mut request = job.request;
@@ -721,12 +745,22 @@ enum Out {
     Submitter(SubmitterId, pb::SubmitReply),
 }
 
-/// The cache key of a cacheable task: its capability, argv and every
-/// variable it sets (the submitter sends only the ones that matter).
+/// The cache key of a cacheable task: its capability, argv, every
+/// variable it sets (the submitter sends only the ones that matter), its
+/// input files' paths and digests, and its declared outputs.
 pub(crate) fn action_key(capability: &crate::Capability, spec: &pb::TaskSpec) -> ActionKey {
     let env: Vec<(String, String)> = spec.env.iter().map(|v| (v.name.clone(), v.value.clone())).collect();
     let names: Vec<&str> = spec.env.iter().map(|v| v.name.as_str()).collect();
-    ActionKey::new(capability, &spec.argv, &env, &names, None)
+    let inputs: Vec<crate::cache::key::InputEntry> = spec
+        .inputs
+        .iter()
+        .map(|f| crate::cache::key::InputEntry {
+            path: f.path.clone(),
+            digest: f.digest.as_ref().map(crate::blobs::from_pb).unwrap_or_default(),
+            executable: f.executable,
+        })
+        .collect();
+    ActionKey::with_files(capability, &spec.argv, &env, &names, &inputs, &spec.outputs)
 }
 
 /// The submitter's answer for `task`.
