@@ -27,7 +27,10 @@
 #      (what KEDA does) and waits for the controller manager to create 3
 #      pods, registers a fake node and waits for the DaemonSet's pod on it,
 #      then scales back to 0 and waits for the pods to go;
-#   6. stops everything it started (also on failure).
+#   6. runs `lardon broker --provision` with the kubernetes provider against
+#      this API server: a task whose capability no agent serves waits, and
+#      the Provisioner creates an agent Job for it (args and limits checked);
+#   7. stops everything it started (also on failure).
 #
 # Pods stay Pending: there is no scheduler or kubelet, and none is needed to
 # prove the manifests are accepted and scale. Exit 0 only if every check
@@ -216,4 +219,50 @@ wait_for "a DaemonSet agent pod for node fake-0" ds_pod
 
 k -n lardon scale deployment lardon-agent-gcc --replicas=0 >/dev/null || die "scaling back to 0"
 wait_for "agent pods gone after scaling 3 -> 0" agent_pods_are 0
+
+# 6. The broker's kubernetes provider against this API server: a task whose
+#    capability no agent serves waits (scale from zero) and the Provisioner
+#    creates an agent Job for it through kubectl (no kubelet runs it here;
+#    the Job's args and limits are checked). Needs a built lardon (LARDON, else the newer
+#    of target/release and target/debug).
+# The newer of the release and debug builds, unless LARDON names one.
+LARDON=${LARDON:-$(ls -t "$ROOT/target/release/lardon" "$ROOT/target/debug/lardon" 2>/dev/null | head -n 1)}
+[ -n "$LARDON" ] || die "no lardon binary: build one (cargo build -p lardon-cli) or set LARDON"
+BROKER_PORT=${K8S_BROKER_PORT:-27700}
+cat >"$RUN/provision.toml" <<EOF
+provider = "kubernetes"
+broker = "lardon-broker.lardon.svc:7700"
+tick = "500ms"
+idle_exit = "1m"
+[kubernetes]
+image = "lardon:0.1.0"
+namespace = "lardon"
+kubectl = "$KUBECTL"
+kubeconfig = "$RUN/kubeconfig"
+[[shape]]
+name = "sh"
+memory = "1GiB"
+cpus = 1
+walltime = "30m"
+capabilities = ["sh@1"]
+EOF
+"$LARDON" broker --listen "127.0.0.1:$BROKER_PORT" --state "$RUN/broker" --provision "$RUN/provision.toml" \
+    >"$RUN/broker.log" 2>&1 &
+PIDS+=($!)
+broker_up() { "$LARDON" cluster status --broker "127.0.0.1:$BROKER_PORT" >/dev/null 2>&1; }
+wait_for "the broker answers" broker_up
+"$LARDON" cluster submit --broker "127.0.0.1:$BROKER_PORT" --capability sh@1 --id k8s-check-1 -- true \
+    >"$RUN/submit.log" 2>&1 &
+PIDS+=($!)
+agent_job() { k -n lardon get jobs -l app.kubernetes.io/managed-by=lardon-broker,lardon.io/shape=sh --no-headers | grep -q .; }
+wait_for "the provider created an agent Job for the waiting task" agent_job
+job=$(k -n lardon get jobs -l lardon.io/shape=sh -o jsonpath='{.items[0].metadata.name}')
+args=$(k -n lardon get job "$job" -o jsonpath='{.spec.template.spec.containers[0].args}')
+case "$args" in
+*'"--capability","sh@1'*'"--id","$(LARDON_JOB_NAME)"'*) ;;
+*) die "agent Job $job runs unexpected args: $args" ;;
+esac
+lim=$(k -n lardon get job "$job" -o jsonpath='{.spec.template.spec.containers[0].resources.limits.memory}')
+[ "$lim" = "$((1 << 30))" ] || die "agent Job $job has memory limit '$lim', not the shape's 1 GiB"
+say "ok: the kubernetes provider created Job $job for a task no agent served (scale from zero)"
 say "all checks passed"

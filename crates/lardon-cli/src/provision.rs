@@ -9,8 +9,8 @@ use std::time::Duration;
 use lardon_cluster::Capability;
 use lardon_cluster::broker::ProvisionLoop;
 use lardon_cluster::provision::{
-    AgentLaunch, Limits, LocalProvider, Provider, Provisioner, Shape, SlurmConfig, SlurmProvider, SlurmShape,
-    StaticProvider,
+    AgentLaunch, KubernetesConfig, KubernetesProvider, Limits, LocalProvider, Provider, Provisioner, Shape,
+    SlurmConfig, SlurmProvider, SlurmShape, StaticProvider,
 };
 use serde::Deserialize;
 
@@ -55,6 +55,19 @@ struct File {
     limits: LimitsFile,
     #[serde(default, rename = "shape")]
     shapes: Vec<ShapeFile>,
+    kubernetes: Option<KubernetesFile>,
+}
+
+/// The `[kubernetes]` table: where and how agent Jobs are created.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KubernetesFile {
+    image: String,
+    namespace: Option<String>,
+    tls_secret: Option<String>,
+    token_secret: Option<String>,
+    kubectl: Option<PathBuf>,
+    kubeconfig: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -125,6 +138,13 @@ pub(crate) fn parse(text: &str) -> Result<Provision, String> {
         return Err("tick: must be more than 0".into());
     }
     let task_duration = duration("task_duration", file.task_duration.as_deref(), "1m")?;
+    let kubernetes = file.provider == "kubernetes";
+    if file.kubernetes.is_some() && !kubernetes {
+        return Err(format!(
+            "kubernetes: a [kubernetes] table is for provider = \"kubernetes\", not `{}`",
+            file.provider
+        ));
+    }
     let launch = || -> Result<AgentLaunch, String> {
         let broker = file
             .broker
@@ -133,6 +153,8 @@ pub(crate) fn parse(text: &str) -> Result<Provision, String> {
         lardon_cluster::agent::broker_uri(&broker).map_err(|e| format!("broker: {e}"))?;
         let program = match &file.agent_program {
             Some(p) => p.clone(),
+            // Inside the image, on its PATH.
+            None if kubernetes => PathBuf::from("lardon"),
             None => {
                 std::env::current_exe().map_err(|e| format!("agent_program: this program's path: {e}"))?
             }
@@ -166,13 +188,33 @@ pub(crate) fn parse(text: &str) -> Result<Provision, String> {
             let shapes = shapes.into_iter().map(|s| s.shape).collect();
             Box::new(LocalProvider::new(shapes, launch()?, file.output_dir.clone()))
         }
+        "kubernetes" => {
+            let k = file.kubernetes.as_ref().ok_or(
+                "kubernetes: provider = \"kubernetes\" needs a [kubernetes] table with at least `image`",
+            )?;
+            if let Some((i, _)) = shapes.iter().enumerate().find(|(_, s)| !s.extras.is_empty()) {
+                return Err(format!("shape[{i}].extras: sbatch options; a Kubernetes shape takes none"));
+            }
+            let config = KubernetesConfig {
+                shapes: shapes.into_iter().map(|s| s.shape).collect(),
+                launch: launch()?,
+                image: k.image.clone(),
+                namespace: k.namespace.clone().unwrap_or_else(|| "lardon".into()),
+                tls_secret: k.tls_secret.clone(),
+                token_secret: k.token_secret.clone(),
+                grace: duration("grace", file.grace.as_deref(), "2m")?,
+                kubectl: k.kubectl.clone().unwrap_or_else(|| PathBuf::from("kubectl")),
+                kubeconfig: k.kubeconfig.clone(),
+            };
+            Box::new(KubernetesProvider::new(config).map_err(|e| format!("kubernetes: {e}"))?)
+        }
         "static" => {
             if !shapes.is_empty() {
                 return Err("shape: a static provider allocates nothing; remove its shapes".into());
             }
             Box::new(StaticProvider)
         }
-        other => return Err(format!("provider: `{other}` is not one of slurm, local, static")),
+        other => return Err(format!("provider: `{other}` is not one of slurm, kubernetes, local, static")),
     };
     Ok(Provision {
         config: ProvisionLoop {
@@ -260,6 +302,40 @@ mod tests {
     }
 
     #[test]
+    fn a_kubernetes_provision_file() {
+        let text = |extra: &str| {
+            format!(
+                r#"
+            provider = "kubernetes"
+            broker = "lardon-broker.lardon.svc:7700"
+            tls_dir = "/etc/lardon/tls"
+            tls_name = "agent"
+            [kubernetes]
+            image = "lardon:0.1.0"
+            tls_secret = "lardon-agent-tls"
+            {extra}
+            [[shape]]
+            name = "gcc"
+            memory = "8GiB"
+            cpus = 4
+            walltime = "1h"
+            capabilities = ["gcc@12:x86_64-linux-gnu"]
+            "#
+            )
+        };
+        let p = parse(&text("")).unwrap();
+        assert_eq!(explain(&p), ("kubernetes".into(), vec!["gcc@12:x86_64-linux-gnu".into()]));
+        // The provider checks its Jobs when made: a bad namespace is refused.
+        let e = parse(&text("namespace = \"Not_A_Label\"")).unwrap_err();
+        assert!(e.starts_with("kubernetes: namespace: "), "{e}");
+        // A TLS directory needs its Secret.
+        let e = parse(&text("").replace("tls_secret = \"lardon-agent-tls\"", "")).unwrap_err();
+        assert!(e.contains("no tls_secret"), "{e}");
+        let e = parse(&text("bogus = 1")).unwrap_err();
+        assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
     fn a_bad_field_is_one_line_naming_it() {
         let base = |shape: &str| {
             format!(
@@ -284,10 +360,9 @@ mod tests {
             e(&base("memory = \"1GiB\"\ncpus = 1\nwalltime = \"1h\"\nextras = [\"partition=x\"]"))
                 .starts_with("shape s: extras: "),
         );
-        assert_eq!(
-            e("provider = \"kubernetes\""),
-            "provider: `kubernetes` is not one of slurm, local, static"
-        );
+        assert_eq!(e("provider = \"k8s\""), "provider: `k8s` is not one of slurm, kubernetes, local, static");
+        assert!(e("provider = \"kubernetes\"\nbroker = \"b:7700\"").starts_with("kubernetes: "));
+        assert!(e("provider = \"local\"\n[kubernetes]\nimage = \"x\"").starts_with("kubernetes: "));
         assert!(e("provider = \"local\"\n[[shape]]\nname = \"s\"\nmemory = 1\ncpus = 1\nwalltime = \"1h\"\ncapabilities = [\"gcc\"]").starts_with("broker: "));
         assert!(
             e("provider = \"static\"\nbogus = 1").contains("bogus"),
