@@ -264,6 +264,8 @@ impl Core {
                 }
                 if !self.router.holding(&agent).contains(&task) {
                     self.counters.late_reports += 1;
+                } else if report == Report::Wait {
+                    self.counters.waited += 1;
                 }
                 let events = self.router.report(&agent, &task, report);
                 self.apply(events, std::slice::from_ref(&task), ended.map(|e| (task.clone(), e)));

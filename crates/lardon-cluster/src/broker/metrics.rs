@@ -31,6 +31,9 @@ pub(crate) struct Counters {
     pub(crate) failed: u64,
     /// Runs lost with their agent and queued again.
     pub(crate) requeued: u64,
+    /// Assignments an agent's Governor answered WAIT (back to the head of
+    /// their route).
+    pub(crate) waited: u64,
     /// Tasks handed back to run locally (attempts spent, last agent gone).
     pub(crate) run_locally: u64,
     /// Tasks answered "no executor" at submission.
@@ -88,6 +91,12 @@ impl MetricsSnapshot {
             "counter",
             "Runs lost with their agent and queued again.",
             c.requeued,
+        );
+        metric(
+            "lardon_broker_tasks_waited_total",
+            "counter",
+            "Assignments an agent's Governor answered WAIT (queued again at the head).",
+            c.waited,
         );
         metric(
             "lardon_broker_tasks_run_locally_total",
