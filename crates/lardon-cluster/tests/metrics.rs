@@ -166,6 +166,9 @@ async fn scrapes_show_the_figures_move_as_tasks_are_routed() {
         heartbeat: Duration::from_secs(1),
         backoff: Backoff { initial: Duration::from_millis(20), max: Duration::from_millis(200) },
         dial: Default::default(),
+        ends_at_ms: None,
+        drain_grace: None,
+        tuning: None,
     };
     let agent = Agent::new(agent, governor(), Arc::new(GatedExec { open })).unwrap();
     tokio::spawn(agent.run(std::future::pending()));

@@ -2,6 +2,7 @@
 
 mod agent;
 mod broker;
+mod cc;
 mod cert;
 mod cluster;
 mod control;
@@ -63,6 +64,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<u8> {
         Command::Agent(args) => agent::run(args),
         Command::Cluster(sub) => block_on(cluster::run(sub)),
         Command::Cert(sub) => cert::run(sub),
+        Command::Cc(args) => cc::run(args),
     }
 }
 

@@ -198,6 +198,9 @@ impl Slot {
             heartbeat: HEARTBEAT,
             backoff: backoff(),
             dial: Default::default(),
+            ends_at_ms: None,
+            drain_grace: None,
+            tuning: None,
         };
         let exec = FakeExec { agent: self.id.clone(), runs: Arc::clone(runs), ended: Arc::clone(ended) };
         let agent = Agent::new(config, governor(), Arc::new(exec)).unwrap();

@@ -41,6 +41,8 @@ use crate::store::{Store, StoreError};
 pub use metrics::{MetricsBoard, serve_metrics};
 pub use service::BrokerService;
 
+pub(crate) use core::unix_ms;
+
 /// How a broker runs.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -125,19 +127,26 @@ impl BrokerCache {
         crate::cache::service::CacheService::new(Arc::clone(&self.cas), Arc::clone(&self.actions))
     }
 
-    /// Caches a cacheable task's success: its Action and Command go to the
-    /// CAS (as REAPI requires of a cached result) and its result to the
-    /// action cache.
+    /// Caches a cacheable task's success: its Action, Command and input
+    /// tree go to the CAS (as REAPI requires of a cached result) and its
+    /// result, with its output files, to the action cache. A success that
+    /// lacks a declared output is not cached.
     fn remember(&self, spec: &lardon_proto::cluster::TaskSpec, ended: &lardon_proto::cluster::TaskEnded) {
         use prost::Message as _;
         let Ok(capability) = crate::wire::capability("capability", spec.capability.as_ref()) else {
             return;
         };
+        let all_outputs = spec.outputs.iter().all(|p| ended.outputs.iter().any(|o| &o.path == p));
+        if !all_outputs || ended.outputs.iter().any(|o| o.digest.is_none()) {
+            tracing::warn!("task {}: not cached: a declared output is missing", spec.task_id);
+            return;
+        }
         let key = core::action_key(&capability, spec);
         let stored = {
             let mut cas = self.cas.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             [key.action.encode_to_vec(), key.command.encode_to_vec()]
                 .into_iter()
+                .chain(key.directories)
                 .try_for_each(|blob| cas.put(&crate::cache::key::digest_of(&blob), blob))
         };
         if let Err(e) = stored {
@@ -148,6 +157,15 @@ impl BrokerCache {
             exit_code: ended.exit_code.unwrap_or(0),
             stdout_raw: ended.stdout.clone(),
             stderr_raw: ended.stderr.clone(),
+            output_files: ended
+                .outputs
+                .iter()
+                .map(|o| crate::cache::reapi::OutputFile {
+                    path: o.path.clone(),
+                    digest: o.digest.as_ref().map(crate::blobs::from_pb),
+                    ..Default::default()
+                })
+                .collect(),
             ..Default::default()
         };
         let put = self.actions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).put(
@@ -306,8 +324,22 @@ pub async fn serve(
             ))
             .add_service(InterceptedService::new(ByteStreamServer::new(cache), check));
     }
-    router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown).await?;
+    router.serve_with_incoming_shutdown(no_delay(listener), shutdown).await?;
     Ok(())
+}
+
+/// The connections `listener` accepts, with Nagle's algorithm off: a
+/// reply is a few small writes, and with Nagle on each waited for the
+/// client's delayed acknowledgement (about 40 ms per call on Linux).
+fn no_delay(
+    listener: TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt as _;
+    TcpListenerStream::new(listener).map(|conn| {
+        let conn = conn?;
+        conn.set_nodelay(true)?;
+        Ok(conn)
+    })
 }
 
 /// Action results the broker's cache keeps, and for how long.
@@ -327,7 +359,23 @@ pub async fn serve_keda(
     use lardon_proto::keda::external_scaler_server::ExternalScalerServer;
     tonic::transport::Server::builder()
         .add_service(ExternalScalerServer::new(crate::keda::Scaler::new(board)))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(no_delay(listener), shutdown)
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use tokio_stream::StreamExt as _;
+
+    #[tokio::test]
+    async fn accepted_connections_have_nagle_off() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut incoming = std::pin::pin!(super::no_delay(listener));
+        let conn = incoming.next().await.unwrap().unwrap();
+        assert!(conn.nodelay().unwrap(), "a reply would wait for the peer's delayed ACK");
+    }
 }

@@ -143,6 +143,24 @@ impl Broker for BrokerService {
                             break;
                         }
                     },
+                    Some(pb::agent_message::Kind::Draining(d)) => match wire::draining(&d) {
+                        Ok(running) => {
+                            let reason: String =
+                                d.reason.chars().filter(|c| !c.is_control()).take(wire::MAX_NOTE).collect();
+                            Input::AgentDraining { agent: agent.clone(), conn, running, reason }
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(Status::invalid_argument(e.to_string())));
+                            break;
+                        }
+                    },
+                    Some(pb::agent_message::Kind::Tokens(t)) => match wire::token_bound(&t) {
+                        Ok(bound) => Input::AgentTokens { agent: agent.clone(), conn, bound },
+                        Err(e) => {
+                            let _ = tx.send(Err(Status::invalid_argument(e.to_string())));
+                            break;
+                        }
+                    },
                     Some(pb::agent_message::Kind::Hello(_)) => {
                         let _ = tx.send(Err(Status::invalid_argument("hello: sent twice on one stream")));
                         break;

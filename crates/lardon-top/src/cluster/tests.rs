@@ -15,6 +15,7 @@ fn agent(id: &str, tokens: u32, in_flight: u32, memory: u64, recovering: bool) -
         in_flight,
         availability: Some(pb::Availability { memory, cpu_millis: 2_500 }),
         recovering,
+        ..Default::default()
     }
 }
 
