@@ -24,6 +24,7 @@ fn agent(
         availability: Availability { memory: 1 << 34, cpu_millis: 64_000 },
         tokens: 1,
         running: Vec::new(),
+        ends_at_ms: None,
     };
     core.handle(Input::AgentHello { hello, conn, tx });
     rx
