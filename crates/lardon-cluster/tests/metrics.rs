@@ -149,6 +149,13 @@ async fn scrapes_show_the_figures_move_as_tasks_are_routed() {
     let m = metrics(&maddr).await;
     assert_eq!((get(&m, "lardon_broker_agents"), get(&m, "lardon_broker_tasks_done_total")), (0.0, 0.0));
     assert_eq!(scrape(&maddr, "/other").await.0, 404);
+    for (request, status) in [("POST /metrics HTTP/1.1\r\n\r\n", 405), ("nonsense\r\n\r\n", 400)] {
+        let mut s = tokio::net::TcpStream::connect(&maddr).await.unwrap();
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut raw = String::new();
+        tokio::time::timeout(WAIT, s.read_to_string(&mut raw)).await.expect("an answer").unwrap();
+        assert!(raw.starts_with(&format!("HTTP/1.1 {status} ")), "{request:?}: {raw}");
+    }
 
     let (gate, open) = watch::channel(false);
     let agent = AgentConfig {

@@ -96,6 +96,9 @@ async fn status(broker: &str, json: bool, dial: &lardon_cluster::dial::Dial) -> 
         let v = serde_json::json!({
             "agents": agents, "queued": s.queued, "in_flight": s.in_flight,
             "finished": s.finished, "submitters": s.submitters,
+            "routes": s.routes.iter().map(|r| serde_json::json!({
+                "capability": r.capability, "queued": r.queued, "in_flight": r.in_flight,
+            })).collect::<Vec<_>>(),
         });
         super::out(&format!("{v:#}\n"))?;
         return Ok(0);

@@ -311,6 +311,8 @@ impl Core {
                 }
                 if !self.router.holding(&agent).contains(&task) {
                     self.counters.late_reports += 1;
+                } else if report == Report::Wait {
+                    self.counters.waited += 1;
                 }
                 let events = self.router.report(&agent, &task, report);
                 // Who ran it is the broker's word, not the agent's claim.

@@ -31,6 +31,9 @@ pub(crate) struct Counters {
     pub(crate) failed: u64,
     /// Runs lost with their agent and queued again.
     pub(crate) requeued: u64,
+    /// Assignments an agent's Governor answered WAIT (back to the head of
+    /// their route).
+    pub(crate) waited: u64,
     /// Tasks handed back to run locally (attempts spent, last agent gone).
     pub(crate) run_locally: u64,
     /// Tasks answered "no executor" at submission.
@@ -88,6 +91,12 @@ impl MetricsSnapshot {
             "counter",
             "Runs lost with their agent and queued again.",
             c.requeued,
+        );
+        metric(
+            "lardon_broker_tasks_waited_total",
+            "counter",
+            "Assignments an agent's Governor answered WAIT (queued again at the head).",
+            c.waited,
         );
         metric(
             "lardon_broker_tasks_run_locally_total",
@@ -201,29 +210,46 @@ impl MetricsBoard {
 
 /// Longest a scraper may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Scrapes served at once.
+const MAX_CONNECTIONS: usize = 32;
+/// Pause after a failed accept.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 /// Largest request head read; a longer one is refused.
 const MAX_REQUEST: usize = 8 * 1024;
 
 /// Serves `GET /metrics` from `board` on `listener` until `shutdown`
-/// resolves: one request per connection (`Connection: close`), 404 for
-/// another path, 405 for another method, 400 for a malformed or oversized
-/// request, 503 while no broker is attached.
+/// resolves: one request per connection (`Connection: close`), at most 32
+/// at once, 404 for another path, 405 for another method, 400 for a
+/// malformed, oversized or slow (5 s) request, 503 while no broker is
+/// attached.
 ///
 /// # Errors
-/// None yet: a failed accept or a misbehaving client is logged and skipped;
-/// the result leaves room for a listener that can fail for good.
+/// None so far: a failed accept or a misbehaving client is logged and
+/// skipped (the signature matches the broker's other servers).
 pub async fn serve_metrics(
     listener: TcpListener,
     board: MetricsBoard,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), super::BrokerError> {
     let mut shutdown = std::pin::pin!(shutdown);
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        // At most MAX_CONNECTIONS at once: slow clients hold back accepts,
+        // not the broker's memory.
+        let slot = tokio::select! {
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return Ok(()),
+            },
+            () = &mut shutdown => return Ok(()),
+        };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(e) => {
+                    // Out of descriptors, say: pause rather than spin.
                     debug!("metrics: accept failed: {e}");
+                    tokio::time::sleep(ACCEPT_PAUSE).await;
                     continue;
                 }
             },
@@ -234,6 +260,7 @@ pub async fn serve_metrics(
             if let Err(e) = respond(stream, &board).await {
                 debug!("metrics: {e}");
             }
+            drop(slot);
         });
     }
 }

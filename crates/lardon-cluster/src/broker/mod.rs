@@ -19,6 +19,9 @@ mod core_tests;
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod fault_tests;
 mod metrics;
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod metrics_tests;
 mod service;
 
 use std::future::Future;

@@ -166,7 +166,7 @@ impl Poller {
     fn start(mut fetch: Fetch, every: Duration, out: std_mpsc::Sender<Polled>) -> Result<Self, TopError> {
         let rt =
             tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(TopError::Runtime)?;
-        let first = rt.block_on(fetch());
+        let first = rt.block_on(bounded(fetch()));
         let first = first.map_err(TopError::Broker)?;
         let _ = out.send(Ok(first));
         let (stop, mut stopped) = tokio::sync::oneshot::channel();
@@ -180,7 +180,7 @@ impl Poller {
                             _ = &mut stopped => return,
                         }
                         let polled = tokio::select! {
-                            polled = fetch() => polled,
+                            polled = bounded(fetch()) => polled,
                             _ = &mut stopped => return,
                         };
                         if out.send(polled).is_err() {
@@ -192,6 +192,16 @@ impl Poller {
             .map_err(TopError::Runtime)?;
         Ok(Self { stop: Some(stop), thread: Some(thread) })
     }
+}
+
+/// Longest one poll may take: a broker behind a black hole (no answer,
+/// not even a refusal) shows as unreachable instead of freezing the view.
+const POLL_TIMEOUT: Duration = Duration::from_secs(5);
+
+async fn bounded(poll: impl Future<Output = Polled>) -> Polled {
+    tokio::time::timeout(POLL_TIMEOUT, poll)
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer within {} s", POLL_TIMEOUT.as_secs())))
 }
 
 impl Drop for Poller {
