@@ -212,11 +212,22 @@ pub(crate) enum Command {
     ///
     /// Keys: ↑/↓ select, p pause, r resume, c cancel, d drain, ? help, q quit.
     ///
-    /// Example: `lardon top` (`NO_COLOR=1 lardon top` for no colours)
+    /// With --cluster, a cluster broker's view instead: its agents (capabilities, tokens, tasks in
+    /// flight, availability), its routes (tasks queued and in flight per capability) and totals.
+    ///
+    /// Example: `lardon top` (`NO_COLOR=1 lardon top` for no colours), `lardon top --cluster --broker 10.0.0.5:7700`
     Top {
         /// Draw without colour (words and bold/dim only)
         #[arg(long)]
         no_color: bool,
+        /// Show a cluster broker instead of the local daemon
+        #[arg(long)]
+        cluster: bool,
+        /// The broker (HOST:PORT) for --cluster
+        #[arg(long, value_name = "ADDR", requires = "cluster", default_value = "127.0.0.1:7700")]
+        broker: String,
+        #[command(flatten)]
+        security: ClusterSecurity,
     },
     /// Print a shell completion script.
     ///
@@ -309,6 +320,9 @@ pub(crate) struct BrokerArgs {
     /// Also serve KEDA's external scaler (queued demand per capability) on this address, plain gRPC
     #[arg(long, value_name = "ADDR")]
     pub(crate) keda_listen: Option<SocketAddr>,
+    /// Also serve Prometheus metrics (`GET /metrics`: agents, queue, answers, cache) on this address, plain HTTP
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics_listen: Option<SocketAddr>,
     /// Blob bytes the REAPI result cache keeps (served on --listen; 0: no cache)
     #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "1GiB")]
     pub(crate) cache_size: u64,

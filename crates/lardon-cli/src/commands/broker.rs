@@ -24,6 +24,7 @@ pub(crate) fn run(args: &BrokerArgs) -> Result<u8> {
         None => None,
     };
     let demand = args.keda_listen.map(|_| lardon_cluster::keda::DemandBoard::new());
+    let metrics = args.metrics_listen.map(|_| broker::MetricsBoard::new());
     let provision = args
         .provision
         .as_deref()
@@ -37,6 +38,7 @@ pub(crate) fn run(args: &BrokerArgs) -> Result<u8> {
         token: security.token()?,
         cache_bytes: (args.cache_size > 0).then_some(args.cache_size),
         demand: demand.clone(),
+        metrics: metrics.clone(),
         provision: provision.map(|p| p.config),
         ..BrokerConfig::default()
     };
@@ -64,6 +66,17 @@ pub(crate) fn run(args: &BrokerArgs) -> Result<u8> {
             tokio::spawn(async move {
                 if let Err(e) = broker::serve_keda(keda, board, shutdown_signal()).await {
                     tracing::error!("the KEDA scaler stopped: {e}");
+                }
+            });
+        }
+        if let (Some(addr), Some(board)) = (args.metrics_listen, metrics) {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--metrics-listen: cannot listen on {addr}"))?;
+            tracing::info!("Prometheus metrics on http://{addr}/metrics");
+            tokio::spawn(async move {
+                if let Err(e) = broker::serve_metrics(listener, board, shutdown_signal()).await {
+                    tracing::error!("the metrics endpoint stopped: {e}");
                 }
             });
         }

@@ -15,15 +15,19 @@ pub(crate) struct Proc {
 impl Proc {
     /// Starts `lardon ARGS…` with its log at `DIR/NAME.log` (appended to).
     pub(crate) fn start(dir: &Path, name: &str, args: &[&str]) -> Proc {
+        let mut command = Command::new(super::common::bin());
+        command.args(args);
+        Proc::start_command(dir, name, command)
+    }
+
+    /// Starts `command` (which must exec `lardon` in its own process, as
+    /// `ip netns exec` does, so that the kill reaches it) with its log at
+    /// `DIR/NAME.log`.
+    pub(crate) fn start_command(dir: &Path, name: &str, mut command: Command) -> Proc {
         let log = dir.join(format!("{name}.log"));
         let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
-        let child = Command::new(super::common::bin())
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .unwrap();
+        let child =
+            command.stdin(Stdio::null()).stdout(file.try_clone().unwrap()).stderr(file).spawn().unwrap();
         Proc { child, log }
     }
 

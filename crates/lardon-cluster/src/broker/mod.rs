@@ -15,6 +15,10 @@
 mod core;
 #[cfg(test)]
 mod core_tests;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod fault_tests;
+mod metrics;
 mod service;
 
 use std::future::Future;
@@ -31,6 +35,7 @@ use tonic::service::interceptor::InterceptedService;
 
 use crate::store::{Store, StoreError};
 
+pub use metrics::{MetricsBoard, serve_metrics};
 pub use service::BrokerService;
 
 /// How a broker runs.
@@ -58,6 +63,8 @@ pub struct BrokerConfig {
     /// Publish the demand per capability here after every change (for the
     /// KEDA scaler).
     pub demand: Option<crate::keda::DemandBoard>,
+    /// Answer metrics scrapes through this board ([`serve_metrics`]).
+    pub metrics: Option<MetricsBoard>,
     /// Drive this Provisioner (`None`: capacity is someone else's).
     pub provision: Option<ProvisionLoop>,
 }
@@ -89,6 +96,7 @@ impl Default for BrokerConfig {
             token: None,
             cache_bytes: None,
             demand: None,
+            metrics: None,
             provision: None,
         }
     }
@@ -179,6 +187,9 @@ fn start_with_cache(config: &BrokerConfig, cache: Option<BrokerCache>) -> Result
     let (mut core, restored) = core::Core::restore(store, config.seed, Some(tx.clone()))?;
     if let Some(cache) = cache {
         core = core.with_cache(cache);
+    }
+    if let Some(board) = &config.metrics {
+        board.attach(tx.clone());
     }
     if let Some(p) = &config.provision {
         let capabilities =

@@ -20,6 +20,10 @@ use tracing::{debug, warn};
 use super::core::Input;
 use crate::wire;
 
+/// Why the broker ends a stream it no longer reads.
+const GONE: &str =
+    "stream closed by the broker: the peer was silent for three heartbeats or its stream ended";
+
 /// How long a new stream has to send its hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -149,6 +153,11 @@ impl Broker for BrokerService {
                     return;
                 }
             }
+            // End our side too: the heartbeat task would otherwise keep
+            // the reply stream alive, and a peer that was only slow (a
+            // stall just past three heartbeats) would keep talking into a
+            // stream nobody reads instead of reconnecting.
+            let _ = tx.send(Err(Status::unavailable(GONE)));
             let _ = this.send(Input::AgentGone { agent, conn }).await;
         });
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
@@ -210,6 +219,7 @@ impl Broker for BrokerService {
                     return;
                 }
             }
+            let _ = tx.send(Err(Status::unavailable(GONE)));
             let _ = this.send(Input::SubmitterGone { submitter, conn }).await;
         });
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))

@@ -16,6 +16,7 @@
 
 mod driver;
 mod health;
+pub mod kubernetes;
 mod launch;
 mod local;
 mod plan;
@@ -24,6 +25,7 @@ pub mod slurm;
 
 pub use driver::{Provisioner, Tracked};
 pub use health::{BACKOFF_LADDER, Health, MAX_START_FAILURES, MAX_SUBMIT_FAILURES};
+pub use kubernetes::{KubernetesConfig, KubernetesProvider};
 pub use launch::AgentLaunch;
 pub use local::LocalProvider;
 pub use plan::{Action, Hold, Plan, plan};
