@@ -96,6 +96,24 @@ pub(crate) enum Input {
 pub(crate) struct ProvisionView {
     pub(crate) queued: std::collections::BTreeMap<crate::Capability, (u64, crate::Need)>,
     pub(crate) agents: Vec<String>,
+    /// Learned wall times per capability key.
+    pub(crate) durations: std::collections::BTreeMap<String, std::time::Duration>,
+}
+
+/// The core's clock (a test drives its own).
+#[derive(Clone)]
+pub(crate) struct Clock(pub(crate) std::sync::Arc<dyn Fn() -> std::time::Instant + Send + Sync>);
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Clock")
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock(std::sync::Arc::new(std::time::Instant::now))
+    }
 }
 
 #[derive(Debug)]
@@ -124,6 +142,9 @@ pub(crate) struct Core {
     cache: Option<(super::BrokerCache, HookChain)>,
     /// What the metrics endpoint counts; written here only.
     counters: super::metrics::Counters,
+    /// Learned wall times, for the Provisioner.
+    durations: super::durations::Durations,
+    clock: Clock,
 }
 
 impl Core {
@@ -146,6 +167,8 @@ impl Core {
             ghosts: BTreeMap::new(),
             cache: None,
             counters: super::metrics::Counters::default(),
+            durations: super::durations::Durations::default(),
+            clock: Clock::default(),
         };
         let live = core.store.live()?;
         let restored = !live.is_empty();
@@ -201,6 +224,13 @@ impl Core {
     pub(crate) fn with_cache(mut self, cache: super::BrokerCache) -> Self {
         let chain = HookChain::new().with(Box::new(CacheHook::new(std::sync::Arc::clone(&cache.actions))));
         self.cache = Some((cache, chain));
+        self
+    }
+
+    /// Reads time from `clock` (tests).
+    #[cfg(test)]
+    pub(crate) fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
         self
     }
 
@@ -314,6 +344,7 @@ impl Core {
                 let view = ProvisionView {
                     queued: self.router.queued_demand(),
                     agents: self.agents.keys().map(ToString::to_string).collect(),
+                    durations: self.durations.learned(),
                 };
                 let _ = reply.send(view);
             }
@@ -499,6 +530,9 @@ impl Core {
                 Event::Assign { agent, task } => {
                     places.insert(task.clone());
                     if let Some((_, spec)) = self.specs.get(&task) {
+                        if let Ok(c) = wire::capability("capability", spec.capability.as_ref()) {
+                            self.durations.assigned(&task, c.key(), (self.clock.0)());
+                        }
                         outbox.push(Out::Agent(agent, pb::broker_to_agent::Kind::Assign(spec.clone())));
                     }
                 }
@@ -514,6 +548,9 @@ impl Core {
                 }
                 Event::Deliver { submitter, task, delivery } => {
                     self.count(&delivery);
+                    let success = matches!(delivery, Delivery::Done(Outcome::Succeeded))
+                        && ended.as_ref().is_none_or(|(t, e)| *t != task || e.success);
+                    self.durations.answered(&task, success, (self.clock.0)());
                     let result = match ended.take() {
                         Some((t, e)) if t == task => Some(e),
                         other => {

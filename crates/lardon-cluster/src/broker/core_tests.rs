@@ -111,3 +111,48 @@ fn an_agent_that_does_not_come_back_loses_its_task_to_another_at_the_end_of_the_
     let s = status(&mut core);
     assert_eq!((s.agents.len(), s.queued, s.in_flight), (1, 0, 2));
 }
+
+#[test]
+fn the_provisioner_sees_the_learned_wall_time_of_successes_on_the_cores_clock() {
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use crate::messages::{Outcome, Report};
+
+    let now = Arc::new(Mutex::new(Instant::now()));
+    let read = Arc::clone(&now);
+    let clock =
+        super::core::Clock(Arc::new(move || *read.lock().unwrap_or_else(std::sync::PoisonError::into_inner)));
+    let advance = |d: Duration| *now.lock().unwrap_or_else(std::sync::PoisonError::into_inner) += d;
+    let store = Store::in_memory().unwrap_or_else(|e| panic!("{e}"));
+    let (core, _) = Core::restore(store, 1, None).unwrap_or_else(|e| panic!("{e}"));
+    let mut core = core.with_clock(clock);
+    let submitter = SubmitterId::new("s").unwrap_or_else(|e| panic!("{e}"));
+    let (tx, _rx) = mpsc::unbounded_channel();
+    core.handle(Input::SubmitterHello { submitter: submitter.clone(), conn: 1, tx });
+    let mut a = hello(&mut core, "a1", &[], 1);
+    let agent = AgentId::new("a1").unwrap_or_else(|e| panic!("{e}"));
+    let view = |core: &mut Core| {
+        let (reply, mut rx) = oneshot::channel();
+        core.handle(Input::ProvisionView { reply });
+        rx.try_recv().unwrap_or_else(|e| panic!("{e}"))
+    };
+    // Three runs: 5 min and 2 min successes, a 60 min failure.
+    for (id, minutes, success) in [("t1", 5, true), ("t2", 2, true), ("t3", 60, false)] {
+        let job = crate::wire::task_spec(spec(id), &submitter).unwrap_or_else(|e| panic!("{e}"));
+        core.handle(Input::Submit { submitter: submitter.clone(), job: Box::new(job) });
+        assert!(drain(&mut a).contains(&format!("assign {id}")));
+        advance(Duration::from_secs(60 * minutes));
+        let outcome = if success { Outcome::Succeeded } else { Outcome::Failed("exit 1".into()) };
+        core.handle(Input::AgentReport {
+            agent: agent.clone(),
+            conn: 1,
+            task: TaskId::new(id).unwrap_or_else(|e| panic!("{e}")),
+            report: Report::Finished(outcome),
+            ended: Some(pb::TaskEnded { success, ..Default::default() }),
+        });
+    }
+    let v = view(&mut core);
+    assert_eq!(v.durations.get("sh@1:*"), Some(&Duration::from_secs(300)), "{:?}", v.durations);
+    assert_eq!(v.agents, ["a1"]);
+}

@@ -15,6 +15,7 @@
 mod core;
 #[cfg(test)]
 mod core_tests;
+mod durations;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod fault_tests;
@@ -80,8 +81,8 @@ pub struct ProvisionLoop {
     pub provisioner: SharedProvisioner,
     /// Time between ticks.
     pub every: Duration,
-    /// One task's wall time, for sizing allocations (the broker learns no
-    /// durations yet: the configured estimate).
+    /// One task's wall time for sizing allocations, until the broker has
+    /// learned its capability's (the longest of its last 20 successes).
     pub task_duration: Duration,
 }
 
@@ -242,11 +243,11 @@ fn spawn_provisioning(tx: &mpsc::Sender<core::Input>, p: ProvisionLoop) {
                 .queued
                 .into_iter()
                 .map(|(capability, (tasks, need))| crate::provision::Demand {
+                    duration: view.durations.get(&capability.key()).copied().unwrap_or(p.task_duration),
                     capability,
                     tasks,
                     memory: need.memory,
                     cpu_millis: need.cpu_millis,
-                    duration: p.task_duration,
                 })
                 .collect();
             let shared = Arc::clone(&p.provisioner);
