@@ -20,6 +20,8 @@ use crate::router::Router;
 use crate::store::{Store, StoreError};
 use crate::wire::{self, Job};
 
+pub(crate) use super::provisioning::{Clock, ProvisionView};
+
 /// Messages to one peer's stream.
 pub(crate) type AgentTx = mpsc::UnboundedSender<Result<pb::BrokerToAgent, Status>>;
 pub(crate) type SubmitTx = mpsc::UnboundedSender<Result<pb::SubmitReply, Status>>;
@@ -89,31 +91,6 @@ pub(crate) enum Input {
     Check {
         reply: oneshot::Sender<Result<(), String>>,
     },
-}
-
-/// What the provisioning loop reads from the core at each tick.
-#[derive(Debug, Default)]
-pub(crate) struct ProvisionView {
-    pub(crate) queued: std::collections::BTreeMap<crate::Capability, (u64, crate::Need)>,
-    pub(crate) agents: Vec<String>,
-    /// Learned wall times per capability key.
-    pub(crate) durations: std::collections::BTreeMap<String, std::time::Duration>,
-}
-
-/// The core's clock (a test drives its own).
-#[derive(Clone)]
-pub(crate) struct Clock(pub(crate) std::sync::Arc<dyn Fn() -> std::time::Instant + Send + Sync>);
-
-impl std::fmt::Debug for Clock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Clock")
-    }
-}
-
-impl Default for Clock {
-    fn default() -> Self {
-        Clock(std::sync::Arc::new(std::time::Instant::now))
-    }
 }
 
 #[derive(Debug)]
