@@ -6,8 +6,8 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
-# The native Slurm tests (lardon-cli's `slurm-tests` feature, on with
-# --all-features) need a running Slurm. `.ci/run` starts one and exports
+# The real-Slurm tests, native and pilot mode (lardon-cli's `slurm-tests`
+# feature, on with --all-features), need a running Slurm. `.ci/run` starts one and exports
 # SLURM_CONF; run directly, this script starts its own (as root: it may
 # install Debian's packages) and stops it at exit. Without Slurm those tests
 # fail naming scripts/slurm-up.sh; they never skip.

@@ -440,7 +440,7 @@ pub(crate) enum ClusterCommand {
         security: ClusterSecurity,
     },
     /// Why the broker's Provisioner is not asking for (more) allocations,
-    /// one line each, and the allocations it holds.
+    /// one line each, and the allocations it holds (as of its last tick).
     ///
     /// Example: `lardon cluster explain --broker 127.0.0.1:7700`
     Explain {

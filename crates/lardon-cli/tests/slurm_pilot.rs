@@ -205,3 +205,37 @@ async fn client_agents(addr: &str) -> Vec<String> {
     ids.sort();
     ids
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_liar_is_killed_in_its_own_cgroup_before_the_jobs_limit_and_the_allocation_lives_on() {
+    require_slurm();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let addr = free_port();
+    let jobs = Jobs::new("liar");
+    let b = broker(d, &addr, &provision(d, &addr, &jobs, 1, "3s"));
+    let s = submitter(&addr);
+    // Declares 50 MiB, touches 400 MiB: past its own limit, and past the
+    // job's 200 MiB (which would end the whole allocation OUT_OF_MEMORY).
+    let bin = common::bin().to_str().unwrap().to_owned();
+    let argv = vec![bin, "exercise".into(), "--mem".into(), "400MiB".into(), "--secs".into(), "1".into()];
+    let mut liar = lardon_cluster::client::RemoteTask::new(
+        lardon_cluster::TaskId::new("liar").unwrap(),
+        lardon_cluster::Capability::parse("sh@1").unwrap(),
+        argv,
+    );
+    liar.need = lardon_cluster::Need { memory: 50 << 20, cpu_millis: 1000 };
+    match pilot::answer(s.submit(&liar), &[&b]).await {
+        lardon_cluster::client::Answer::Done(ended) => {
+            assert!(!ended.success, "{ended:?}");
+            assert!(ended.reason.contains("killed at its memory limit"), "{ended:?}\n{}", job_logs(d));
+        }
+        other => panic!("{other:?}\n{}", logs(&[&b])),
+    }
+    // The agent lived on: the next task runs in the same allocation.
+    let e = until_explain(&addr, "the allocation", &[&b], |e| e.allocations.len() == 1).await;
+    let job = e.allocations[0].id.clone();
+    let next = done(s.submit(&sh("after", "sh@1", "echo \"$SLURM_JOB_ID\"")), &[&b]).await;
+    assert_eq!(next.trim(), job);
+    until_job(&job, "COMPLETED", &[&b]).await;
+}

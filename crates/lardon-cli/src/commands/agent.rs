@@ -7,7 +7,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use lardon::{FakeClock, FakeProbe, Governor, HostProfile, MonoTime, Probe};
 use lardon_cluster::agent::{
-    Agent, AgentConfig, Backoff, CpuSource, ProcessExecutor, Tuning, default_tokens,
+    Agent, AgentConfig, Backoff, ConfinedExecutor, Confinement, Confiner, CpuSource, Executor,
+    ProcessExecutor, Tuning, default_tokens,
 };
 use lardon_cluster::{AgentId, Capability};
 
@@ -98,8 +99,8 @@ pub(crate) fn run(args: &AgentArgs) -> Result<u8> {
         .build()
         .context("starting the runtime")?;
     rt.block_on(async move {
-        let mut agent =
-            Agent::new(config, governor, Arc::new(ProcessExecutor)).map_err(|e| usage(e.to_string()))?;
+        let executor = executor(args.allocation && args.simulate_host.is_none());
+        let mut agent = Agent::new(config, governor, executor).map_err(|e| usage(e.to_string()))?;
         if let Some(ms) = args.idle_exit {
             if ms == 0 {
                 return Err(usage("--idle-exit: must be more than 0"));
@@ -171,4 +172,48 @@ fn stop_requests() -> std::io::Result<lardon_cluster::agent::StopRequests> {
     let term = SignalStream::new(signal(SignalKind::terminate())?);
     let int = SignalStream::new(signal(SignalKind::interrupt())?);
     Ok(Box::pin(term.merge(int)))
+}
+
+/// How tasks run: inside an allocation (`--allocation`) where this process
+/// may create child cgroups, each task that declared its memory runs in
+/// one limited to it, so a task using more is killed there and not the
+/// whole allocation at the engine's limit; elsewhere (or where no cgroup
+/// is writable: the engine's limit is the backstop) as plain processes.
+fn executor(allocation: bool) -> Arc<dyn Executor> {
+    if !allocation {
+        return Arc::new(ProcessExecutor);
+    }
+    let detection = lardon_host::cgroup::detect_enforcer(&lardon_host::HostRoot::default());
+    if !detection.limits_apply() {
+        tracing::warn!("tasks run unconfined: {}", detection.reason);
+        return Arc::new(ProcessExecutor);
+    }
+    tracing::info!("each task runs in a cgroup limited to its declared memory: {}", detection.reason);
+    Arc::new(ConfinedExecutor::new(Arc::new(Cgroups(detection.enforcer))))
+}
+
+/// Task cgroups from the host's enforcement backend.
+#[derive(Debug)]
+struct Cgroups(Arc<dyn lardon_host::cgroup::Enforcer>);
+
+#[derive(Debug)]
+struct TaskCgroup(Box<dyn lardon_host::cgroup::TaskCgroup>);
+
+impl Confiner for Cgroups {
+    fn confine(&self, name: &str, memory: u64) -> Result<Box<dyn Confinement>, String> {
+        let limits = lardon_host::cgroup::TaskLimits { memory_max: Some(memory), ..Default::default() };
+        self.0
+            .create(name, &limits)
+            .map(|c| Box::new(TaskCgroup(c)) as Box<dyn Confinement>)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl Confinement for TaskCgroup {
+    fn adopt(&self, pid: u32) -> Result<(), String> {
+        self.0.add_pid(pid).map_err(|e| e.to_string())
+    }
+    fn oom_killed(&self) -> bool {
+        self.0.oom_killed().unwrap_or(false)
+    }
 }

@@ -1,6 +1,9 @@
 //! How an agent runs an admitted task: behind the [`Executor`] seam, so
 //! the harness can use a fake; [`ProcessExecutor`] runs real child
-//! processes from argv (never through a shell).
+//! processes from argv (never through a shell), and [`ConfinedExecutor`]
+//! runs them the same way inside a cgroup of their own, limited to the
+//! memory they declared (the cgroups themselves are the caller's
+//! [`Confiner`]: this crate knows no cgroup files).
 
 use std::future::Future;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -49,11 +52,87 @@ pub struct ProcessExecutor;
 
 impl Executor for ProcessExecutor {
     fn run(&self, spec: pb::TaskSpec, cancel: oneshot::Receiver<()>) -> Running {
-        Box::pin(run_process(spec, None, cancel))
+        Box::pin(run_process(spec, None, cancel, None))
     }
 
     fn run_in(&self, spec: pb::TaskSpec, dir: &Path, cancel: oneshot::Receiver<()>) -> Running {
-        Box::pin(run_process(spec, Some(dir.to_path_buf()), cancel))
+        Box::pin(run_process(spec, Some(dir.to_path_buf()), cancel, None))
+    }
+}
+
+/// Makes a task's memory limit: a child cgroup of the agent's own.
+pub trait Confiner: Send + Sync + std::fmt::Debug + 'static {
+    /// A new confinement named `name` (unique among the agent's tasks)
+    /// whose processes may use at most `memory` bytes together.
+    ///
+    /// # Errors
+    /// Why it cannot be made (the task then runs unconfined, with the
+    /// engine's limit on the allocation as the backstop).
+    fn confine(&self, name: &str, memory: u64) -> Result<Box<dyn Confinement>, String>;
+}
+
+/// One task's memory limit; dropping it kills what is left in it and
+/// removes it.
+pub trait Confinement: Send + Sync + std::fmt::Debug {
+    /// Moves process `pid` (and its future children) in.
+    ///
+    /// # Errors
+    /// Why the kernel refused.
+    fn adopt(&self, pid: u32) -> Result<(), String>;
+    /// Whether the kernel killed one of its processes at the limit.
+    fn oom_killed(&self) -> bool;
+}
+
+/// [`ProcessExecutor`] with each task that declared its memory in a
+/// confinement of exactly that size: a task using more than it declared
+/// (a liar) is killed by the kernel at its own limit, before the
+/// allocation's limit takes down the agent and every other task. The
+/// task is moved in right after it starts (this crate runs no code
+/// between fork and exec), so what it allocates in that instant stays
+/// charged to the agent.
+#[derive(Debug, Clone)]
+pub struct ConfinedExecutor {
+    confiner: std::sync::Arc<dyn Confiner>,
+    next: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl ConfinedExecutor {
+    /// Confines tasks with `confiner`.
+    #[must_use]
+    pub fn new(confiner: std::sync::Arc<dyn Confiner>) -> Self {
+        ConfinedExecutor { confiner, next: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1)) }
+    }
+}
+
+impl ConfinedExecutor {
+    /// The confinement for a task declaring `memory` bytes (`None`: it
+    /// declared none, or none could be made and it runs unconfined).
+    fn confinement(&self, spec: &pb::TaskSpec) -> Option<(Box<dyn Confinement>, u64)> {
+        let memory = spec.need.map_or(0, |n| n.memory);
+        if memory == 0 {
+            return None; // Nothing declared, nothing to hold it to.
+        }
+        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("agent{}-{n}", std::process::id());
+        match self.confiner.confine(&name, memory) {
+            Ok(c) => Some((c, memory)),
+            Err(e) => {
+                tracing::warn!("task {}: runs unconfined: {e}", spec.task_id);
+                None
+            }
+        }
+    }
+}
+
+impl Executor for ConfinedExecutor {
+    fn run(&self, spec: pb::TaskSpec, cancel: oneshot::Receiver<()>) -> Running {
+        let confinement = self.confinement(&spec);
+        Box::pin(run_process(spec, None, cancel, confinement))
+    }
+
+    fn run_in(&self, spec: pb::TaskSpec, dir: &Path, cancel: oneshot::Receiver<()>) -> Running {
+        let confinement = self.confinement(&spec);
+        Box::pin(run_process(spec, Some(dir.to_path_buf()), cancel, confinement))
     }
 }
 
@@ -93,6 +172,7 @@ async fn run_process(
     spec: pb::TaskSpec,
     dir: Option<PathBuf>,
     cancel: oneshot::Receiver<()>,
+    confinement: Option<(Box<dyn Confinement>, u64)>,
 ) -> pb::TaskEnded {
     let Some((program, args)) = spec.argv.split_first() else {
         return failed("argv: empty".to_owned());
@@ -122,6 +202,11 @@ async fn run_process(
     let group = i32::try_from(child.id()).ok().map(Pid::from_raw);
     // Killed with its group if this future is dropped before the reap.
     let mut guard = GroupGuard(group);
+    if let Some((c, _)) = &confinement
+        && let Err(e) = c.adopt(child.id())
+    {
+        tracing::warn!("task {}: runs unconfined: {e}", spec.task_id);
+    }
     if let Some(stdin) = child.stdin.take().and_then(|s| tokio::process::ChildStdin::from_std(s).ok()) {
         let bytes = spec.stdin;
         let mut stdin = stdin;
@@ -182,6 +267,15 @@ async fn run_process(
             }
         }
     };
+    if let Some((c, limit)) = &confinement
+        && c.oom_killed()
+    {
+        let note = format!("killed at its memory limit: it used more than the {limit} bytes it declared");
+        ended.success = false;
+        ended.reason = if ended.reason.is_empty() { note } else { format!("{}; {note}", ended.reason) };
+    }
+    // Dropping it kills what is left in the cgroup and removes it.
+    drop(confinement);
     if out_cut || err_cut {
         let note = format!("output cut at {MAX_OUTPUT} bytes");
         ended.reason = if ended.reason.is_empty() { note } else { format!("{}; {note}", ended.reason) };
@@ -260,5 +354,63 @@ mod tests {
         s.deadline_unix_ms = 1;
         let ended = ProcessExecutor.run(s, cancel).await;
         assert_eq!(ended.reason, "deadline passed before it started");
+    }
+
+    #[derive(Debug, Default)]
+    struct Fake(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+    #[derive(Debug)]
+    struct FakeConfinement(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl Confiner for Fake {
+        fn confine(&self, name: &str, memory: u64) -> Result<Box<dyn Confinement>, String> {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(format!("confine {memory}"));
+            assert!(name.starts_with("agent"), "{name}");
+            Ok(Box::new(FakeConfinement(std::sync::Arc::clone(&self.0))))
+        }
+    }
+
+    impl Confinement for FakeConfinement {
+        fn adopt(&self, pid: u32) -> Result<(), String> {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(format!("adopt {}", pid > 0));
+            Ok(())
+        }
+        fn oom_killed(&self) -> bool {
+            true
+        }
+    }
+
+    impl Drop for FakeConfinement {
+        fn drop(&mut self) {
+            self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push("removed".into());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_task_that_declared_memory_runs_confined_to_it_and_a_kill_at_the_limit_is_named() {
+        let fake = Fake::default();
+        let log = std::sync::Arc::clone(&fake.0);
+        let executor = ConfinedExecutor::new(std::sync::Arc::new(fake));
+        let (_keep, cancel) = oneshot::channel();
+        let mut s = spec(&["true"]);
+        s.need = Some(pb::Need { memory: 50 << 20, cpu_millis: 1000 });
+        let ended = executor.run(s, cancel).await;
+        assert!(!ended.success, "killed at the limit is a failure even with status 0: {ended:?}");
+        assert_eq!(
+            ended.reason,
+            "killed at its memory limit: it used more than the 52428800 bytes it declared"
+        );
+        let seen = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        assert_eq!(seen, ["confine 52428800", "adopt true", "removed"]);
+        // Nothing declared: nothing to hold it to.
+        let (_keep, cancel) = oneshot::channel();
+        assert!(executor.run(spec(&["true"]), cancel).await.success);
+        assert_eq!(log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len(), 3);
     }
 }

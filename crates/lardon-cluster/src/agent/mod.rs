@@ -53,7 +53,7 @@ use crate::capability::Capability;
 use crate::ids::{AgentId, TaskId};
 use crate::wire;
 
-pub use exec::{Executor, MAX_OUTPUT, ProcessExecutor, Running};
+pub use exec::{ConfinedExecutor, Confinement, Confiner, Executor, MAX_OUTPUT, ProcessExecutor, Running};
 pub use tokens::default_tokens;
 pub use tuning::{CpuSource, Tuner, Tuning};
 

@@ -21,6 +21,8 @@ use crate::router::Router;
 use crate::store::{Store, StoreError};
 use crate::wire::{self, Job};
 
+pub(crate) use super::provisioning::ProvisionView;
+
 /// Messages to one peer's stream.
 pub(crate) type AgentTx = mpsc::UnboundedSender<Result<pb::BrokerToAgent, Status>>;
 pub(crate) type SubmitTx = mpsc::UnboundedSender<Result<pb::SubmitReply, Status>>;
@@ -103,13 +105,6 @@ pub(crate) enum Input {
     Check {
         reply: oneshot::Sender<Result<(), String>>,
     },
-}
-
-/// What the provisioning loop reads from the core at each tick.
-#[derive(Debug, Default)]
-pub(crate) struct ProvisionView {
-    pub(crate) queued: std::collections::BTreeMap<crate::Capability, (u64, crate::Need)>,
-    pub(crate) agents: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -383,10 +378,7 @@ impl Core {
                 let _ = reply.send(self.check());
             }
             Input::ProvisionView { reply } => {
-                let view = ProvisionView {
-                    queued: self.router.queued_demand(),
-                    agents: self.agents.keys().map(ToString::to_string).collect(),
-                };
+                let view = self.provision_view();
                 let _ = reply.send(view);
             }
             Input::Deadline { task } => {
@@ -497,6 +489,33 @@ impl Core {
             }
         }
         load
+    }
+
+    /// What the provisioning loop sizes allocations with: per capability,
+    /// its queued tasks, the largest need among them — each raised to what
+    /// its class measured (docs/DESIGN.md §14: learned peaks and wall
+    /// times, kept in the store) — and the longest learned or declared
+    /// duration; and the agents connected.
+    fn provision_view(&self) -> ProvisionView {
+        let mut queued = self.router.queued_demand();
+        let mut durations: BTreeMap<String, std::time::Duration> = BTreeMap::new();
+        for (task, (_, spec)) in &self.specs {
+            if !matches!(self.router.place(task), Some(TaskPlace::Queued { .. })) {
+                continue;
+            }
+            let Ok(capability) = wire::capability("capability", spec.capability.as_ref()) else { continue };
+            let learned = self.learned.estimate(&class_of(&capability, spec));
+            let declared = std::time::Duration::from_millis(spec.expected_duration_ms);
+            let duration = learned.map_or(declared, |l| l.duration.max(declared));
+            if !duration.is_zero() {
+                let longest = durations.entry(capability.key()).or_default();
+                *longest = (*longest).max(duration);
+            }
+            if let (Some(l), Some((_, need))) = (learned, queued.get_mut(&capability)) {
+                need.memory = need.memory.max(l.peak);
+            }
+        }
+        ProvisionView { queued, agents: self.agents.keys().map(ToString::to_string).collect(), durations }
     }
 
     /// Whether the CAS still holds every output file of a cached result.

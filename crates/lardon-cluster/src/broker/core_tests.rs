@@ -230,3 +230,41 @@ fn a_draining_agent_is_acknowledged_its_unstarted_tasks_go_elsewhere_and_status_
         (1, "shrink", "throttled 30 %")
     );
 }
+
+/// The Provisioner sizes a capability's queued work with what its classes
+/// measured (peak memory and wall time, from the store's learned
+/// estimates), not with the submitter's declaration. Break it: build the
+/// view from `queued_demand` alone and the memory stays the declared 0 and
+/// no duration is known.
+#[test]
+fn the_provisioner_sees_what_the_queued_tasks_classes_measured() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let store = Store::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let (core, _) = Core::restore(store, 1, None).unwrap_or_else(|e| panic!("{e}"));
+    let mut core = core.with_clock(at_noon);
+    let capability = Capability::parse("sh@1").unwrap_or_else(|e| panic!("{e}"));
+    core.set_provisionable(std::slice::from_ref(&capability));
+    let (tx, _answers) = mpsc::unbounded_channel();
+    let submitter = SubmitterId::new("s").unwrap_or_else(|e| panic!("{e}"));
+    core.handle(Input::SubmitterHello { submitter, conn: 1, tx });
+    let mut a1 = hello(&mut core, "a1", &[], 7);
+    submit(&mut core, "first", "/opt/render/bin/render", 0);
+    assert_eq!(drain(&mut a1), vec!["assign first".to_owned()]);
+    ended(&mut core, "a1", 7, "first", 3 << 30, 3_600_000);
+    let agent = AgentId::new("a1").unwrap_or_else(|e| panic!("{e}"));
+    core.handle(Input::AgentGone { agent, conn: 7 });
+    // No agent now: the capability is provisionable, so these wait.
+    submit(&mut core, "second", "render", 60_000);
+    submit(&mut core, "third", "true", 120_000);
+    let (reply, mut rx) = oneshot::channel();
+    core.handle(Input::ProvisionView { reply });
+    let view = rx.try_recv().unwrap_or_else(|e| panic!("{e}"));
+    let (tasks, need) = view.queued.get(&capability).copied().unwrap_or_else(|| panic!("{view:?}"));
+    assert_eq!((tasks, need.memory), (2, 3 << 30), "the learned peak of render's class: {view:?}");
+    assert_eq!(
+        view.durations.get("sh@1:*").copied(),
+        Some(std::time::Duration::from_secs(3600)),
+        "the longest of render's learned hour and true's declared 2 minutes"
+    );
+    assert!(view.agents.is_empty());
+}

@@ -22,6 +22,7 @@ mod metrics;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod metrics_tests;
+mod provisioning;
 mod service;
 
 use std::future::Future;
@@ -85,8 +86,8 @@ pub struct ProvisionLoop {
     pub provisioner: SharedProvisioner,
     /// Time between ticks.
     pub every: Duration,
-    /// One task's wall time, for sizing allocations (the broker learns no
-    /// durations yet: the configured estimate).
+    /// One task's wall time for sizing allocations, until the broker has
+    /// learned its capability's (the longest of its last 20 successes).
     pub task_duration: Duration,
 }
 
@@ -216,7 +217,7 @@ fn start_with_cache(config: &BrokerConfig, cache: Option<BrokerCache>) -> Result
         let capabilities =
             p.provisioner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).capabilities();
         core.set_provisionable(&capabilities);
-        spawn_provisioning(&tx, p.clone());
+        provisioning::spawn(&tx, p.clone());
     }
     if restored {
         let tx = tx.clone();
@@ -240,51 +241,6 @@ fn start_with_cache(config: &BrokerConfig, cache: Option<BrokerCache>) -> Result
         config.heartbeat,
         config.provision.as_ref().map(|p| Arc::clone(&p.provisioner)),
     ))
-}
-
-/// The provisioning loop: at every tick, the core's queued demand and
-/// agents, then one [`Provisioner::tick`](crate::provision::Provisioner::tick)
-/// on a blocking thread (providers run commands such as `sbatch`).
-fn spawn_provisioning(tx: &mpsc::Sender<core::Input>, p: ProvisionLoop) {
-    let weak = tx.downgrade();
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(p.every);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            every.tick().await;
-            let Some(tx) = weak.upgrade() else { break };
-            let (reply, rx) = tokio::sync::oneshot::channel();
-            if tx.send(core::Input::ProvisionView { reply }).await.is_err() {
-                break;
-            }
-            drop(tx);
-            let Ok(view) = rx.await else { break };
-            let demand: Vec<crate::provision::Demand> = view
-                .queued
-                .into_iter()
-                .map(|(capability, (tasks, need))| crate::provision::Demand {
-                    capability,
-                    tasks,
-                    memory: need.memory,
-                    cpu_millis: need.cpu_millis,
-                    duration: p.task_duration,
-                })
-                .collect();
-            let shared = Arc::clone(&p.provisioner);
-            let agents = view.agents;
-            let ticked = tokio::task::spawn_blocking(move || {
-                shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner).tick(
-                    &demand,
-                    &agents,
-                    std::time::Instant::now(),
-                );
-            })
-            .await;
-            if let Err(e) = ticked {
-                tracing::error!("the provisioning tick failed: {e}");
-            }
-        }
-    });
 }
 
 /// Serves the broker on `listener` until `shutdown` resolves.
