@@ -132,7 +132,10 @@ async fn sigterm_sends_unstarted_tasks_elsewhere_at_once_finishes_the_running_on
     // socket; the signal is seen first when it resumes).
     a1.signal("STOP");
     let unstarted: Vec<Ticket> = (1..=3)
-        .map(|i| s.submit(&sh(&format!("u{i}"), &format!("cd '{}'; echo ran u{i} >> log", d.display()))))
+        // Each logs the agent that ran it (its parent).
+        .map(|i| {
+            s.submit(&sh(&format!("u{i}"), &format!("cd '{}'; echo ran u{i} at $PPID >> log", d.display())))
+        })
         .collect();
     until(&addr, "four tasks assigned to a1", &[&b, &a1], |st| {
         st.agents.iter().any(|a| a.agent_id == "a1" && a.in_flight == 4)
@@ -158,9 +161,12 @@ async fn sigterm_sends_unstarted_tasks_elsewhere_at_once_finishes_the_running_on
     done(run, &[&b, &a1, &a2]).await;
     assert_eq!(a1.wait_exit(WAIT), Some(Some(0)), "a1 exits 0 once drained\n{}", logs(&[&a1]));
     let lines = std::fs::read_to_string(&log).unwrap();
-    for line in ["start run", "end run", "ran u1", "ran u2", "ran u3"] {
-        assert_eq!(count(&log, line), 1, "`{line}` once:\n{lines}");
+    assert_eq!((count(&log, "start run"), count(&log, "end run")), (1, 1), "{lines}");
+    for i in 1..=3 {
+        let at_a2 = format!("ran u{i} at {}", a2.pid());
+        assert_eq!(count(&log, &at_a2), 1, "u{i} ran once, at a2:\n{lines}");
     }
+    assert_eq!(lines.lines().count(), 5, "nothing else ran:\n{lines}");
     let a1_log = std::fs::read_to_string(&a1.log).unwrap();
     assert!(a1_log.contains("draining") && a1_log.contains("drained"), "{a1_log}");
 }
