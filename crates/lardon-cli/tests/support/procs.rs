@@ -15,10 +15,16 @@ pub(crate) struct Proc {
 impl Proc {
     /// Starts `lardon ARGS…` with its log at `DIR/NAME.log` (appended to).
     pub(crate) fn start(dir: &Path, name: &str, args: &[&str]) -> Proc {
+        Self::start_with_env(dir, name, args, &[])
+    }
+
+    /// As [`Proc::start`], with `env` set over the test's environment.
+    pub(crate) fn start_with_env(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
         let log = dir.join(format!("{name}.log"));
         let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
         let child = Command::new(super::common::bin())
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
