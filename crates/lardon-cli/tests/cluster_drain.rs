@@ -301,7 +301,7 @@ async fn inside_a_slurm_job_the_allocations_end_comes_from_slurm_job_end_time() 
     let addr = free_port();
     let b = broker(d, &addr);
     let args = ["agent", "--broker", &addr, "--id", "job", "--capability", "sh@1", "--no-optimizer"];
-    let a = Proc::start_with_env(d, "job", &args, &[("SLURM_JOB_END_TIME", "4102444800")]);
+    let a = Proc::start_env(d, "job", &args, &[("SLURM_JOB_END_TIME", "4102444800")]);
     until(&addr, "the job's agent", &[&b, &a], |st| st.agents.len() == 1).await;
     let st = client::status(&addr, &Default::default()).await.unwrap();
     assert_eq!(st.agents[0].ends_at_unix_ms, 4_102_444_800_000);

@@ -375,6 +375,23 @@ pub enum StatusError {
     Call(#[from] tonic::Status),
 }
 
+/// The broker's Provisioner: its allocations and why it is not asking
+/// for more (empty provider: it runs none).
+///
+/// # Errors
+/// [`StatusError`] when the broker is unreachable or refuses.
+pub async fn explain(
+    broker: &str,
+    dial: &crate::dial::Dial,
+) -> Result<pb::ProvisionExplainResponse, StatusError> {
+    broker_uri(broker)?;
+    let mut client = dial
+        .connect(broker)
+        .await
+        .map_err(|source| StatusError::Unreachable { broker: broker.to_owned(), source })?;
+    Ok(client.provision_explain(pb::ProvisionExplainRequest {}).await?.into_inner())
+}
+
 /// Asks the broker at `broker` (`HOST:PORT` or a URI) for its status.
 ///
 /// # Errors

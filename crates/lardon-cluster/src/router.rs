@@ -21,12 +21,15 @@
 //!   sets ([`Router::set_now`]: the router reads none). Such a task waits
 //!   for another agent; when no agent that serves its capability could
 //!   ever take it, it is answered [`Delivery::NoExecutor`], as is a task
-//!   with no agent at all.
+//!   with no agent at all — unless the capability is provisionable (a new
+//!   allocation may have the time).
 //! * **Drain.** A draining agent ([`Router::drain`]) is given nothing new;
 //!   what it holds but has not started is queued again at once, at the
 //!   head of its submitter's queue and without counting an attempt.
 //! * **Failure.** A submission with no agent for its capability is answered
-//!   [`Delivery::NoExecutor`] at once (the submitter runs it locally). An
+//!   [`Delivery::NoExecutor`] at once (the submitter runs it locally),
+//!   unless the capability is provisionable ([`Router::set_provisionable`]):
+//!   then it waits for the allocation a Provisioner brings. An
 //!   agent's WAIT puts the task back at the head of its submitter's queue
 //!   and empties that agent's mirror until its next update.
 //!   A lost agent's tasks are queued again with one more attempt; past
@@ -78,6 +81,9 @@ pub struct Router {
     finished: VecDeque<TaskId>,
     finished_set: BTreeSet<TaskId>,
     rng: SplitMix,
+    /// Capabilities a Provisioner can bring agents for: their tasks wait
+    /// for one instead of being handed back.
+    provisionable: BTreeSet<String>,
     /// The caller's clock, Unix milliseconds (walltime checks).
     now_ms: u64,
 }
@@ -98,8 +104,30 @@ impl Router {
             finished: VecDeque::new(),
             finished_set: BTreeSet::new(),
             rng: SplitMix(seed),
+            provisionable: BTreeSet::new(),
             now_ms: 0,
         }
+    }
+
+    /// Capabilities a Provisioner's shapes offer (scale from zero): a task
+    /// of one of them is queued even while no agent serves it, and stays
+    /// queued when the last agent goes, while an allocation comes.
+    pub fn set_provisionable(&mut self, capabilities: &[Capability]) {
+        self.provisionable = capabilities.iter().map(Capability::key).collect();
+    }
+
+    /// Tasks waiting for an agent, per capability, with the largest
+    /// declared need among them (what the Provisioner sizes allocations
+    /// for).
+    pub fn queued_demand(&self) -> BTreeMap<Capability, (u64, Need)> {
+        let mut demand: BTreeMap<Capability, (u64, Need)> = BTreeMap::new();
+        for e in self.tasks.values().filter(|e| matches!(e.place, Place::Queued)) {
+            let (n, need) = demand.entry(e.request.capability.clone()).or_insert((0, Need::default()));
+            *n += 1;
+            need.memory = need.memory.max(e.request.need.memory);
+            need.cpu_millis = need.cpu_millis.max(e.request.need.cpu_millis);
+        }
+        demand
     }
 
     /// Sets the time, Unix milliseconds, that walltime checks measure
@@ -134,7 +162,7 @@ impl Router {
             return (Submitted::AlreadyFinished, Vec::new());
         }
         let key = request.capability.key();
-        if !self.could_ever(&key, request.duration_ms) {
+        if !self.could_ever(&key, request.duration_ms) && !self.provisionable.contains(&key) {
             let event = Event::Deliver {
                 submitter: request.submitter,
                 task: request.id,
@@ -438,8 +466,12 @@ impl Router {
     /// for are answered [`Delivery::NoExecutor`].
     fn sweep_orphans(&mut self) -> Vec<Event> {
         let mut events = Vec::new();
-        let orphaned: Vec<String> =
-            self.routes.keys().filter(|k| !self.agents.values().any(|a| a.serves(k))).cloned().collect();
+        let orphaned: Vec<String> = self
+            .routes
+            .keys()
+            .filter(|k| !self.provisionable.contains(*k) && !self.agents.values().any(|a| a.serves(k)))
+            .cloned()
+            .collect();
         for key in orphaned {
             if let Some(route) = self.routes.remove(&key) {
                 for id in route.queues.into_values().flatten() {
@@ -448,7 +480,9 @@ impl Router {
                 }
             }
         }
-        let keys: Vec<String> = self.routes.keys().cloned().collect();
+        // A provisionable route waits: a new allocation may have the time.
+        let keys: Vec<String> =
+            self.routes.keys().filter(|k| !self.provisionable.contains(*k)).cloned().collect();
         for key in keys {
             let timeless: Vec<(SubmitterId, TaskId)> = self
                 .routes
@@ -509,7 +543,10 @@ impl Router {
                     // the time for now never runs here. (A route nobody
                     // serves waits for the sweep: agents may be
                     // reconnecting after a restart.)
-                    if self.agents.values().any(|a| a.serves(key)) && !self.could_ever(key, duration) {
+                    if !self.provisionable.contains(key)
+                        && self.agents.values().any(|a| a.serves(key))
+                        && !self.could_ever(key, duration)
+                    {
                         events.extend(self.hand_back_timeless(key, &submitter, &task));
                         placed_any = true;
                     }

@@ -56,6 +56,13 @@ impl Broker for Scripted {
     ) -> Result<Response<pb::ClusterStatusResponse>, Status> {
         Err(Status::unimplemented("scripted"))
     }
+
+    async fn provision_explain(
+        &self,
+        _: Request<pb::ProvisionExplainRequest>,
+    ) -> Result<Response<pb::ProvisionExplainResponse>, Status> {
+        Err(Status::unimplemented("scripted"))
+    }
 }
 
 /// Ends every task at once, successfully.
@@ -151,6 +158,81 @@ async fn setup_with(
     };
     start(Agent::new(config, governor, exec).unwrap());
     rx
+}
+
+/// Ends each task when the test says so.
+#[derive(Debug)]
+struct OnceGated(std::sync::Mutex<Option<oneshot::Receiver<()>>>);
+
+impl Executor for OnceGated {
+    fn run(&self, _: pb::TaskSpec, _: oneshot::Receiver<()>) -> Running {
+        let gate = self.0.lock().unwrap().take();
+        Box::pin(async move {
+            if let Some(gate) = gate {
+                let _ = gate.await;
+            }
+            pb::TaskEnded { success: true, exit_code: Some(0), ..Default::default() }
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_agent_exits_closing_its_stream_but_never_while_it_holds_work() {
+    let (gate, gated) = oneshot::channel();
+    let executor = Arc::new(OnceGated(std::sync::Mutex::new(Some(gated))));
+    // Heartbeats every second; idle exit after half of one.
+    let handle = Arc::new(std::sync::Mutex::new(None));
+    let slot = Arc::clone(&handle);
+    let mut conns = setup_with(16 << 30, executor, None, move |agent| {
+        let run = agent.with_idle_exit(Duration::from_millis(500)).run(std::future::pending());
+        *slot.lock().unwrap() = Some(tokio::spawn(run));
+    })
+    .await;
+    let agent = handle.lock().unwrap().take().expect("the agent started");
+    let mut c = accept(&mut conns).await;
+    c.hello().await;
+    c.send(pb::broker_to_agent::Kind::Assign(spec("t1", "gcc@12", 1 << 20)));
+    // Three of its own heartbeats (3 s, six idle-exit times) while t1 runs:
+    // it stays.
+    let mut beats = 0;
+    while beats < 3 {
+        let m = tokio::time::timeout(WAIT, c.up.message()).await.expect("a message").unwrap();
+        match m.and_then(|m| m.kind) {
+            Some(pb::agent_message::Kind::Heartbeat(_)) => beats += 1,
+            Some(pb::agent_message::Kind::Update(_)) => {}
+            other => panic!("the agent left or spoke while running t1: {other:?}"),
+        }
+    }
+    assert!(!agent.is_finished(), "it exited while running a task");
+    gate.send(()).unwrap();
+    assert_eq!(c.report().await.task_id, "t1");
+    // Reported but not acknowledged: still held, so it stays (three beats).
+    let mut beats = 0;
+    while beats < 3 {
+        let m = tokio::time::timeout(WAIT, c.up.message()).await.expect("a message").unwrap();
+        match m.and_then(|m| m.kind) {
+            Some(pb::agent_message::Kind::Heartbeat(_)) => beats += 1,
+            Some(pb::agent_message::Kind::Update(_)) => {}
+            other => panic!("the agent left or spoke with an unacknowledged report: {other:?}"),
+        }
+    }
+    c.send(pb::broker_to_agent::Kind::Ack(pb::ReportAck { task_id: "t1".into() }));
+    // Acknowledged: nothing held; the stream ends cleanly and run returns.
+    loop {
+        match tokio::time::timeout(WAIT, c.up.message()).await.expect("the stream to end") {
+            Ok(Some(m)) => assert!(
+                matches!(
+                    m.kind,
+                    Some(pb::agent_message::Kind::Heartbeat(_) | pb::agent_message::Kind::Update(_))
+                ),
+                "{m:?}"
+            ),
+            Ok(None) => break,
+            Err(status) => panic!("the stream failed instead of ending: {status:?}"),
+        }
+    }
+    // Returned: it will not reconnect.
+    tokio::time::timeout(WAIT, agent).await.expect("the agent to return").unwrap();
 }
 
 async fn accept(rx: &mut mpsc::UnboundedReceiver<(Streaming<pb::AgentMessage>, Down)>) -> Conn {

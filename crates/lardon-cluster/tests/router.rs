@@ -91,6 +91,40 @@ fn no_executor_is_answered_at_once() {
 }
 
 #[test]
+fn a_provisionable_capability_waits_for_an_allocation_instead_of_no_executor() {
+    let mut r = Router::new(1);
+    r.set_provisionable(&[cap("gcc@13:x86_64-linux-gnu")]);
+    // No agent at all: gcc waits (scale from zero), clang is still answered at once.
+    let (s, ev) = r.submit(req("t1", "s1", "gcc@13:x86_64-linux-gnu"));
+    assert_eq!(s, Submitted::Queued);
+    assert!(ev.is_empty(), "{ev:?}");
+    let (s, _) = r.submit(req("t2", "s1", "clang@17"));
+    assert_eq!(s, Submitted::NoExecutor);
+    let demand = r.queued_demand();
+    assert_eq!(
+        demand.get(&cap("gcc@13:x86_64-linux-gnu")),
+        Some(&(1, Need { memory: GIB, cpu_millis: 1000 }))
+    );
+    // The allocation's agent comes: it runs the task.
+    let ev = r.hello(agent("slurm-7", &["gcc@13:x86_64-linux-gnu"], 1));
+    assert_eq!(assigned(&ev), vec![("slurm-7".into(), "t1".into())]);
+    assert!(r.queued_demand().is_empty(), "in flight is not queued demand");
+    // Its allocation is cancelled mid-task: the task is queued again, not
+    // handed back, while the next allocation comes.
+    let ev = r.agent_lost(&AgentId::new("slurm-7").unwrap());
+    assert!(delivered(&ev).is_empty(), "{ev:?}");
+    assert_eq!(r.place(&TaskId::new("t1").unwrap()), Some(TaskPlace::Queued { attempts: 1 }));
+    let ev = r.hello(agent("slurm-8", &["gcc@13:x86_64-linux-gnu"], 1));
+    assert_eq!(assigned(&ev), vec![("slurm-8".into(), "t1".into())]);
+    let ev = r.report(
+        &AgentId::new("slurm-8").unwrap(),
+        &TaskId::new("t1").unwrap(),
+        Report::Finished(Outcome::Succeeded),
+    );
+    assert_eq!(delivered(&ev), vec![("t1".into(), Delivery::Done(Outcome::Succeeded))]);
+}
+
+#[test]
 fn two_submitters_share_equally_whoever_came_first() {
     let mut r = Router::new(7);
     // s1 queues 100 before s2 queues any; no agent yet has room.

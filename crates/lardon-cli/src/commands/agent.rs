@@ -35,8 +35,12 @@ pub(crate) fn run(args: &AgentArgs) -> Result<u8> {
             let clock = Arc::new(FakeClock::new(MonoTime(1)));
             let profile = HostProfile::new(memory, cpus);
             let probe = FakeProbe::new(profile.clone()).stamped_by(clock.clone());
-            let governor = Governor::with_clock(lardon::HostPolicy::default_for(&profile), probe, clock)
-                .context("--simulate-host")?;
+            let governor = Governor::with_clock(
+                policy(lardon::HostPolicy::default_for(&profile), args.allocation),
+                probe,
+                clock,
+            )
+            .context("--simulate-host")?;
             (governor, cpus)
         }
         None => {
@@ -44,7 +48,8 @@ pub(crate) fn run(args: &AgentArgs) -> Result<u8> {
             let profile = probe.profile();
             let cgroup = probe.snapshot().ok().and_then(|s| s.cgroup);
             let tokens = default_tokens(cgroup.as_ref(), profile.allowed_cpus);
-            let governor = Governor::new(probe.default_policy(), probe).context("this host's policy")?;
+            let governor = Governor::new(policy(probe.default_policy(), args.allocation), probe)
+                .context("this host's policy")?;
             (governor, tokens)
         }
     };
@@ -93,8 +98,14 @@ pub(crate) fn run(args: &AgentArgs) -> Result<u8> {
         .build()
         .context("starting the runtime")?;
     rt.block_on(async move {
-        let agent =
+        let mut agent =
             Agent::new(config, governor, Arc::new(ProcessExecutor)).map_err(|e| usage(e.to_string()))?;
+        if let Some(ms) = args.idle_exit {
+            if ms == 0 {
+                return Err(usage("--idle-exit: must be more than 0"));
+            }
+            agent = agent.with_idle_exit(Duration::from_millis(ms));
+        }
         tracing::info!("agent {id} with {tokens} token(s), dialling {}", args.broker);
         // Each SIGTERM (or Ctrl-C) is a stop request: the first drains, the
         // second cancels what still runs (docs/DESIGN.md §14).
@@ -106,6 +117,23 @@ pub(crate) fn run(args: &AgentArgs) -> Result<u8> {
     Ok(0)
 }
 
+/// `policy` for an agent that owns its allocation (`--allocation`): the
+/// allocation's cgroup already is the budget (the probe reads the
+/// smallest limit over its ancestors), so no CPUs are kept back for the
+/// rest of the host, and neither the load average nor the CPU pressure —
+/// both the whole node's, other jobs' work included, and the allocation's
+/// cpuset or quota is what it gets whatever they say — gates anything.
+/// The memory reserve and the memory and IO pressure gates stay: the agent
+/// itself lives in the allocation, and a node short of memory or IO hurts
+/// every job on it.
+fn policy(mut policy: lardon::HostPolicy, allocation: bool) -> lardon::HostPolicy {
+    if allocation {
+        policy.cpu_reserve = 0;
+        policy.max_load_ratio = None;
+        policy.psi_cpu = 0.0; // 0 turns the gate off
+    }
+    policy
+}
 /// When the allocation ends, Unix milliseconds: `--ends-at`, else
 /// `--walltime` from now, else `SLURM_JOB_END_TIME` (Slurm sets it in the
 /// job's environment), else not known.

@@ -1,5 +1,5 @@
-//! `lardon cluster status | submit`: a cluster broker's state, and one
-//! command run through it (docs/DESIGN.md §14).
+//! `lardon cluster status | explain | submit`: a cluster broker's state,
+//! its Provisioner's reasons, and one command run through it (docs/DESIGN.md §14).
 
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -17,8 +17,49 @@ pub(crate) async fn run(command: &ClusterCommand) -> Result<u8> {
         ClusterCommand::Status { broker, json, security } => {
             status(broker, *json, &security.dial("agent")?).await
         }
+        ClusterCommand::Explain { broker, json, security } => {
+            explain(broker, *json, &security.dial("agent")?).await
+        }
         ClusterCommand::Submit(args) => submit(args).await,
     }
+}
+
+async fn explain(broker: &str, json: bool, dial: &lardon_cluster::dial::Dial) -> Result<u8> {
+    let e = client::explain(broker, dial).await.map_err(unreachable)?;
+    if json {
+        let allocations: Vec<serde_json::Value> = e
+            .allocations
+            .iter()
+            .map(
+                |a| serde_json::json!({"id": a.id, "shape": a.shape, "state": a.state, "started": a.started}),
+            )
+            .collect();
+        let v = serde_json::json!({
+            "provider": (!e.provider.is_empty()).then_some(&e.provider),
+            "paused": (!e.paused.is_empty()).then_some(&e.paused),
+            "holds": e.holds, "allocations": allocations,
+        });
+        super::out(&format!("{v:#}\n"))?;
+        return Ok(0);
+    }
+    if e.provider.is_empty() {
+        super::out("this broker runs no Provisioner (start it with --provision FILE)\n")?;
+        return Ok(0);
+    }
+    let mut text = format!("provider {}: {} allocation(s) alive\n", e.provider, e.allocations.len());
+    if !e.allocations.is_empty() {
+        text.push_str(&format!("{:<16} {:<12} {:<8} STARTED\n", "ALLOCATION", "SHAPE", "STATE"));
+    }
+    for a in &e.allocations {
+        let started = if a.started { "yes" } else { "no" };
+        text.push_str(&format!("{:<16} {:<12} {:<8} {started}\n", a.id, a.shape, a.state));
+    }
+    for line in &e.holds {
+        text.push_str(line);
+        text.push('\n');
+    }
+    super::out(&text)?;
+    Ok(0)
 }
 
 fn unreachable(e: StatusError) -> anyhow::Error {

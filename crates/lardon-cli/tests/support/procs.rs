@@ -15,21 +15,30 @@ pub(crate) struct Proc {
 impl Proc {
     /// Starts `lardon ARGS…` with its log at `DIR/NAME.log` (appended to).
     pub(crate) fn start(dir: &Path, name: &str, args: &[&str]) -> Proc {
-        Self::start_with_env(dir, name, args, &[])
+        Self::start_env(dir, name, args, &[])
     }
 
-    /// As [`Proc::start`], with `env` set over the test's environment.
-    pub(crate) fn start_with_env(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
+    /// [`Proc::start`] with `env` set over the test's environment (and
+    /// the `LARDON_*` variables that would redirect a daemon removed).
+    pub(crate) fn start_env(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
+        let mut command = Command::new(super::common::bin());
+        command
+            .env_remove("LARDON_SOCKET")
+            .env_remove("LARDON_STATE_DIR")
+            .env_remove("LARDON_TASK_ID")
+            .envs(env.iter().copied())
+            .args(args);
+        Proc::start_command(dir, name, command)
+    }
+
+    /// Starts `command` (which must exec `lardon` in its own process, as
+    /// `ip netns exec` does, so that the kill reaches it) with its log at
+    /// `DIR/NAME.log`.
+    pub(crate) fn start_command(dir: &Path, name: &str, mut command: Command) -> Proc {
         let log = dir.join(format!("{name}.log"));
         let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
-        let child = Command::new(super::common::bin())
-            .args(args)
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .unwrap();
+        let child =
+            command.stdin(Stdio::null()).stdout(file.try_clone().unwrap()).stderr(file).spawn().unwrap();
         Proc { child, log }
     }
 

@@ -16,6 +16,10 @@
 //!   tasks it still runs and those whose end the broker has not
 //!   acknowledged, whose reports are sent again, so nothing is lost or run
 //!   twice across a broker restart.
+//! * **Idle exit** ([`Agent::with_idle_exit`]): an allocation's agent ends
+//!   after a while with nothing assigned, running or unacknowledged,
+//!   closing its stream, so its allocation ends (COMPLETED on Slurm) and
+//!   gives its resources back.
 //! * **Walltime and drain.** The hello says when its allocation ends; a
 //!   stop request (SIGTERM) drains it ([`drain`](self) rules: nothing new,
 //!   unstarted work back to the broker at once, running work finished
@@ -126,6 +130,10 @@ pub struct Agent {
     /// A WAIT was reported since the last sample: the broker emptied our
     /// mirror, so the next sample pushes the availability even unchanged.
     waited: bool,
+    /// Exit after this long with nothing to do (`None`: never).
+    idle_exit: Option<Duration>,
+    /// The last moment it held something (or started).
+    busy_at: tokio::time::Instant,
     /// The token bound now (the optimizer moves it within 1 ..= `config.tokens`).
     tokens: u32,
     /// Where it is in a stop.
@@ -239,7 +247,28 @@ impl Agent {
             ended_rx,
             generation: u64::MAX,
             waited: false,
+            idle_exit: None,
+            busy_at: tokio::time::Instant::now(),
         })
+    }
+
+    /// Makes the agent exit after `idle` with nothing assigned, running or
+    /// waiting for the broker's acknowledgement (connected or not), closing
+    /// its stream: [`Agent::run`] returns.
+    #[must_use]
+    pub fn with_idle_exit(mut self, idle: Duration) -> Self {
+        self.idle_exit = Some(idle);
+        self
+    }
+
+    /// When the agent exits for idleness, if it is idle now.
+    fn idle_deadline(&mut self) -> Option<tokio::time::Instant> {
+        let idle = self.idle_exit?;
+        if !self.running.is_empty() || !self.unacked.is_empty() {
+            self.busy_at = tokio::time::Instant::now();
+            return None;
+        }
+        Some(self.busy_at + idle)
     }
 
     /// Drains on each item of `stops` (one per SIGTERM): the first starts
@@ -273,10 +302,15 @@ impl Agent {
             }
             // Cut off from the broker: a stop request or the grace's end
             // still ends the agent (its reports would go with it anyway).
+            let idle = self.idle_deadline();
             let sleep = tokio::time::sleep(wait);
             tokio::select! {
                 () = sleep => {}
                 () = &mut shutdown => return,
+                () = until(idle) => {
+                    info!("idle for {:?} while disconnected: exiting", self.idle_exit.unwrap_or_default());
+                    return;
+                }
                 Some(()) = next_stop(&mut self.stops) => {
                     let idle = self.running.is_empty() && self.unacked.is_empty();
                     if self.on_stop_request(None) || idle {
@@ -433,6 +467,7 @@ impl Agent {
         let mut beat = tokio::time::interval(self.config.heartbeat);
         let mut sample = tokio::time::interval(Duration::from_secs(1));
         loop {
+            let idle = self.idle_deadline();
             tokio::select! {
                 // A stop request first: assignments that arrived with it
                 // are then answered as a draining agent's.
@@ -442,6 +477,12 @@ impl Agent {
                         self.stop_now().await;
                         return SessionEnd::Stopped;
                     }
+                }
+                () = until(idle) => {
+                    // Dropping `out` ends the stream cleanly: the broker
+                    // sees the agent leave, holding nothing.
+                    info!("idle for {:?}: exiting", self.idle_exit.unwrap_or_default());
+                    return SessionEnd::Stopped;
                 }
                 () = until(self.drain.deadline()) => {
                     warn!("the drain's grace ran out: cancelling {} running task(s)", self.running.len());

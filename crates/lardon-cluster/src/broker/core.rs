@@ -83,12 +83,33 @@ pub(crate) enum Input {
     Status {
         reply: oneshot::Sender<pb::ClusterStatusResponse>,
     },
+    /// The Provisioner's view: queued demand per capability (with the
+    /// largest declared need) and the connected agents' ids.
+    ProvisionView {
+        reply: oneshot::Sender<ProvisionView>,
+    },
     /// The recovery window after a restart has passed.
     RecoveryOver,
     /// A task's deadline passed.
     Deadline {
         task: TaskId,
     },
+    /// A metrics scrape asks for the counters and gauges.
+    Metrics {
+        reply: oneshot::Sender<super::metrics::MetricsSnapshot>,
+    },
+    /// Tests ask the core to check its invariants.
+    #[cfg(test)]
+    Check {
+        reply: oneshot::Sender<Result<(), String>>,
+    },
+}
+
+/// What the provisioning loop reads from the core at each tick.
+#[derive(Debug, Default)]
+pub(crate) struct ProvisionView {
+    pub(crate) queued: std::collections::BTreeMap<crate::Capability, (u64, crate::Need)>,
+    pub(crate) agents: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -115,6 +136,8 @@ pub(crate) struct Core {
     /// The result cache and the pre-route chain that reads it (`None`: no
     /// cache).
     cache: Option<(super::BrokerCache, HookChain)>,
+    /// What the metrics endpoint counts; written here only.
+    counters: super::metrics::Counters,
     /// What each task class cost when it ran (persisted in the store).
     learned: Learned,
     /// Each agent's latest optimizer verdict and why.
@@ -149,6 +172,7 @@ impl Core {
             submitters: HashMap::new(),
             ghosts: BTreeMap::new(),
             cache: None,
+            counters: super::metrics::Counters::default(),
             learned: Learned::new(),
             verdicts: HashMap::new(),
             clock: unix_ms,
@@ -213,6 +237,12 @@ impl Core {
         self
     }
 
+    /// Lets tasks of `capabilities` wait for an allocation (scale from
+    /// zero).
+    pub(crate) fn set_provisionable(&mut self, capabilities: &[crate::Capability]) {
+        self.router.set_provisionable(capabilities);
+    }
+
     /// Tasks queued or in flight, per capability.
     pub(crate) fn demand(&self) -> std::collections::BTreeMap<crate::Capability, u64> {
         self.router.demand()
@@ -245,10 +275,12 @@ impl Core {
                     hello.capabilities.len(),
                     hello.tokens
                 );
+                let attempts = self.attempts(&before);
                 let events = self.router.hello(hello);
                 self.agents.insert(agent.clone(), Peer { conn, tx });
                 let touched: Vec<TaskId> = before.into_iter().chain(running.iter().cloned()).collect();
                 self.apply(events, &touched, None);
+                self.count_requeued(&attempts);
                 // What it runs that is not its own here (finished, cancelled
                 // or placed elsewhere meanwhile) is stopped; a finished one
                 // whose report is pending is re-reported and acknowledged.
@@ -277,8 +309,13 @@ impl Core {
                 if !self.is_current_agent(&agent, conn) {
                     return;
                 }
+                if !self.router.holding(&agent).contains(&task) {
+                    self.counters.late_reports += 1;
+                }
                 let events = self.router.report(&agent, &task, report);
-                self.apply(events, std::slice::from_ref(&task), ended.map(|e| (task.clone(), e)));
+                // Who ran it is the broker's word, not the agent's claim.
+                let ended = ended.map(|e| (task.clone(), pb::TaskEnded { agent_id: agent.to_string(), ..e }));
+                self.apply(events, std::slice::from_ref(&task), ended);
                 // Recorded (or a duplicate): the agent may forget it.
                 self.to_agent(
                     &agent,
@@ -291,8 +328,10 @@ impl Core {
                     self.agents.remove(&agent);
                     self.verdicts.remove(&agent);
                     let held = self.router.holding(&agent);
+                    let attempts = self.attempts(&held);
                     let events = self.router.agent_lost(&agent);
                     self.apply(events, &held, None);
+                    self.count_requeued(&attempts);
                 }
             }
             Input::AgentDraining { agent, conn, running, reason } => {
@@ -334,6 +373,20 @@ impl Core {
             Input::Status { reply } => {
                 let _ = reply.send(self.status());
             }
+            Input::Metrics { reply } => {
+                let _ = reply.send(self.metrics());
+            }
+            #[cfg(test)]
+            Input::Check { reply } => {
+                let _ = reply.send(self.check());
+            }
+            Input::ProvisionView { reply } => {
+                let view = ProvisionView {
+                    queued: self.router.queued_demand(),
+                    agents: self.agents.keys().map(ToString::to_string).collect(),
+                };
+                let _ = reply.send(view);
+            }
             Input::Deadline { task } => {
                 let events = self.router.expire(&task);
                 self.apply(events, std::slice::from_ref(&task), None);
@@ -343,8 +396,10 @@ impl Core {
                 for agent in ghosts.into_keys() {
                     warn!("agent {agent} did not come back after the restart: its tasks are queued again");
                     let held = self.router.holding(&agent);
+                    let attempts = self.attempts(&held);
                     let events = self.router.agent_lost(&agent);
                     self.apply(events, &held, None);
+                    self.count_requeued(&attempts);
                 }
                 let events = self.router.sweep();
                 self.apply(events, &[], None);
@@ -369,6 +424,79 @@ impl Core {
         });
     }
 
+    /// The attempts of those of `tasks` that are live.
+    fn attempts(&self, tasks: &[TaskId]) -> Vec<(TaskId, u32)> {
+        tasks
+            .iter()
+            .filter_map(|t| match self.router.place(t)? {
+                TaskPlace::Queued { attempts } | TaskPlace::InFlight { attempts, .. } => {
+                    Some((t.clone(), attempts))
+                }
+            })
+            .collect()
+    }
+
+    /// Counts as re-queued each task still live with more attempts than
+    /// `before` (a run lost with its agent; one handed back is not).
+    fn count_requeued(&mut self, before: &[(TaskId, u32)]) {
+        let again = self.attempts(&before.iter().map(|(t, _)| t.clone()).collect::<Vec<_>>());
+        let more = again.iter().filter(|(t, n)| before.iter().any(|(b, m)| b == t && n > m)).count();
+        self.counters.requeued += u64::try_from(more).unwrap_or(u64::MAX);
+    }
+
+    /// Counts an answer by its kind.
+    fn count(&mut self, delivery: &Delivery) {
+        let c = &mut self.counters;
+        match delivery {
+            Delivery::Done(Outcome::Succeeded) => c.done += 1,
+            Delivery::Done(Outcome::Failed(_)) => c.failed += 1,
+            Delivery::NoExecutor => c.no_executor += 1,
+            Delivery::RunLocally(_) => c.run_locally += 1,
+            Delivery::Cancelled => c.cancelled += 1,
+            Delivery::Expired => c.expired += 1,
+        }
+    }
+
+    /// The router's invariants, and that the live tasks the core keeps
+    /// specs for are exactly those the router knows.
+    #[cfg(test)]
+    fn check(&self) -> Result<(), String> {
+        self.router.check()?;
+        if let Some(t) = self.specs.keys().find(|t| self.router.place(t).is_none()) {
+            return Err(format!("task {t} has a spec but the router does not know it"));
+        }
+        let known = self.router.queued() + self.router.in_flight_total();
+        if known != self.specs.len() {
+            return Err(format!("the router knows {known} tasks, the core {}", self.specs.len()));
+        }
+        Ok(())
+    }
+
+    /// The counters, and the gauges read now.
+    fn metrics(&self) -> super::metrics::MetricsSnapshot {
+        super::metrics::MetricsSnapshot {
+            counters: self.counters,
+            agents: u64::try_from(self.agents.len() + self.ghosts.len()).unwrap_or(u64::MAX),
+            submitters: u64::try_from(self.submitters.len()).unwrap_or(u64::MAX),
+            load: self.load(),
+        }
+    }
+
+    /// Tasks queued and in flight per capability key.
+    fn load(&self) -> BTreeMap<String, super::metrics::Load> {
+        let mut load: BTreeMap<String, super::metrics::Load> = BTreeMap::new();
+        for (task, (_, spec)) in &self.specs {
+            let Ok(capability) = wire::capability("capability", spec.capability.as_ref()) else { continue };
+            let entry = load.entry(capability.key()).or_default();
+            match self.router.place(task) {
+                Some(TaskPlace::Queued { .. }) => entry.queued += 1,
+                Some(TaskPlace::InFlight { .. }) => entry.in_flight += 1,
+                None => {}
+            }
+        }
+        load
+    }
+
     fn is_current_agent(&self, agent: &AgentId, conn: u64) -> bool {
         self.agents.get(agent).is_some_and(|p| p.conn == conn)
     }
@@ -385,7 +513,13 @@ impl Core {
             && let Some((_, chain)) = &self.cache
         {
             let key = action_key(&job.request.capability, &spec);
-            match chain.check(&PreRoute { cacheable: Some(key) }, std::time::Instant::now()) {
+            let verdict = chain.check(&PreRoute { cacheable: Some(key) }, std::time::Instant::now());
+            if matches!(verdict, Some((_, HookVerdict::Intercept(_)))) {
+                self.counters.cache_hits += 1;
+            } else {
+                self.counters.cache_misses += 1;
+            }
+            match verdict {
                 Some((_, HookVerdict::Intercept(result))) => {
                     let ended = pb::TaskEnded {
                         success: true,
@@ -456,6 +590,7 @@ impl Core {
                     ));
                 }
                 Event::Deliver { submitter, task, delivery } => {
+                    self.count(&delivery);
                     let result = match ended.take() {
                         Some((t, e)) if t == task => Some(e),
                         other => {
@@ -568,6 +703,15 @@ impl Core {
             in_flight: u64::try_from(self.router.in_flight_total()).unwrap_or(u64::MAX),
             finished: self.store.finished_count().unwrap_or(0),
             submitters: u32::try_from(self.submitters.len()).unwrap_or(u32::MAX),
+            routes: self
+                .load()
+                .into_iter()
+                .map(|(capability, l)| pb::RouteStatus {
+                    capability,
+                    queued: l.queued,
+                    in_flight: l.in_flight,
+                })
+                .collect(),
         }
     }
 }
