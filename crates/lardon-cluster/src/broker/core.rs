@@ -108,7 +108,12 @@ pub(crate) enum Input {
 /// What the provisioning loop reads from the core at each tick.
 #[derive(Debug, Default)]
 pub(crate) struct ProvisionView {
+    /// Per capability: tasks queued and the largest need among them, its
+    /// memory raised to what their classes were learned to peak at.
     pub(crate) queued: std::collections::BTreeMap<crate::Capability, (u64, crate::Need)>,
+    /// Per capability: the longest duration of its queued tasks, learned
+    /// else declared (absent: none known).
+    pub(crate) durations: std::collections::BTreeMap<crate::Capability, std::time::Duration>,
     pub(crate) agents: Vec<String>,
 }
 
@@ -381,11 +386,7 @@ impl Core {
                 let _ = reply.send(self.check());
             }
             Input::ProvisionView { reply } => {
-                let view = ProvisionView {
-                    queued: self.router.queued_demand(),
-                    agents: self.agents.keys().map(ToString::to_string).collect(),
-                };
-                let _ = reply.send(view);
+                let _ = reply.send(self.provision_view());
             }
             Input::Deadline { task } => {
                 let events = self.router.expire(&task);
@@ -649,6 +650,34 @@ impl Core {
                 Out::Submitter(submitter, reply) => self.to_submitter(&submitter, reply),
             }
         }
+    }
+
+    /// The queued demand for the provisioning loop, sized with what was
+    /// learned of each queued task's class (docs/DESIGN.md §14): the
+    /// largest of declared and learned memory, the longest of learned
+    /// (else declared) durations.
+    fn provision_view(&self) -> ProvisionView {
+        let mut queued = self.router.queued_demand();
+        let mut durations = std::collections::BTreeMap::new();
+        for (id, (_, spec)) in &self.specs {
+            if !matches!(self.router.place(id), Some(TaskPlace::Queued { .. })) {
+                continue;
+            }
+            let Ok(capability) = wire::capability("capability", spec.capability.as_ref()) else { continue };
+            let learned = self.learned.estimate(&class_of(&capability, spec));
+            if let (Some(e), Some((_, need))) = (learned, queued.get_mut(&capability)) {
+                need.memory = need.memory.max(e.peak);
+            }
+            let duration = learned.map(|e| e.duration).filter(|d| !d.is_zero()).or_else(|| {
+                (spec.expected_duration_ms > 0)
+                    .then(|| std::time::Duration::from_millis(spec.expected_duration_ms))
+            });
+            if let Some(d) = duration {
+                let longest = durations.entry(capability).or_insert(d);
+                *longest = (*longest).max(d);
+            }
+        }
+        ProvisionView { queued, durations, agents: self.agents.keys().map(ToString::to_string).collect() }
     }
 
     /// Learns a success's measured peak and wall time for its class.

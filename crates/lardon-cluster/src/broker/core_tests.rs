@@ -230,3 +230,28 @@ fn a_draining_agent_is_acknowledged_its_unstarted_tasks_go_elsewhere_and_status_
         (1, "shrink", "throttled 30 %")
     );
 }
+
+#[test]
+fn the_provisioning_loop_sees_queued_demand_sized_with_what_was_learned() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let store = Store::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let (mut core, _) = Core::restore(store, 1, None).unwrap_or_else(|e| panic!("{e}"));
+    let mut a1 = hello(&mut core, "a1", &[], 1);
+    // A render ran: 3 GiB at peak, an hour.
+    submit(&mut core, "first", "/opt/bin/render", 0);
+    assert_eq!(drain(&mut a1), vec!["assign first".to_owned()]);
+    ended(&mut core, "a1", 1, "first", 3 << 30, 3_600_000);
+    core.handle(Input::AgentGone { agent: AgentId::new("a1").unwrap_or_else(|e| panic!("{e}")), conn: 1 });
+    // No agent now; the capability is provisionable, so tasks wait for one.
+    let sh = Capability::parse("sh@1").unwrap_or_else(|e| panic!("{e}"));
+    core.set_provisionable(std::slice::from_ref(&sh));
+    submit(&mut core, "render-2", "render", 0);
+    submit(&mut core, "quick", "true", 120_000);
+    let (reply, mut rx) = oneshot::channel();
+    core.handle(Input::ProvisionView { reply });
+    let view = rx.try_recv().unwrap_or_else(|e| panic!("{e}"));
+    let (tasks, need) = view.queued.get(&sh).copied().unwrap_or_else(|| panic!("{view:?}"));
+    // Declared 0 bytes; learned 3 GiB. The longest: the learned hour.
+    assert_eq!((tasks, need.memory), (2, 3 << 30));
+    assert_eq!(view.durations.get(&sh), Some(&std::time::Duration::from_secs(3600)));
+}

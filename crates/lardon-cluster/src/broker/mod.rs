@@ -82,8 +82,9 @@ pub struct ProvisionLoop {
     pub provisioner: SharedProvisioner,
     /// Time between ticks.
     pub every: Duration,
-    /// One task's wall time, for sizing allocations (the broker learns no
-    /// durations yet: the configured estimate).
+    /// One task's wall time, for sizing allocations, when the broker has
+    /// neither learned nor been told the duration of any queued task of a
+    /// capability.
     pub task_duration: Duration,
 }
 
@@ -240,15 +241,16 @@ fn spawn_provisioning(tx: &mpsc::Sender<core::Input>, p: ProvisionLoop) {
             }
             drop(tx);
             let Ok(view) = rx.await else { break };
+            let durations = view.durations;
             let demand: Vec<crate::provision::Demand> = view
                 .queued
                 .into_iter()
                 .map(|(capability, (tasks, need))| crate::provision::Demand {
+                    duration: durations.get(&capability).copied().unwrap_or(p.task_duration),
                     capability,
                     tasks,
                     memory: need.memory,
                     cpu_millis: need.cpu_millis,
-                    duration: p.task_duration,
                 })
                 .collect();
             let shared = Arc::clone(&p.provisioner);
