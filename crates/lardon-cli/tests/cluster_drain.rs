@@ -1,7 +1,8 @@
 //! Agent lifecycle with real processes on loopback (docs/DESIGN.md §14): a
 //! real `lardon broker` and `lardon agent`s (admitting against a simulated
 //! host) running real child processes. SIGTERM drains an agent: the tasks
-//! it was given but had not started run elsewhere at once, its running
+//! it was given but had not started (held on the wire by a proxy) run
+//! elsewhere at once, its running
 //! task finishes there once, and it exits 0; a second SIGTERM cancels what
 //! still runs, which runs again elsewhere. `lardon cluster status` shows
 //! each agent's allocation end and its optimizer's verdict, and a task
@@ -29,9 +30,9 @@ use procs::{Proc, free_port, logs};
 const WAIT: Duration = Duration::from_secs(60);
 
 fn broker(dir: &Path, addr: &str) -> Proc {
-    // Heartbeats of 2 s: an agent stopped (SIGSTOP) for a moment is not
-    // taken as lost (that takes three).
-    Proc::start(dir, "broker", &["broker", "--listen", addr, "--heartbeat", "2s"])
+    // Heartbeats of 5 s: an agent whose downstream the test holds for a
+    // moment is not taken as lost (that takes three).
+    Proc::start(dir, "broker", &["broker", "--listen", addr, "--heartbeat", "5s"])
 }
 
 fn agent(dir: &Path, addr: &str, id: &str, tokens: &str, extra: &[&str]) -> Proc {
@@ -46,7 +47,7 @@ fn agent(dir: &Path, addr: &str, id: &str, tokens: &str, extra: &[&str]) -> Proc
         "--tokens",
         tokens,
         "--heartbeat",
-        "2s",
+        "5s",
         "--simulate-host",
         "8GiB,8",
     ];
@@ -114,6 +115,39 @@ fn gated(dir: &Path, name: &str) -> String {
     )
 }
 
+/// A loopback TCP proxy in front of the broker whose broker-to-agent
+/// direction can be held: what the broker sends meanwhile (assignments)
+/// waits in the proxy, as assignments in flight on the wire do when a
+/// SIGTERM comes. Returns its address and the gate (true: flowing).
+async fn holding_proxy(broker: String) -> (String, tokio::sync::watch::Sender<bool>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (gate, open) = tokio::sync::watch::channel(true);
+    tokio::spawn(async move {
+        while let Ok((agent, _)) = listener.accept().await {
+            let Ok(upstream) = tokio::net::TcpStream::connect(&broker).await else { continue };
+            let (mut agent_rd, mut agent_wr) = agent.into_split();
+            let (mut up_rd, mut up_wr) = upstream.into_split();
+            tokio::spawn(async move { tokio::io::copy(&mut agent_rd, &mut up_wr).await });
+            let mut open = open.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match up_rd.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    if open.wait_for(|o| *o).await.is_err() || agent_wr.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    (addr, gate)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_sends_unstarted_tasks_elsewhere_at_once_finishes_the_running_one_and_exits_0() {
     let dir = tempfile::tempdir().unwrap();
@@ -121,18 +155,21 @@ async fn sigterm_sends_unstarted_tasks_elsewhere_at_once_finishes_the_running_on
     let log = d.join("log");
     let addr = free_port();
     let b = broker(d, &addr);
-    let mut a1 = agent(d, &addr, "a1", "4", &["--drain-grace", "120s", "--no-optimizer"]);
+    let (via_proxy, downstream) = holding_proxy(addr.clone()).await;
+    let mut a1 = agent(d, &via_proxy, "a1", "4", &["--drain-grace", "120s", "--no-optimizer"]);
     until(&addr, "a1", &[&b, &a1], |s| s.agents.len() == 1).await;
     let s = submitter(&addr);
     let run = s.submit(&sh("run", &gated(d, "run")));
     until_line(&log, "start run", &[&b, &a1]).await;
 
-    // a1 is stopped for a moment, so the next three are assigned to it but
-    // not started when the SIGTERM comes (the assignments are in its
-    // socket; the signal is seen first when it resumes).
-    a1.signal("STOP");
+    // The next three are assigned to a1 but held on their way to it: a1
+    // has been given them and has not started them when its SIGTERM comes.
+    downstream.send(false).unwrap();
     let unstarted: Vec<Ticket> = (1..=3)
-        .map(|i| s.submit(&sh(&format!("u{i}"), &format!("cd '{}'; echo ran u{i} >> log", d.display()))))
+        // Each logs the agent that ran it (its parent).
+        .map(|i| {
+            s.submit(&sh(&format!("u{i}"), &format!("cd '{}'; echo ran u{i} at $PPID >> log", d.display())))
+        })
         .collect();
     until(&addr, "four tasks assigned to a1", &[&b, &a1], |st| {
         st.agents.iter().any(|a| a.agent_id == "a1" && a.in_flight == 4)
@@ -141,7 +178,6 @@ async fn sigterm_sends_unstarted_tasks_elsewhere_at_once_finishes_the_running_on
     let a2 = agent(d, &addr, "a2", "4", &["--no-optimizer"]);
     until(&addr, "a2", &[&b, &a1, &a2], |st| st.agents.len() == 2).await;
     a1.signal("TERM");
-    a1.signal("CONT");
 
     // The unstarted ones run at a2 while `run` still runs at a1: at once,
     // not after a heartbeat timeout (a1 stays connected throughout).
@@ -153,14 +189,19 @@ async fn sigterm_sends_unstarted_tasks_elsewhere_at_once_finishes_the_running_on
         st.agents.iter().any(|a| a.agent_id == "a1" && a.draining && a.in_flight == 1)
     })
     .await;
+    // The held assignments reach a1 now: it sends them back unstarted.
+    downstream.send(true).unwrap();
     assert_eq!(a1.wait_exit(Duration::ZERO), None, "a1 waits for its running task");
     std::fs::write(d.join("gate"), "").unwrap();
     done(run, &[&b, &a1, &a2]).await;
     assert_eq!(a1.wait_exit(WAIT), Some(Some(0)), "a1 exits 0 once drained\n{}", logs(&[&a1]));
     let lines = std::fs::read_to_string(&log).unwrap();
-    for line in ["start run", "end run", "ran u1", "ran u2", "ran u3"] {
-        assert_eq!(count(&log, line), 1, "`{line}` once:\n{lines}");
+    assert_eq!((count(&log, "start run"), count(&log, "end run")), (1, 1), "{lines}");
+    for i in 1..=3 {
+        let at_a2 = format!("ran u{i} at {}", a2.pid());
+        assert_eq!(count(&log, &at_a2), 1, "u{i} ran once, at a2:\n{lines}");
     }
+    assert_eq!(lines.lines().count(), 5, "nothing else ran:\n{lines}");
     let a1_log = std::fs::read_to_string(&a1.log).unwrap();
     assert!(a1_log.contains("draining") && a1_log.contains("drained"), "{a1_log}");
 }
@@ -251,4 +292,28 @@ async fn status_shows_the_allocation_end_and_the_optimizers_verdict_and_too_long
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "fits\n", "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inside_a_slurm_job_the_allocations_end_comes_from_slurm_job_end_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let addr = free_port();
+    let b = broker(d, &addr);
+    let args = ["agent", "--broker", &addr, "--id", "job", "--capability", "sh@1", "--no-optimizer"];
+    let a = Proc::start_env(d, "job", &args, &[("SLURM_JOB_END_TIME", "4102444800")]);
+    until(&addr, "the job's agent", &[&b, &a], |st| st.agents.len() == 1).await;
+    let st = client::status(&addr, &Default::default()).await.unwrap();
+    assert_eq!(st.agents[0].ends_at_unix_ms, 4_102_444_800_000);
+    // A malformed value is refused naming it, before dialling anything.
+    let out = Command::new(common::bin())
+        .args(["agent", "--broker", &addr, "--capability", "sh@1"])
+        .env("SLURM_JOB_END_TIME", "tomorrow")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("SLURM_JOB_END_TIME: `tomorrow` is not Unix seconds"),
+        "{stderr}"
+    );
 }

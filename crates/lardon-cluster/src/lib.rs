@@ -19,10 +19,12 @@
 //! * [`client`] is the submitter side, a small library the CLI (and later
 //!   an offloading daemon) uses.
 //! * [`wire`] validates everything a peer sends.
+//! * [`learned`] is what the broker learned of each task class (peak
+//!   memory, wall time), which walltime-aware dispatch reads.
 //! * [`cache`], [`optimizer`], [`provision`] and [`keda`] are the result
-//!   cache and its hook chain, the token-bound controller, the
-//!   Provisioner's decision and the KEDA scaler (not yet wired into the
-//!   broker).
+//!   cache and its hook chain, the token-bound controller (run by each
+//!   agent, [`agent::tuning`]), the Provisioner's decision (not yet driven
+//!   by a loop) and the KEDA scaler.
 #![warn(missing_docs)]
 
 pub mod agent;

@@ -21,7 +21,8 @@
 //!   sets ([`Router::set_now`]: the router reads none). Such a task waits
 //!   for another agent; when no agent that serves its capability could
 //!   ever take it, it is answered [`Delivery::NoExecutor`], as is a task
-//!   with no agent at all.
+//!   with no agent at all — unless the capability is provisionable (a new
+//!   allocation may have the time).
 //! * **Drain.** A draining agent ([`Router::drain`]) is given nothing new;
 //!   what it holds but has not started is queued again at once, at the
 //!   head of its submitter's queue and without counting an attempt.
@@ -48,11 +49,15 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
+mod check;
+mod parts;
+
 use crate::capability::Capability;
 use crate::ids::{AgentId, SubmitterId, TaskId};
 use crate::messages::{
     AgentView, Availability, Delivery, Event, Hello, Need, Report, Request, Submitted, TaskPlace,
 };
+use parts::{Agent, Route, SplitMix};
 
 #[derive(Debug, Clone)]
 enum Place {
@@ -65,93 +70,6 @@ struct Entry {
     request: Request,
     place: Place,
     attempts: u32,
-}
-
-#[derive(Debug, Clone)]
-struct Agent {
-    capabilities: BTreeSet<String>,
-    mirror: Availability,
-    tokens: u32,
-    holding: BTreeSet<TaskId>,
-    ends_at_ms: Option<u64>,
-    draining: bool,
-}
-
-impl Agent {
-    fn free_tokens(&self) -> u32 {
-        self.tokens.saturating_sub(u32::try_from(self.holding.len()).unwrap_or(u32::MAX))
-    }
-
-    /// Serves `key` for new work (declared it and is not draining).
-    fn serves(&self, key: &str) -> bool {
-        !self.draining && self.capabilities.contains(key)
-    }
-
-    /// Has time left for a task of `duration_ms` at `now_ms`: an unknown
-    /// end or an unknown duration does not hold a task back.
-    fn has_time(&self, duration_ms: Option<u64>, now_ms: u64) -> bool {
-        match (self.ends_at_ms, duration_ms) {
-            (Some(end), Some(d)) => now_ms.saturating_add(d) <= end,
-            _ => true,
-        }
-    }
-
-    fn can_take(&self, key: &str, need: Need, duration_ms: Option<u64>, now_ms: u64) -> bool {
-        self.serves(key)
-            && self.free_tokens() > 0
-            && self.mirror.admits(need)
-            && self.has_time(duration_ms, now_ms)
-    }
-}
-
-/// One capability's waiting tasks, per submitter, and the round-robin turn.
-#[derive(Debug, Default, Clone)]
-struct Route {
-    queues: BTreeMap<SubmitterId, VecDeque<TaskId>>,
-    turn: VecDeque<SubmitterId>,
-}
-
-impl Route {
-    fn push(&mut self, submitter: &SubmitterId, task: TaskId, front: bool) {
-        let q = self.queues.entry(submitter.clone()).or_default();
-        if q.is_empty() && !self.turn.contains(submitter) {
-            self.turn.push_back(submitter.clone());
-        }
-        if front { q.push_front(task) } else { q.push_back(task) }
-    }
-
-    fn remove(&mut self, submitter: &SubmitterId, task: &TaskId) {
-        if let Some(q) = self.queues.get_mut(submitter) {
-            q.retain(|t| t != task);
-            if q.is_empty() {
-                self.queues.remove(submitter);
-                self.turn.retain(|s| s != submitter);
-            }
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.queues.is_empty()
-    }
-}
-
-/// A small deterministic generator (SplitMix64) for the two random
-/// choices: the same seed gives the same placements, so tests replay.
-#[derive(Debug, Clone)]
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        usize::try_from(self.next() % u64::try_from(n.max(1)).unwrap_or(u64::MAX)).unwrap_or(0)
-    }
 }
 
 /// The routing core of `lardon broker` (see the module docs).
@@ -489,61 +407,6 @@ impl Router {
     /// Tasks in flight at `agent`.
     pub fn in_flight(&self, agent: &AgentId) -> usize {
         self.agents.get(agent).map_or(0, |a| a.holding.len())
-    }
-
-    /// Checks the invariants of the module docs.
-    ///
-    /// # Errors
-    /// The first one broken, described.
-    pub fn check(&self) -> Result<(), String> {
-        for (id, entry) in &self.tasks {
-            let key = entry.request.capability.key();
-            let queued = self
-                .routes
-                .values()
-                .flat_map(|r| r.queues.values())
-                .map(|q| q.iter().filter(|t| *t == id).count())
-                .sum::<usize>();
-            let held = self.agents.values().filter(|a| a.holding.contains(id)).count();
-            match &entry.place {
-                Place::Queued if queued == 1 && held == 0 => {
-                    let in_route = self
-                        .routes
-                        .get(&key)
-                        .and_then(|r| r.queues.get(&entry.request.submitter))
-                        .is_some_and(|q| q.contains(id));
-                    if !in_route {
-                        return Err(format!("task {id} is queued on the wrong route"));
-                    }
-                }
-                Place::InFlight(agent) if queued == 0 && held == 1 => {
-                    if !self.agents.get(agent).is_some_and(|a| a.holding.contains(id)) {
-                        return Err(format!("task {id} is held by another agent than {agent}"));
-                    }
-                }
-                place => return Err(format!("task {id} ({place:?}) is queued {queued}× and held {held}×")),
-            }
-            if self.finished_set.contains(id) {
-                return Err(format!("task {id} is both live and finished"));
-            }
-        }
-        for route in self.routes.values() {
-            for q in route.queues.values() {
-                if let Some(t) = q.iter().find(|t| !self.tasks.contains_key(*t)) {
-                    return Err(format!("route holds unknown task {t}"));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn debug_check(&self) {
-        #[cfg(debug_assertions)]
-        if self.tasks.len() <= 256
-            && let Err(e) = self.check()
-        {
-            debug_assert!(false, "router invariant broken: {e}");
-        }
     }
 
     fn finish(&mut self, task: &TaskId, delivery: Delivery) -> Option<Event> {

@@ -42,6 +42,11 @@ impl Proc {
         Proc { child, log }
     }
 
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends `signal` (a `kill` name: `TERM`, `STOP`, `CONT` …).
     pub(crate) fn signal(&self, signal: &str) {
         let status = Command::new("kill")

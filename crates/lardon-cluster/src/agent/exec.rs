@@ -221,7 +221,7 @@ async fn run_process(
     let err = tokio::spawn(capture(
         child.stderr.take().and_then(|p| tokio::process::ChildStderr::from_std(p).ok()),
     ));
-    let mut reaped = tokio::task::spawn_blocking(move || lardon_host::wait_child(child));
+    let mut reaped = std::pin::pin!(reap(child));
     let deadline = async {
         match left {
             Some(left) => tokio::time::sleep(left).await,
@@ -230,16 +230,16 @@ async fn run_process(
     };
     let mut stopped = None;
     let exit = tokio::select! {
-        exit = &mut reaped => exit,
+        exit = reaped.as_mut() => exit,
         Ok(()) = cancel => {
             stopped = Some("cancelled");
             kill_group(group);
-            (&mut reaped).await
+            reaped.as_mut().await
         }
         () = deadline => {
             stopped = Some("deadline passed");
             kill_group(group);
-            (&mut reaped).await
+            reaped.as_mut().await
         }
     };
     guard.0 = None;
@@ -248,8 +248,7 @@ async fn run_process(
     let (stderr, err_cut) = err.await.unwrap_or_default();
     let mut ended = match exit {
         Err(e) => failed(format!("waiting for `{program}`: {e}")),
-        Ok(Err(e)) => failed(format!("waiting for `{program}`: {e}")),
-        Ok(Ok(exit)) => {
+        Ok(exit) => {
             let status = exit.status;
             pb::TaskEnded {
                 success: status.success() && stopped.is_none(),
@@ -283,6 +282,38 @@ async fn run_process(
     ended.stdout = stdout;
     ended.stderr = stderr;
     ended
+}
+
+/// Waits for `child` to exit and reaps it with its peak RSS. The wait
+/// needs no thread per task: a pidfd turns readable when the child exits
+/// (the reap that follows does not block); without pidfds (a kernel
+/// before 5.3) a blocking thread waits instead.
+async fn reap(child: std::process::Child) -> Result<lardon_host::ChildExit, String> {
+    let pidfd = rustix::process::pidfd_open(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::PidfdFlags::NONBLOCK,
+    )
+    .ok()
+    .and_then(watch_readable);
+    if let Some(fd) = pidfd
+        && fd.readable().await.is_ok()
+    {
+        // It exited: this reap returns at once.
+        return lardon_host::wait_child(child).map_err(|e| e.to_string());
+    }
+    tokio::task::spawn_blocking(move || lardon_host::wait_child(child))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+}
+
+/// `fd` registered with the runtime for readability.
+#[allow(unsafe_code)]
+fn watch_readable(fd: std::os::fd::OwnedFd) -> Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    // SAFETY: an `OwnedFd` is a valid open descriptor that the `AsyncFd`
+    // owns until it is dropped, and its `as_raw_fd` always returns that
+    // same descriptor (tokio's I/O-safety requirement).
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE).ok() }
 }
 
 /// SIGKILLs the task's whole process group: helpers it started go with it.
@@ -345,6 +376,33 @@ mod tests {
         let _ = stop.send(());
         let ended = running.await;
         assert_eq!((ended.success, ended.reason.as_str()), (false, "cancelled"));
+    }
+
+    #[test]
+    fn a_running_task_holds_no_thread_so_others_end_meanwhile() {
+        // One blocking thread in all: were each task's wait a blocking
+        // thread, `quick` could not be reaped while `slow` runs.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .max_blocking_threads(1)
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let gate = dir.path().join("gate");
+        let script = format!("while [ ! -e '{}' ]; do sleep 0.02; done", gate.display());
+        rt.block_on(async {
+            let (_keep_slow, cancel) = oneshot::channel();
+            let slow = tokio::spawn(ProcessExecutor.run(spec(&["sh", "-c", &script]), cancel));
+            // Let `slow` start and reach its wait first (one thread: it
+            // runs until it awaits the exit).
+            tokio::task::yield_now().await;
+            let (_keep_quick, cancel) = oneshot::channel();
+            let quick = ProcessExecutor.run(spec(&["true"]), cancel);
+            let ended = tokio::time::timeout(Duration::from_secs(30), quick).await;
+            assert!(ended.is_ok_and(|e| e.success), "the quick task ends while the slow one runs");
+            std::fs::write(&gate, "").unwrap_or_else(|e| panic!("{e}"));
+            assert!(slow.await.is_ok_and(|e| e.success));
+        });
     }
 
     #[tokio::test]

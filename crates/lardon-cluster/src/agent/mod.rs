@@ -281,9 +281,11 @@ impl Agent {
 
     /// Drains on each item of `stops` (one per SIGTERM): the first starts
     /// a drain, the second stops at once (see the `drain` rules in the
-    /// module docs); [`Agent::run`] then returns. Poll the signal itself
-    /// (not a task forwarding it): a request that arrives together with
-    /// assignments is then seen first, and they go back unstarted.
+    /// module docs); [`Agent::run`] then returns. The session polls the
+    /// requests before the broker's messages, so a request already
+    /// delivered is handled before any assignment read in the same turn:
+    /// pass the signal itself, not a task forwarding it (one more hop for
+    /// the request to lose that race).
     #[must_use]
     pub fn with_stop_requests(mut self, stops: StopRequests) -> Self {
         self.stops = Some(Stops(stops));

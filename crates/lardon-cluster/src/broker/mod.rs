@@ -86,8 +86,9 @@ pub struct ProvisionLoop {
     pub provisioner: SharedProvisioner,
     /// Time between ticks.
     pub every: Duration,
-    /// One task's wall time for sizing allocations, until the broker has
-    /// learned its capability's (the longest of its last 20 successes).
+    /// One task's wall time, for sizing allocations, when the broker has
+    /// neither learned nor been told the duration of any queued task of a
+    /// capability.
     pub task_duration: Duration,
 }
 

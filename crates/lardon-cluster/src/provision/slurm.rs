@@ -212,7 +212,8 @@ fn slurm_time(d: Duration) -> String {
 }
 
 /// The batch script for `shape`: the generated `#SBATCH` lines, the
-/// user's extras, then the agent — `exec`ed on one node (so the batch
+/// user's extras, the allocation's end, then the agent (told that end) —
+/// `exec`ed on one node (so the batch
 /// step's SIGTERM reaches it), or one per node through `srun`, each with
 /// the id `slurm-JOBID` (`slurm-JOBID-RANK` on several nodes) that ties
 /// it to its allocation.
@@ -260,13 +261,19 @@ pub fn batch_script(shape: &SlurmShape, config: &SlurmConfig) -> Result<String, 
     }
     let argv: Vec<String> = config.launch.argv(&s.capabilities).iter().map(|w| quote(w)).collect();
     let argv = argv.join(" ");
+    // When the allocation ends, for walltime-aware dispatch: Slurm's own
+    // figure where it exports one (23.02 on), else the script's start plus
+    // the walltime (the script starts when the job does).
+    let secs = s.walltime.as_secs() + u64::from(s.walltime.subsec_nanos() > 0);
+    text.push_str(&format!("end=\"${{SLURM_JOB_END_TIME:-$(( $(date +%s) + {secs} ))}}\"\n"));
     if s.nodes == 1 {
-        text.push_str(&format!("exec {argv} --id \"slurm-${{SLURM_JOB_ID}}\"\n"));
+        text.push_str(&format!("exec {argv} --id \"slurm-${{SLURM_JOB_ID}}\" --ends-at \"$end\"\n"));
     } else {
         // The id needs each task's own rank, so a shell per task expands it.
         text.push_str(&format!(
             "exec srun --overlap --nodes={n} --ntasks={n} --ntasks-per-node=1 \
-             sh -c 'exec \"$@\" --id \"slurm-${{SLURM_JOB_ID}}-${{SLURM_PROCID}}\"' lardon-agent {argv}\n",
+             sh -c 'exec \"$@\" --id \"slurm-${{SLURM_JOB_ID}}-${{SLURM_PROCID}}\"' lardon-agent {argv} \
+             --ends-at \"$end\"\n",
             n = s.nodes
         ));
     }

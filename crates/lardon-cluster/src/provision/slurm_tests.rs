@@ -109,9 +109,10 @@ fn the_batch_script_sizes_the_job_from_its_shape_and_runs_the_agent_with_idle_ex
         #SBATCH --output=/var/log/lardon/lardon-agent-%j.out\n\
         #SBATCH --partition=debug\n\
         #SBATCH --account=lab\n\
+        end=\"${SLURM_JOB_END_TIME:-$(( $(date +%s) + 93661 ))}\"\n\
         exec '/opt/lardon/bin/lardon' 'agent' '--allocation' '--broker' '10.0.0.5:7700' \
         '--join-token-file' '/etc/lardon/join token' '--idle-exit' '300000ms' \
-        '--capability' 'gcc@13:x86_64-linux-gnu' --id \"slurm-${SLURM_JOB_ID}\"\n";
+        '--capability' 'gcc@13:x86_64-linux-gnu' --id \"slurm-${SLURM_JOB_ID}\" --ends-at \"$end\"\n";
     assert_eq!(script, expected);
 }
 
@@ -125,7 +126,7 @@ fn a_multi_node_shape_runs_one_agent_per_node_through_srun() {
         last.starts_with(
             "exec srun --overlap --nodes=2 --ntasks=2 --ntasks-per-node=1 \
              sh -c 'exec \"$@\" --id \"slurm-${SLURM_JOB_ID}-${SLURM_PROCID}\"' lardon-agent '/opt/lardon/bin/lardon' 'agent' '--allocation'"
-        ),
+        ) && last.ends_with(" --ends-at \"$end\""),
         "{last}"
     );
 }
