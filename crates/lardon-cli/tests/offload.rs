@@ -15,7 +15,7 @@ mod procs;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{lardon, stderr, stdout, submit, task_json};
+use common::{lardon, stderr, stdout, submit, task_json, wait_until};
 use procs::{Proc, free_port, logs};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -351,4 +351,107 @@ fn a_daemon_killed_with_a_task_out_asks_for_it_again_and_it_runs_once() {
         course.iter().any(|(_, _, m)| m.contains("asked for again after a daemon restart")),
         "{course:?}"
     );
+}
+
+#[test]
+fn a_daemon_offloads_to_a_secured_broker_with_its_certificate_and_token_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let p = |name: &str| d.join(name).to_str().unwrap().to_owned();
+    for args in [
+        vec!["cert", "init", "--dir", &p("ca")],
+        vec!["cert", "issue", "broker", "--ca", &p("ca"), "--host", "127.0.0.1", "--out", &p("broker")],
+        vec!["cert", "issue", "agent-1", "--ca", &p("ca"), "--out", &p("agent")],
+        vec!["cert", "issue", "daemon", "--ca", &p("ca"), "--out", &p("daemon")],
+        vec!["cert", "token", "--out", &p("join.token")],
+    ] {
+        let o = lardon(d, &args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    }
+    let addr = free_port();
+    let token = p("join.token");
+    let broker = Proc::start(
+        d,
+        "broker",
+        &[
+            "broker",
+            "--listen",
+            &addr,
+            "--heartbeat",
+            "1s",
+            "--tls-dir",
+            &p("broker"),
+            "--join-token-file",
+            &token,
+        ],
+    );
+    let agent = Proc::start_env(
+        d,
+        "a1",
+        &[
+            "agent",
+            "--broker",
+            &addr,
+            "--id",
+            "a1",
+            "--capability",
+            "sh@1",
+            "--heartbeat",
+            "1s",
+            "--simulate-host",
+            "8GiB,8",
+            "--tls-dir",
+            &p("agent"),
+            "--tls-name",
+            "agent-1",
+            "--join-token-file",
+            &token,
+        ],
+        &[("ONLY_ON_AGENT", "agent-side")],
+    );
+    std::fs::write(d.join("policy.toml"), REMOTE).unwrap();
+    let daemon = |state: &str, creds: &[&str]| {
+        let mut args = vec![
+            "--state-dir",
+            state,
+            "daemon",
+            "--simulate-host",
+            "8GiB,4",
+            "--policy",
+            "",
+            "--broker",
+            &addr,
+            "--broker-heartbeat",
+            "1s",
+            "--broker-timeout",
+            "2s",
+        ];
+        let policy = p("policy.toml");
+        args[6] = &policy;
+        args.extend(creds);
+        let proc = Proc::start(d, state.rsplit('/').next().unwrap(), &args);
+        wait_until("the daemon to answer", WAIT, || lardon(Path::new(state), &["status"]).status.success());
+        proc
+    };
+    let secured = p("secured");
+    let plain = p("plain");
+    let daemons = [
+        daemon(&secured, &["--tls-dir", &p("daemon"), "--tls-name", "daemon", "--join-token-file", &token]),
+        daemon(&plain, &[]),
+    ];
+    let procs = [&broker, &agent, &daemons[0], &daemons[1]];
+    let run = |state: &str| {
+        let state = Path::new(state);
+        let id = submit(state, &sh("echo where=$ONLY_ON_AGENT."));
+        wait_until("the task to end", WAIT, || task_json(state, &id)["state"] == "completed");
+        let log = stdout(&lardon(state, &["log", &id]));
+        let course = stdout(&lardon(state, &["explain", &id, "--history"]));
+        (log, course)
+    };
+    let (log, course) = run(&secured);
+    assert!(log.contains("where=agent-side."), "{log}\n{course}\n{}", logs(&procs));
+    // Without the certificate and token the broker refuses it: it runs here.
+    let (log, course) = run(&plain);
+    assert!(log.contains("where=."), "{log}");
+    assert!(course.contains("unreachable: ran locally"), "{course}");
 }
