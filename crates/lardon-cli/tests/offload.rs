@@ -455,3 +455,34 @@ fn a_daemon_offloads_to_a_secured_broker_with_its_certificate_and_token_only() {
     assert!(log.contains("where=."), "{log}");
     assert!(course.contains("unreachable: ran locally"), "{course}");
 }
+
+#[test]
+fn a_task_whose_agent_is_lost_ships_again_up_to_max_retries_then_runs_here() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut c = Cluster::start(d, "offload = { prefer = \"remote\", max_retries = 1 }\n", "1");
+    let runs = d.join("runs");
+    // The first run (at the agent) records its pid and blocks; a later one ends.
+    let script = format!(
+        "cd '{}'; echo start-$ONLY_ON_AGENT >> runs; if [ -e mark ]; then echo end >> runs; else echo $$ > pid; touch mark; exec sleep 600; fi",
+        d.display()
+    );
+    let id = c.submit(&sh(&script));
+    c.until("the run started at the agent", || lines(&runs, "start-agent-side") == 1);
+    c.agent.kill9();
+    // The orphaned run would go with the agent's allocation; here the test ends it.
+    if let Ok(pid) = std::fs::read_to_string(d.join("pid")) {
+        let _ = std::process::Command::new("kill").args(["-9", pid.trim()]).status();
+    }
+    let t = c.ended(&id);
+    assert_eq!(t["state"].as_str(), Some("completed"), "{t}\n{}", logs(&c.procs()));
+    assert_eq!((lines(&runs, "start-"), lines(&runs, "end")), (1, 1), "then it ran here, once");
+    let course = c.course(&id);
+    let kinds: Vec<(&str, &str)> = course.iter().map(|(k, code, _)| (k.as_str(), code.as_str())).collect();
+    assert_eq!(
+        kinds[..3],
+        [("offloaded", "shipped"), ("offloaded", "shipped"), ("ran_locally", "no_executor")],
+        "{course:?}"
+    );
+    assert!(course[1].2.contains("shipping again (retry 1 of 1)"), "{course:?}");
+}
