@@ -319,6 +319,23 @@ fn a_bad_offload_policy_or_flag_is_refused_naming_the_field() {
     let o = lardon(d, &["submit", "--capability", "/bin/sh", "--shippable", "--", "true"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--capability"), "{}", stderr(&o));
+    let o = lardon(d, &["submit", "--deadline", "1s", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2), "--deadline needs --shippable: {}", stderr(&o));
+
+    // What an agent cannot run is refused by the daemon, naming the field.
+    let _daemon = common::Daemon::start(d, "8GiB,4");
+    for (extra, field) in [
+        (&["--items", "3"][..], "shippable: items:"),
+        (&["--scratch", "1GiB"][..], "shippable: scratch:"),
+        (&["--paused"][..], "capability: paused:"),
+    ] {
+        let mut args = vec!["submit", "--capability", "sh@1", "--shippable"];
+        args.extend(extra);
+        args.extend(["--", "true"]);
+        let o = lardon(d, &args);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(field), "{extra:?}: {}", stderr(&o));
+    }
 }
 
 #[test]
