@@ -503,3 +503,22 @@ fn a_task_whose_agent_is_lost_ships_again_up_to_max_retries_then_runs_here() {
     );
     assert!(course[1].2.contains("shipping again (retry 1 of 1)"), "{course:?}");
 }
+
+#[test]
+fn a_shippable_task_that_runs_here_is_held_to_its_deadline_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let c = Cluster::start(d, REMOTE, "1");
+    let pid_file = d.join("here.pid");
+    let script = format!("echo $$ > '{}'; exec sleep 600", pid_file.display());
+    // No agent serves gcc@12: it runs here, under the same deadline.
+    let id =
+        c.submit(&["--capability", "gcc@12", "--shippable", "--deadline", "2s", "--", "sh", "-c", &script]);
+    c.until("the run started here", || std::fs::read_to_string(&pid_file).is_ok_and(|s| s.ends_with('\n')));
+    let pid = std::fs::read_to_string(&pid_file).unwrap().trim().to_owned();
+    let t = c.ended(&id);
+    assert_eq!(t["state"].as_str(), Some("failed"), "{t}");
+    assert!(t.to_string().contains("deadline passed"), "{t}");
+    assert!(c.course(&id).iter().any(|(k, code, _)| k == "ran_locally" && code == "no_executor"));
+    c.until("the run killed", || !Path::new(&format!("/proc/{pid}")).exists());
+}
