@@ -427,6 +427,27 @@ fn a_daemon_offloads_to_a_secured_broker_with_its_certificate_and_token_only() {
         &[("ONLY_ON_AGENT", "agent-side")],
     );
     std::fs::write(d.join("policy.toml"), REMOTE).unwrap();
+    let agents = || {
+        let o = lardon(
+            d,
+            &[
+                "cluster",
+                "status",
+                "--broker",
+                &addr,
+                "--json",
+                "--tls-dir",
+                &p("agent"),
+                "--tls-name",
+                "agent-1",
+                "--join-token-file",
+                &token,
+            ],
+        );
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        v["agents"].as_array().map_or(0, Vec::len)
+    };
+    wait_until("the agent at the broker", WAIT, || agents() == 1);
     let daemon = |state: &str, creds: &[&str]| {
         let mut args = vec![
             "--state-dir",
