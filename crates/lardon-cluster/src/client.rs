@@ -7,6 +7,11 @@
 //! yet answered is sent again by id after a reconnect (the broker drops
 //! duplicates and answers finished ones from its store), so a broker
 //! restart loses no answer and runs nothing twice.
+//!
+//! A task with input files ([`RemoteTask::inputs`]) is submitted with
+//! [`Submitter::submit_with_files`], which uploads what the broker's CAS
+//! lacks first; its declared outputs come back as digests in the answer
+//! and are fetched with [`Submitter::download_outputs`].
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -18,6 +23,8 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tracing::warn;
 
 use crate::agent::{AgentError, Backoff, broker_uri};
+use crate::blobs::{BlobClient, TransferError};
+use crate::cache::key::digest_of;
 use crate::capability::Capability;
 use crate::ids::{SubmitterId, TaskId};
 use crate::messages::Need;
@@ -41,9 +48,37 @@ pub struct RemoteTask {
     /// Unix milliseconds after which the agent kills it (`None`: no
     /// deadline).
     pub deadline_unix_ms: Option<i64>,
-    /// Its result depends only on its capability, argv and env: the broker
-    /// may answer it from its cache.
+    /// Its result depends only on its capability, argv, env and input
+    /// files: the broker may answer it from its cache.
     pub cacheable: bool,
+    /// Its class for the broker's learned estimates (`None`: its
+    /// capability and program name).
+    pub class: Option<String>,
+    /// How long it is expected to run (`None`: unknown); what the broker
+    /// learned of its class takes precedence.
+    pub expected_duration: Option<std::time::Duration>,
+    /// Files written into the task's fresh working directory at the agent.
+    pub inputs: Vec<InputData>,
+    /// Files (relative to that directory) uploaded when it succeeds.
+    pub outputs: Vec<String>,
+}
+
+/// One input file of a [`RemoteTask`]: where the agent writes it and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputData {
+    /// Relative to the task's directory (`/`-separated, no `..`).
+    pub path: String,
+    /// Its bytes.
+    pub data: Vec<u8>,
+    /// Sets the owner's execute bit.
+    pub executable: bool,
+}
+
+impl InputData {
+    /// A plain (not executable) file at `path` holding `data`.
+    pub fn new(path: impl Into<String>, data: Vec<u8>) -> Self {
+        InputData { path: path.into(), data, executable: false }
+    }
 }
 
 impl RemoteTask {
@@ -59,6 +94,10 @@ impl RemoteTask {
             stdin: Vec::new(),
             deadline_unix_ms: None,
             cacheable: false,
+            class: None,
+            expected_duration: None,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
         }
     }
 
@@ -73,12 +112,26 @@ impl RemoteTask {
             stdin: self.stdin.clone(),
             deadline_unix_ms: self.deadline_unix_ms.unwrap_or(0),
             cacheable: self.cacheable,
+            class: self.class.clone().unwrap_or_default(),
+            expected_duration_ms: self
+                .expected_duration
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            inputs: self
+                .inputs
+                .iter()
+                .map(|f| pb::InputFile {
+                    path: f.path.clone(),
+                    digest: Some(crate::blobs::to_pb(&digest_of(&f.data))),
+                    executable: f.executable,
+                })
+                .collect(),
+            outputs: self.outputs.clone(),
         }
     }
 }
 
 /// How a submitted task was answered.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
     /// It ran at an agent and ended so (success, exit code, output).
     Done(pb::TaskEnded),
@@ -142,7 +195,7 @@ pub struct SubmitterConfig {
 }
 
 enum Command {
-    Submit(pb::TaskSpec, oneshot::Sender<Answer>),
+    Submit(Box<pb::TaskSpec>, oneshot::Sender<Answer>),
     Cancel(TaskId),
 }
 
@@ -152,6 +205,10 @@ enum Command {
 pub struct Submitter {
     tx: mpsc::UnboundedSender<Command>,
     submitter: SubmitterId,
+    broker: String,
+    dial: crate::dial::Dial,
+    /// The CAS client, connected on first use.
+    blobs: std::sync::Arc<tokio::sync::OnceCell<BlobClient>>,
 }
 
 impl std::fmt::Debug for Command {
@@ -172,14 +229,67 @@ impl Submitter {
         let broker = broker_uri(&config.broker)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let submitter = config.submitter.clone();
+        let dial = config.dial.clone();
         let state = Loop {
-            config: SubmitterConfig { broker, ..config },
+            config: SubmitterConfig { broker: broker.clone(), ..config },
             rx,
             outstanding: HashMap::new(),
             cancels: Vec::new(),
         };
         tokio::spawn(state.run());
-        Ok(Submitter { tx, submitter })
+        Ok(Submitter { tx, submitter, broker, dial, blobs: std::sync::Arc::default() })
+    }
+
+    async fn blobs(&self) -> Result<BlobClient, TransferError> {
+        self.blobs.get_or_try_init(|| BlobClient::connect(&self.broker, &self.dial)).await.cloned()
+    }
+
+    /// Uploads `task`'s input files that the broker's CAS lacks, then
+    /// submits it (as [`Submitter::submit`]).
+    ///
+    /// # Errors
+    /// [`TransferError`] when the CAS cannot be reached or refuses a blob;
+    /// nothing was submitted then.
+    pub async fn submit_with_files(&self, task: &RemoteTask) -> Result<Ticket, TransferError> {
+        // A malformed task is answered Rejected without uploading anything.
+        let valid = wire::task_spec(task.to_spec(), &self.submitter).is_ok();
+        if valid && !task.inputs.is_empty() {
+            let blobs: Vec<(crate::cache::reapi::Digest, &[u8])> =
+                task.inputs.iter().map(|f| (digest_of(&f.data), f.data.as_slice())).collect();
+            self.blobs().await?.upload(&blobs).await?;
+        }
+        Ok(self.submit(task))
+    }
+
+    /// Fetches the output files a task's answer names, as (path, bytes)
+    /// in the answer's order, each checked against its digest.
+    ///
+    /// # Errors
+    /// [`TransferError`] when the CAS cannot be reached, or a blob is
+    /// missing (evicted) or corrupt.
+    pub async fn download_outputs(
+        &self,
+        ended: &pb::TaskEnded,
+    ) -> Result<Vec<(String, Vec<u8>)>, TransferError> {
+        if ended.outputs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let digests: Vec<crate::cache::reapi::Digest> = ended
+            .outputs
+            .iter()
+            .map(|o| o.digest.as_ref().map(crate::blobs::from_pb).unwrap_or_default())
+            .collect();
+        let mut got = self.blobs().await?.download(&digests).await?;
+        ended
+            .outputs
+            .iter()
+            .zip(digests)
+            .map(|(o, d)| {
+                // A path named twice shares its blob.
+                let data = got.get(&d.hash).cloned().or_else(|| got.remove(&d.hash));
+                data.map(|data| (o.path.clone(), data)).ok_or(TransferError::Missing(d.hash))
+            })
+            .collect()
     }
 
     /// Submits `task`; a malformed one is answered [`Answer::Rejected`]
@@ -191,7 +301,7 @@ impl Submitter {
             Err(reason) => drop(tx.send(Answer::Rejected(reason))),
             Ok(_) => {
                 if let Err(mpsc::error::SendError(Command::Submit(_, tx))) =
-                    self.tx.send(Command::Submit(spec, tx))
+                    self.tx.send(Command::Submit(Box::new(spec), tx))
                 {
                     drop(tx); // the ticket then says Stopped
                 }
@@ -257,7 +367,7 @@ impl Loop {
                     command = self.rx.recv() => match command {
                         None => return,
                         Some(Command::Submit(spec, tx)) => {
-                            self.track(spec, tx);
+                            self.track(*spec, tx);
                         }
                         // Sent once connected again.
                         Some(Command::Cancel(id)) => self.cancels.push(id),
@@ -317,8 +427,8 @@ impl Loop {
                 command = self.rx.recv() => match command {
                     None => return Session::Closed,
                     Some(Command::Submit(spec, tx)) => {
-                        if self.track(spec.clone(), tx) {
-                            let _ = out.send(request(spec));
+                        if self.track((*spec).clone(), tx) {
+                            let _ = out.send(request(*spec));
                         }
                     }
                     Some(Command::Cancel(id)) => {
@@ -361,6 +471,23 @@ pub enum StatusError {
     /// The broker answered with an error.
     #[error("broker: {}", .0.message())]
     Call(#[from] tonic::Status),
+}
+
+/// The broker's Provisioner: its allocations and why it is not asking
+/// for more (empty provider: it runs none).
+///
+/// # Errors
+/// [`StatusError`] when the broker is unreachable or refuses.
+pub async fn explain(
+    broker: &str,
+    dial: &crate::dial::Dial,
+) -> Result<pb::ProvisionExplainResponse, StatusError> {
+    broker_uri(broker)?;
+    let mut client = dial
+        .connect(broker)
+        .await
+        .map_err(|source| StatusError::Unreachable { broker: broker.to_owned(), source })?;
+    Ok(client.provision_explain(pb::ProvisionExplainRequest {}).await?.into_inner())
 }
 
 /// Asks the broker at `broker` (`HOST:PORT` or a URI) for its status.

@@ -45,18 +45,35 @@ impl Dial {
     /// A malformed address or a failed connection (including a TLS
     /// handshake the broker refused).
     pub async fn connect(&self, broker: &str) -> Result<Client, tonic::transport::Error> {
+        let channel = self.channel(broker).await?;
+        Ok(BrokerClient::with_interceptor(channel, self.interceptor()))
+    }
+
+    /// A connected channel to `broker` (`HOST:PORT` or a URI), for the
+    /// other services on the broker's port (its CAS); wrap its clients in
+    /// [`Dial::interceptor`] so they present the join token.
+    ///
+    /// # Errors
+    /// A malformed address or a failed connection (including a TLS
+    /// handshake the broker refused).
+    pub async fn channel(&self, broker: &str) -> Result<Channel, tonic::transport::Error> {
         let host_port = broker.split("://").last().unwrap_or(broker);
-        let channel = match &self.tls {
+        match &self.tls {
             Some(id) => {
                 let domain =
                     host_port.rsplit_once(':').map_or(host_port, |(h, _)| h).trim_matches(['[', ']']);
                 Endpoint::from_shared(format!("https://{host_port}"))?
                     .tls_config(id.client_config(domain))?
                     .connect()
-                    .await?
+                    .await
             }
-            None => Endpoint::from_shared(format!("http://{host_port}"))?.connect().await?,
-        };
-        Ok(BrokerClient::with_interceptor(channel, MaybeToken(self.token.clone())))
+            None => Endpoint::from_shared(format!("http://{host_port}"))?.connect().await,
+        }
+    }
+
+    /// What adds this peer's join token (if any) to every request.
+    #[must_use]
+    pub fn interceptor(&self) -> MaybeToken {
+        MaybeToken(self.token.clone())
     }
 }

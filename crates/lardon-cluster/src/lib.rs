@@ -26,6 +26,7 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod blobs;
 pub mod broker;
 pub mod cache;
 mod capability;
@@ -33,6 +34,7 @@ pub mod client;
 pub mod dial;
 mod ids;
 pub mod keda;
+pub mod learned;
 mod messages;
 pub mod optimizer;
 pub mod provision;

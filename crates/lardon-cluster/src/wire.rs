@@ -25,8 +25,16 @@ pub const MAX_CAPABILITIES: usize = 256;
 pub const MAX_RUNNING: usize = 100_000;
 /// Largest token bound an agent may declare.
 pub const MAX_TOKENS: u32 = 65_536;
+/// Most characters of a task class.
+pub const MAX_CLASS: usize = 128;
+/// Most characters of an optimizer's reason or a drain's kept.
+pub const MAX_NOTE: usize = 512;
 /// Most characters of a failure reason kept.
 pub const MAX_REASON: usize = 4096;
+/// Most input files, and most output paths, in one task.
+pub const MAX_FILES: usize = 10_000;
+/// Most bytes of one file path.
+pub const MAX_PATH: usize = 4096;
 
 /// A field a peer sent was refused. Displays as `FIELD: why`.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -101,7 +109,8 @@ pub fn submitter_hello(hello: &pb::SubmitterHello) -> Result<SubmitterId, WireEr
 /// [`WireError`] naming the first bad field (`request.argv`, …).
 pub fn task_spec(spec: pb::TaskSpec, submitter: &SubmitterId) -> Result<Job, WireError> {
     let (id, capability, need) = check_spec("request", &spec)?;
-    let request = Request { id, submitter: submitter.clone(), capability, need };
+    let duration_ms = (spec.expected_duration_ms > 0).then_some(spec.expected_duration_ms);
+    let request = Request { id, submitter: submitter.clone(), capability, need, duration_ms };
     Ok(Job { request, spec })
 }
 
@@ -166,14 +175,104 @@ fn check_spec(p: &str, spec: &pb::TaskSpec) -> Result<(TaskId, Capability, Need)
     if spec.stdin.len() > MAX_STDIN {
         return Err(bad(format!("{p}.stdin"), format!("{} bytes, at most {MAX_STDIN}", spec.stdin.len())));
     }
+    if spec.class.chars().count() > MAX_CLASS || spec.class.chars().any(char::is_control) {
+        return Err(bad(
+            format!("{p}.class"),
+            format!("at most {MAX_CLASS} characters, no control characters"),
+        ));
+    }
     if spec.deadline_unix_ms < 0 {
         return Err(bad(format!("{p}.deadline_unix_ms"), "negative (0 means none)"));
     }
+    check_files(p, spec)?;
     let need = spec
         .need
         .as_ref()
         .map_or_else(Need::default, |n| Need { memory: n.memory, cpu_millis: n.cpu_millis });
     Ok((id, capability, need))
+}
+
+/// Checks a path a task names for a file in its working directory: non
+/// empty, relative, and made only of plain names (no `..`, no `.`, no
+/// empty component, no NUL), so it can never name anything outside that
+/// directory.
+///
+/// # Errors
+/// [`WireError`] naming `field`.
+pub fn relative_path(field: &str, path: &str) -> Result<(), WireError> {
+    if path.is_empty() {
+        return Err(bad(field, "empty path"));
+    }
+    if path.len() > MAX_PATH {
+        return Err(bad(field, format!("{} bytes, at most {MAX_PATH}", path.len())));
+    }
+    if path.contains('\0') {
+        return Err(bad(field, "contains a NUL byte"));
+    }
+    if path.starts_with('/') {
+        return Err(bad(field, format!("`{path}` is absolute; paths are relative to the task's directory")));
+    }
+    if path.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+        return Err(bad(
+            field,
+            format!("`{path}` has an empty, `.` or `..` component; paths stay inside the task's directory"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a blob digest field: 64 lower-case hex digits and a size ≥ 0.
+///
+/// # Errors
+/// [`WireError`] naming `field`.
+pub fn blob_digest(field: &str, d: Option<&pb::BlobDigest>) -> Result<(), WireError> {
+    let d = d.ok_or_else(|| bad(field, "missing"))?;
+    let hex = d.hash.len() == 64 && d.hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !hex || d.size_bytes < 0 {
+        return Err(bad(field, "not a sha256 digest (64 lower-case hex digits and a size ≥ 0)"));
+    }
+    Ok(())
+}
+
+fn check_files(p: &str, spec: &pb::TaskSpec) -> Result<(), WireError> {
+    if spec.inputs.len() > MAX_FILES {
+        return Err(bad(format!("{p}.inputs"), format!("{} files, at most {MAX_FILES}", spec.inputs.len())));
+    }
+    if spec.outputs.len() > MAX_FILES {
+        return Err(bad(
+            format!("{p}.outputs"),
+            format!("{} paths, at most {MAX_FILES}", spec.outputs.len()),
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (i, f) in spec.inputs.iter().enumerate() {
+        relative_path(&format!("{p}.inputs[{i}].path"), &f.path)?;
+        blob_digest(&format!("{p}.inputs[{i}].digest"), f.digest.as_ref())?;
+        if !seen.insert(f.path.as_str()) {
+            return Err(bad(format!("{p}.inputs[{i}].path"), format!("`{}` named twice", f.path)));
+        }
+    }
+    // A file and a directory of the same name cannot both be written.
+    for (i, f) in spec.inputs.iter().enumerate() {
+        let mut prefix = f.path.as_str();
+        while let Some((dir, _)) = prefix.rsplit_once('/') {
+            if seen.contains(dir) {
+                return Err(bad(
+                    format!("{p}.inputs[{i}].path"),
+                    format!("`{}` is inside `{dir}`, which is an input file", f.path),
+                ));
+            }
+            prefix = dir;
+        }
+    }
+    let mut outs = std::collections::HashSet::new();
+    for (i, path) in spec.outputs.iter().enumerate() {
+        relative_path(&format!("{p}.outputs[{i}]"), path)?;
+        if !outs.insert(path.as_str()) {
+            return Err(bad(format!("{p}.outputs[{i}]"), format!("`{path}` named twice")));
+        }
+    }
+    Ok(())
 }
 
 /// Checks an agent's first message.
@@ -209,12 +308,56 @@ pub fn agent_hello(hello: &pb::AgentHello) -> Result<Hello, WireError> {
         .enumerate()
         .map(|(i, t)| task_id(&format!("hello.running[{i}]"), t))
         .collect::<Result<Vec<_>, _>>()?;
+    if hello.ends_at_unix_ms < 0 {
+        return Err(bad("hello.ends_at_unix_ms", "negative (0 means no end known)"));
+    }
     Ok(Hello {
         agent,
         capabilities,
         availability: availability(hello.availability.as_ref()),
         tokens: hello.tokens,
         running,
+        ends_at_ms: u64::try_from(hello.ends_at_unix_ms).ok().filter(|t| *t > 0),
+    })
+}
+
+/// Checks an agent's drain notice: the tasks it still runs.
+///
+/// # Errors
+/// [`WireError`] naming the first bad field.
+pub fn draining(value: &pb::Draining) -> Result<Vec<TaskId>, WireError> {
+    if value.running.len() > MAX_RUNNING {
+        return Err(bad("draining.running", format!("{} ids, at most {MAX_RUNNING}", value.running.len())));
+    }
+    value.running.iter().enumerate().map(|(i, t)| task_id(&format!("draining.running[{i}]"), t)).collect()
+}
+
+/// An agent's optimizer verdict, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenBound {
+    /// The new bound (at least 1).
+    pub tokens: u32,
+    /// `grow`, `shrink` or `hold`.
+    pub verdict: String,
+    /// Why (cut at [`MAX_NOTE`] characters).
+    pub reason: String,
+}
+
+/// Checks an agent's token-bound update.
+///
+/// # Errors
+/// [`WireError`] naming the first bad field.
+pub fn token_bound(value: &pb::TokenBound) -> Result<TokenBound, WireError> {
+    if value.tokens == 0 || value.tokens > MAX_TOKENS {
+        return Err(bad("tokens.tokens", format!("{}, must be 1 to {MAX_TOKENS}", value.tokens)));
+    }
+    if !matches!(value.verdict.as_str(), "grow" | "shrink" | "hold") {
+        return Err(bad("tokens.verdict", "must be grow, shrink or hold"));
+    }
+    Ok(TokenBound {
+        tokens: value.tokens,
+        verdict: value.verdict.clone(),
+        reason: value.reason.chars().filter(|c| !c.is_control()).take(MAX_NOTE).collect(),
     })
 }
 
@@ -234,6 +377,16 @@ pub fn report(value: pb::TaskReport) -> Result<(TaskId, Report, Option<pb::TaskE
         None => Err(bad("report.report", "missing (wait or ended)")),
         Some(pb::task_report::Report::Wait(_)) => Ok((task, Report::Wait, None)),
         Some(pb::task_report::Report::Ended(mut ended)) => {
+            if ended.outputs.len() > MAX_FILES {
+                return Err(bad(
+                    "report.ended.outputs",
+                    format!("{} files, at most {MAX_FILES}", ended.outputs.len()),
+                ));
+            }
+            for (i, o) in ended.outputs.iter().enumerate() {
+                relative_path(&format!("report.ended.outputs[{i}].path"), &o.path)?;
+                blob_digest(&format!("report.ended.outputs[{i}].digest"), o.digest.as_ref())?;
+            }
             if ended.reason.chars().count() > MAX_REASON {
                 ended.reason = ended.reason.chars().take(MAX_REASON).collect();
             }
@@ -269,6 +422,10 @@ mod tests {
             stdin: Vec::new(),
             deadline_unix_ms: 0,
             cacheable: false,
+            class: String::new(),
+            expected_duration_ms: 0,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
         }
     }
 
@@ -298,6 +455,45 @@ mod tests {
         assert!(err(pb::TaskSpec { env, ..spec() }).starts_with("request.env[0].name"));
         assert!(err(pb::TaskSpec { stdin: vec![0; MAX_STDIN + 1], ..spec() }).starts_with("request.stdin"));
         assert!(err(pb::TaskSpec { deadline_unix_ms: -1, ..spec() }).starts_with("request.deadline_unix_ms"));
+        assert!(err(pb::TaskSpec { class: "a\nb".into(), ..spec() }).starts_with("request.class"));
+        assert!(
+            err(pb::TaskSpec { class: "x".repeat(MAX_CLASS + 1), ..spec() }).starts_with("request.class")
+        );
+        let timed = task_spec(pb::TaskSpec { expected_duration_ms: 90_000, ..spec() }, &sub)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(timed.request.duration_ms, Some(90_000));
+    }
+
+    #[test]
+    fn file_paths_stay_inside_the_task_directory_and_digests_are_checked() {
+        let digest = Some(pb::BlobDigest { hash: "a".repeat(64), size_bytes: 3 });
+        let input =
+            |path: &str| pb::InputFile { path: path.into(), digest: digest.clone(), executable: false };
+        let with = |inputs: Vec<pb::InputFile>, outputs: Vec<&str>| pb::TaskSpec {
+            inputs,
+            outputs: outputs.into_iter().map(String::from).collect(),
+            ..spec()
+        };
+        let sub = SubmitterId::new("s").unwrap_or_else(|e| panic!("{e}"));
+        let good = with(vec![input("x.i"), input("inc/a.h")], vec!["out/x.o"]);
+        assert!(task_spec(good, &sub).is_ok());
+        for bad_path in ["/etc/passwd", "../x", "a/../../x", "a//b", "./a", "", "a/.", "a/\0"] {
+            let e = err(with(vec![input(bad_path)], vec![]));
+            assert!(e.starts_with("request.inputs[0].path: "), "{bad_path:?}: {e}");
+            let e = err(with(vec![], vec![bad_path]));
+            assert!(e.starts_with("request.outputs[0]: "), "{bad_path:?}: {e}");
+        }
+        assert!(err(with(vec![input("/abs")], vec![])).contains("absolute"));
+        let e = err(with(vec![input("a"), input("a")], vec![]));
+        assert!(e.starts_with("request.inputs[1].path: `a` named twice"), "{e}");
+        let e = err(with(vec![input("a/b"), input("a")], vec![]));
+        assert!(e.starts_with("request.inputs[0].path: `a/b` is inside `a`"), "{e}");
+        let mut short = input("x");
+        short.digest = Some(pb::BlobDigest { hash: "ABC".into(), size_bytes: 1 });
+        assert!(err(with(vec![short], vec![])).starts_with("request.inputs[0].digest: "));
+        let mut none = input("x");
+        none.digest = None;
+        assert!(err(with(vec![none], vec![])).starts_with("request.inputs[0].digest: missing"));
     }
 
     #[test]
@@ -308,6 +504,7 @@ mod tests {
             availability: None,
             tokens: 2,
             running: vec!["t1".into()],
+            ends_at_unix_ms: 0,
         };
         let ok = agent_hello(&hello).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((ok.tokens, ok.running.len()), (2, 1));
@@ -321,6 +518,18 @@ mod tests {
             e(pb::AgentHello { running: vec!["x y".into()], ..hello.clone() })
                 .starts_with("hello.running[0]")
         );
+        assert!(
+            e(pb::AgentHello { ends_at_unix_ms: -1, ..hello.clone() }).starts_with("hello.ends_at_unix_ms")
+        );
+        let ends = agent_hello(&pb::AgentHello { ends_at_unix_ms: 5_000, ..hello.clone() });
+        assert_eq!(ends.map(|h| h.ends_at_ms), Ok(Some(5_000)));
+        let tb =
+            |tokens, verdict: &str| pb::TokenBound { tokens, verdict: verdict.into(), reason: "r".into() };
+        assert!(token_bound(&tb(0, "hold")).is_err_and(|e| e.field == "tokens.tokens"));
+        assert!(token_bound(&tb(2, "jump")).is_err_and(|e| e.field == "tokens.verdict"));
+        assert_eq!(token_bound(&tb(2, "grow")).map(|t| t.tokens), Ok(2));
+        let d = pb::Draining { running: vec!["ok".into(), "no way".into()], reason: String::new() };
+        assert!(draining(&d).is_err_and(|e| e.field == "draining.running[1]"));
         let r = pb::TaskReport { task_id: "t".into(), report: None };
         assert!(report(r).err().map(|e| e.to_string()).unwrap_or_default().starts_with("report.report"));
         let ended = pb::TaskEnded { success: false, exit_code: Some(3), ..Default::default() };
@@ -355,6 +564,8 @@ mod tests {
                 }
                 Some(pb::agent_message::Kind::Update(a)) => drop(update(&a)),
                 Some(pb::agent_message::Kind::Report(r)) => drop(report(r)),
+                Some(pb::agent_message::Kind::Draining(d)) => drop(draining(&d)),
+                Some(pb::agent_message::Kind::Tokens(t)) => drop(token_bound(&t)),
                 Some(pb::agent_message::Kind::Heartbeat(_)) | None => {}
             }
         }

@@ -15,6 +15,10 @@
 mod core;
 #[cfg(test)]
 mod core_tests;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod fault_tests;
+mod metrics;
 mod service;
 
 use std::future::Future;
@@ -31,7 +35,10 @@ use tonic::service::interceptor::InterceptedService;
 
 use crate::store::{Store, StoreError};
 
+pub use metrics::{MetricsBoard, serve_metrics};
 pub use service::BrokerService;
+
+pub(crate) use core::unix_ms;
 
 /// How a broker runs.
 #[derive(Debug, Clone)]
@@ -58,6 +65,26 @@ pub struct BrokerConfig {
     /// Publish the demand per capability here after every change (for the
     /// KEDA scaler).
     pub demand: Option<crate::keda::DemandBoard>,
+    /// Answer metrics scrapes through this board ([`serve_metrics`]).
+    pub metrics: Option<MetricsBoard>,
+    /// Drive this Provisioner (`None`: capacity is someone else's).
+    pub provision: Option<ProvisionLoop>,
+}
+
+/// A Provisioner shared by the provisioning loop and the explain RPC.
+pub type SharedProvisioner = Arc<Mutex<crate::provision::Provisioner>>;
+
+/// How the broker drives its Provisioner (docs/DESIGN.md §14).
+#[derive(Debug, Clone)]
+pub struct ProvisionLoop {
+    /// The Provisioner; its shapes' capabilities are provisionable (their
+    /// tasks wait for an allocation instead of "no executor").
+    pub provisioner: SharedProvisioner,
+    /// Time between ticks.
+    pub every: Duration,
+    /// One task's wall time, for sizing allocations (the broker learns no
+    /// durations yet: the configured estimate).
+    pub task_duration: Duration,
 }
 
 impl Default for BrokerConfig {
@@ -71,6 +98,8 @@ impl Default for BrokerConfig {
             token: None,
             cache_bytes: None,
             demand: None,
+            metrics: None,
+            provision: None,
         }
     }
 }
@@ -95,19 +124,26 @@ impl BrokerCache {
         crate::cache::service::CacheService::new(Arc::clone(&self.cas), Arc::clone(&self.actions))
     }
 
-    /// Caches a cacheable task's success: its Action and Command go to the
-    /// CAS (as REAPI requires of a cached result) and its result to the
-    /// action cache.
+    /// Caches a cacheable task's success: its Action, Command and input
+    /// tree go to the CAS (as REAPI requires of a cached result) and its
+    /// result, with its output files, to the action cache. A success that
+    /// lacks a declared output is not cached.
     fn remember(&self, spec: &lardon_proto::cluster::TaskSpec, ended: &lardon_proto::cluster::TaskEnded) {
         use prost::Message as _;
         let Ok(capability) = crate::wire::capability("capability", spec.capability.as_ref()) else {
             return;
         };
+        let all_outputs = spec.outputs.iter().all(|p| ended.outputs.iter().any(|o| &o.path == p));
+        if !all_outputs || ended.outputs.iter().any(|o| o.digest.is_none()) {
+            tracing::warn!("task {}: not cached: a declared output is missing", spec.task_id);
+            return;
+        }
         let key = core::action_key(&capability, spec);
         let stored = {
             let mut cas = self.cas.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             [key.action.encode_to_vec(), key.command.encode_to_vec()]
                 .into_iter()
+                .chain(key.directories)
                 .try_for_each(|blob| cas.put(&crate::cache::key::digest_of(&blob), blob))
         };
         if let Err(e) = stored {
@@ -118,6 +154,15 @@ impl BrokerCache {
             exit_code: ended.exit_code.unwrap_or(0),
             stdout_raw: ended.stdout.clone(),
             stderr_raw: ended.stderr.clone(),
+            output_files: ended
+                .outputs
+                .iter()
+                .map(|o| crate::cache::reapi::OutputFile {
+                    path: o.path.clone(),
+                    digest: o.digest.as_ref().map(crate::blobs::from_pb),
+                    ..Default::default()
+                })
+                .collect(),
             ..Default::default()
         };
         let put = self.actions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).put(
@@ -161,6 +206,15 @@ fn start_with_cache(config: &BrokerConfig, cache: Option<BrokerCache>) -> Result
     if let Some(cache) = cache {
         core = core.with_cache(cache);
     }
+    if let Some(board) = &config.metrics {
+        board.attach(tx.clone());
+    }
+    if let Some(p) = &config.provision {
+        let capabilities =
+            p.provisioner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).capabilities();
+        core.set_provisionable(&capabilities);
+        spawn_provisioning(&tx, p.clone());
+    }
     if restored {
         let tx = tx.clone();
         let window = config.recovery;
@@ -178,7 +232,56 @@ fn start_with_cache(config: &BrokerConfig, cache: Option<BrokerCache>) -> Result
             }
         }
     });
-    Ok(BrokerService::new(tx, config.heartbeat))
+    Ok(BrokerService::new(
+        tx,
+        config.heartbeat,
+        config.provision.as_ref().map(|p| Arc::clone(&p.provisioner)),
+    ))
+}
+
+/// The provisioning loop: at every tick, the core's queued demand and
+/// agents, then one [`Provisioner::tick`](crate::provision::Provisioner::tick)
+/// on a blocking thread (providers run commands such as `sbatch`).
+fn spawn_provisioning(tx: &mpsc::Sender<core::Input>, p: ProvisionLoop) {
+    let weak = tx.downgrade();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(p.every);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let Some(tx) = weak.upgrade() else { break };
+            let (reply, rx) = tokio::sync::oneshot::channel();
+            if tx.send(core::Input::ProvisionView { reply }).await.is_err() {
+                break;
+            }
+            drop(tx);
+            let Ok(view) = rx.await else { break };
+            let demand: Vec<crate::provision::Demand> = view
+                .queued
+                .into_iter()
+                .map(|(capability, (tasks, need))| crate::provision::Demand {
+                    capability,
+                    tasks,
+                    memory: need.memory,
+                    cpu_millis: need.cpu_millis,
+                    duration: p.task_duration,
+                })
+                .collect();
+            let shared = Arc::clone(&p.provisioner);
+            let agents = view.agents;
+            let ticked = tokio::task::spawn_blocking(move || {
+                shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner).tick(
+                    &demand,
+                    &agents,
+                    std::time::Instant::now(),
+                );
+            })
+            .await;
+            if let Err(e) = ticked {
+                tracing::error!("the provisioning tick failed: {e}");
+            }
+        }
+    });
 }
 
 /// Serves the broker on `listener` until `shutdown` resolves.
@@ -218,8 +321,22 @@ pub async fn serve(
             ))
             .add_service(InterceptedService::new(ByteStreamServer::new(cache), check));
     }
-    router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown).await?;
+    router.serve_with_incoming_shutdown(no_delay(listener), shutdown).await?;
     Ok(())
+}
+
+/// The connections `listener` accepts, with Nagle's algorithm off: a
+/// reply is a few small writes, and with Nagle on each waited for the
+/// client's delayed acknowledgement (about 40 ms per call on Linux).
+fn no_delay(
+    listener: TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt as _;
+    TcpListenerStream::new(listener).map(|conn| {
+        let conn = conn?;
+        conn.set_nodelay(true)?;
+        Ok(conn)
+    })
 }
 
 /// Action results the broker's cache keeps, and for how long.
@@ -239,7 +356,23 @@ pub async fn serve_keda(
     use lardon_proto::keda::external_scaler_server::ExternalScalerServer;
     tonic::transport::Server::builder()
         .add_service(ExternalScalerServer::new(crate::keda::Scaler::new(board)))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(no_delay(listener), shutdown)
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use tokio_stream::StreamExt as _;
+
+    #[tokio::test]
+    async fn accepted_connections_have_nagle_off() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut incoming = std::pin::pin!(super::no_delay(listener));
+        let conn = incoming.next().await.unwrap().unwrap();
+        assert!(conn.nodelay().unwrap(), "a reply would wait for the peer's delayed ACK");
+    }
 }

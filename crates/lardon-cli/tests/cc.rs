@@ -1,0 +1,172 @@
+//! `lardon cc` with real processes on loopback: a `lardon broker` (with
+//! its cache), a `lardon agent` declaring this machine's gcc, and real gcc
+//! compiles. A compile through the cluster gives the object a local
+//! compile gives (byte for byte, without -g) and the linked program runs; the same
+//! compile again is answered from the cache with no agent left; linking
+//! runs here; no broker means a local compile. Each run says where it ran
+//! (`--verbose`), which is what the assertions read.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+#[path = "support/procs.rs"]
+mod procs;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use procs::{Proc, free_port, logs};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// This machine's gcc as a capability, `gcc@VERSION:TARGET`; fails the
+/// test (with the reason) when there is no gcc.
+fn gcc_capability() -> String {
+    let ask = |flag: &str| {
+        let out = Command::new("gcc").arg(flag).output().expect("this test needs gcc on PATH");
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    format!("gcc@{}:{}", ask("-dumpversion"), ask("-dumpmachine"))
+}
+
+/// `lardon cc ARGS…` in `dir` with `broker` (none: LARDON_BROKER unset).
+fn cc(dir: &Path, broker: Option<&str>, args: &[&str]) -> Output {
+    let mut cmd = Command::new(common::bin());
+    cmd.current_dir(dir).env_remove("LARDON_BROKER").env("LARDON_CC_VERBOSE", "1").arg("cc").args(args);
+    if let Some(b) = broker {
+        cmd.env("LARDON_BROKER", b);
+    }
+    cmd.output().unwrap()
+}
+
+fn agents(addr: &str) -> usize {
+    let out =
+        Command::new(common::bin()).args(["cluster", "status", "--json", "--broker", addr]).output().unwrap();
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .ok()
+        .and_then(|v| v["agents"].as_array().map(Vec::len))
+        .unwrap_or(usize::MAX)
+}
+
+fn write_program(dir: &Path) {
+    std::fs::write(dir.join("fib.h"), "#define LIMIT 25\nint fib(int n);\n").unwrap();
+    std::fs::write(
+        dir.join("main.c"),
+        "#include <stdio.h>\n#include \"fib.h\"\nint main(void) { printf(\"%d\\n\", fib(LIMIT)); return 0; }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("fib.c"),
+        "#include \"fib.h\"\nint fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn compiles_go_through_the_cluster_are_cached_and_everything_else_runs_here() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let src = dir.join("src");
+    std::fs::create_dir(&src).unwrap();
+    write_program(&src);
+    let addr = free_port();
+    let broker = Proc::start(dir, "broker", &["broker", "--listen", &addr, "--heartbeat", "1s"]);
+    let work = dir.join("work");
+    let cap = gcc_capability();
+    let mut agent = Proc::start(
+        dir,
+        "agent",
+        &[
+            "agent",
+            "--broker",
+            &addr,
+            "--id",
+            "a1",
+            "--capability",
+            &cap,
+            "--tokens",
+            "2",
+            "--heartbeat",
+            "1s",
+            "--simulate-host",
+            "8GiB,8",
+            "--work-dir",
+            work.to_str().unwrap(),
+        ],
+    );
+    common::wait_until("the agent to connect", WAIT, || agents(&addr) == 1);
+    let ctx = |agent: &Proc| logs(&[&broker, agent]);
+
+    // Through the cluster: both objects, `-o` given and implied.
+    let out = cc(&src, Some(&addr), &["gcc", "-O2", "-c", "main.c", "-o", "main.o"]);
+    assert!(out.status.success(), "{}{}", common::stderr(&out), ctx(&agent));
+    assert!(common::stderr(&out).contains("main.c compiled through the broker"), "{}", common::stderr(&out));
+    let out = cc(&src, Some(&addr), &["gcc", "-O2", "-g", "-c", "fib.c"]);
+    assert!(
+        common::stderr(&out).contains("fib.c compiled through the broker"),
+        "{}{}",
+        common::stderr(&out),
+        ctx(&agent)
+    );
+    // The same object a local compile makes (without -g: with it, gcc's
+    // line tables differ between compiling the source and its
+    // preprocessed text, though the code is the same).
+    let local = Command::new("gcc").current_dir(&src).args(["-O2", "-c", "main.c", "-o", "local.o"]).status();
+    assert!(local.unwrap().success());
+    assert!(
+        std::fs::read(src.join("main.o")).unwrap() == std::fs::read(src.join("local.o")).unwrap(),
+        "the remote object differs from the local one"
+    );
+    // Linking runs here; the program runs.
+    let out = cc(&src, Some(&addr), &["gcc", "main.o", "fib.o", "-o", "fib"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(
+        common::stderr(&out).contains("running locally: not a compile (no -c)"),
+        "{}",
+        common::stderr(&out)
+    );
+    let run = Command::new(src.join("fib")).output().unwrap();
+    assert_eq!(common::stdout(&run), "75025\n");
+    // A compile error is the compiler's answer, from the agent.
+    std::fs::write(src.join("bad.c"), "int bad(void) { return nope; }\n").unwrap();
+    let out = cc(&src, Some(&addr), &["gcc", "-c", "bad.c"]);
+    assert_eq!(out.status.code(), Some(1), "{}", common::stderr(&out));
+    assert!(
+        common::stderr(&out).contains("'nope' undeclared")
+            || common::stderr(&out).contains("‘nope’ undeclared")
+    );
+    assert!(!src.join("bad.o").exists());
+    let left: Vec<_> = std::fs::read_dir(work.join("a1")).unwrap().collect();
+    assert!(left.is_empty(), "task directories left behind: {left:?}");
+
+    // No agent any more: the same compile is a cache hit.
+    agent.kill9();
+    common::wait_until("the agent to be gone", WAIT, || agents(&addr) == 0);
+    std::fs::remove_file(src.join("main.o")).unwrap();
+    let out = cc(&src, Some(&addr), &["gcc", "-O2", "-c", "main.c", "-o", "main.o"]);
+    assert!(
+        common::stderr(&out).contains("main.c compiled through the broker"),
+        "{}{}",
+        common::stderr(&out),
+        logs(&[&broker])
+    );
+    assert!(std::fs::read(src.join("main.o")).unwrap() == std::fs::read(src.join("local.o")).unwrap());
+    // A changed header changes the preprocessed source: not in the cache,
+    // no agent, so it compiles here.
+    std::fs::write(src.join("fib.h"), "#define LIMIT 20\nint fib(int n);\n").unwrap();
+    let out = cc(&src, Some(&addr), &["gcc", "-O2", "-c", "main.c", "-o", "main.o"]);
+    assert!(out.status.success());
+    assert!(common::stderr(&out).contains("running locally: no agent runs gcc@"), "{}", common::stderr(&out));
+
+    // No broker at all: local.
+    std::fs::remove_file(src.join("fib.o")).unwrap();
+    let out = cc(&src, Some(&free_port()), &["gcc", "-c", "fib.c"]);
+    assert!(out.status.success() && src.join("fib.o").exists(), "{}", common::stderr(&out));
+    assert!(
+        common::stderr(&out).contains("running locally: cannot reach the broker"),
+        "{}",
+        common::stderr(&out)
+    );
+    let out = cc(&src, None, &["--", "gcc", "-c", "fib.c"]);
+    assert!(common::stderr(&out).contains("running locally: no broker"), "{}", common::stderr(&out));
+}
