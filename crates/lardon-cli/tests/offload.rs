@@ -15,7 +15,7 @@ mod procs;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{lardon, stderr, stdout, submit, task_json};
+use common::{lardon, stderr, stdout, submit, task_json, wait_until};
 use procs::{Proc, free_port, logs};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -319,6 +319,23 @@ fn a_bad_offload_policy_or_flag_is_refused_naming_the_field() {
     let o = lardon(d, &["submit", "--capability", "/bin/sh", "--shippable", "--", "true"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--capability"), "{}", stderr(&o));
+    let o = lardon(d, &["submit", "--deadline", "1s", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2), "--deadline needs --shippable: {}", stderr(&o));
+
+    // What an agent cannot run is refused by the daemon, naming the field.
+    let _daemon = common::Daemon::start(d, "8GiB,4");
+    for (extra, field) in [
+        (&["--items", "3"][..], "shippable: items:"),
+        (&["--scratch", "1GiB"][..], "shippable: scratch:"),
+        (&["--paused"][..], "capability: paused:"),
+    ] {
+        let mut args = vec!["submit", "--capability", "sh@1", "--shippable"];
+        args.extend(extra);
+        args.extend(["--", "true"]);
+        let o = lardon(d, &args);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(field), "{extra:?}: {}", stderr(&o));
+    }
 }
 
 #[test]
@@ -351,4 +368,178 @@ fn a_daemon_killed_with_a_task_out_asks_for_it_again_and_it_runs_once() {
         course.iter().any(|(_, _, m)| m.contains("asked for again after a daemon restart")),
         "{course:?}"
     );
+}
+
+#[test]
+fn a_daemon_offloads_to_a_secured_broker_with_its_certificate_and_token_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let p = |name: &str| d.join(name).to_str().unwrap().to_owned();
+    for args in [
+        vec!["cert", "init", "--dir", &p("ca")],
+        vec!["cert", "issue", "broker", "--ca", &p("ca"), "--host", "127.0.0.1", "--out", &p("broker")],
+        vec!["cert", "issue", "agent-1", "--ca", &p("ca"), "--out", &p("agent")],
+        vec!["cert", "issue", "daemon", "--ca", &p("ca"), "--out", &p("daemon")],
+        vec!["cert", "token", "--out", &p("join.token")],
+    ] {
+        let o = lardon(d, &args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    }
+    let addr = free_port();
+    let token = p("join.token");
+    let broker = Proc::start(
+        d,
+        "broker",
+        &[
+            "broker",
+            "--listen",
+            &addr,
+            "--heartbeat",
+            "1s",
+            "--tls-dir",
+            &p("broker"),
+            "--join-token-file",
+            &token,
+        ],
+    );
+    let agent = Proc::start_env(
+        d,
+        "a1",
+        &[
+            "agent",
+            "--broker",
+            &addr,
+            "--id",
+            "a1",
+            "--capability",
+            "sh@1",
+            "--heartbeat",
+            "1s",
+            "--simulate-host",
+            "8GiB,8",
+            "--tls-dir",
+            &p("agent"),
+            "--tls-name",
+            "agent-1",
+            "--join-token-file",
+            &token,
+        ],
+        &[("ONLY_ON_AGENT", "agent-side")],
+    );
+    std::fs::write(d.join("policy.toml"), REMOTE).unwrap();
+    let agents = || {
+        let o = lardon(
+            d,
+            &[
+                "cluster",
+                "status",
+                "--broker",
+                &addr,
+                "--json",
+                "--tls-dir",
+                &p("agent"),
+                "--tls-name",
+                "agent-1",
+                "--join-token-file",
+                &token,
+            ],
+        );
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        v["agents"].as_array().map_or(0, Vec::len)
+    };
+    wait_until("the agent at the broker", WAIT, || agents() == 1);
+    let daemon = |state: &str, creds: &[&str]| {
+        let mut args = vec![
+            "--state-dir",
+            state,
+            "daemon",
+            "--simulate-host",
+            "8GiB,4",
+            "--policy",
+            "",
+            "--broker",
+            &addr,
+            "--broker-heartbeat",
+            "1s",
+            "--broker-timeout",
+            "2s",
+        ];
+        let policy = p("policy.toml");
+        args[6] = &policy;
+        args.extend(creds);
+        let proc = Proc::start(d, state.rsplit('/').next().unwrap(), &args);
+        wait_until("the daemon to answer", WAIT, || lardon(Path::new(state), &["status"]).status.success());
+        proc
+    };
+    let secured = p("secured");
+    let plain = p("plain");
+    let daemons = [
+        daemon(&secured, &["--tls-dir", &p("daemon"), "--tls-name", "daemon", "--join-token-file", &token]),
+        daemon(&plain, &[]),
+    ];
+    let procs = [&broker, &agent, &daemons[0], &daemons[1]];
+    let run = |state: &str| {
+        let state = Path::new(state);
+        let id = submit(state, &sh("echo where=$ONLY_ON_AGENT."));
+        wait_until("the task to end", WAIT, || task_json(state, &id)["state"] == "completed");
+        let log = stdout(&lardon(state, &["log", &id]));
+        let course = stdout(&lardon(state, &["explain", &id, "--history"]));
+        (log, course)
+    };
+    let (log, course) = run(&secured);
+    assert!(log.contains("where=agent-side."), "{log}\n{course}\n{}", logs(&procs));
+    // Without the certificate and token the broker refuses it: it runs here.
+    let (log, course) = run(&plain);
+    assert!(log.contains("where=."), "{log}");
+    assert!(course.contains("unreachable: ran locally"), "{course}");
+}
+
+#[test]
+fn a_task_whose_agent_is_lost_ships_again_up_to_max_retries_then_runs_here() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut c = Cluster::start(d, "offload = { prefer = \"remote\", max_retries = 1 }\n", "1");
+    let runs = d.join("runs");
+    // The first run (at the agent) records its pid and blocks; a later one ends.
+    let script = format!(
+        "cd '{}'; echo start-$ONLY_ON_AGENT >> runs; if [ -e mark ]; then echo end >> runs; else echo $$ > pid; touch mark; exec sleep 600; fi",
+        d.display()
+    );
+    let id = c.submit(&sh(&script));
+    c.until("the run started at the agent", || lines(&runs, "start-agent-side") == 1);
+    c.agent.kill9();
+    // The orphaned run would go with the agent's allocation; here the test ends it.
+    if let Ok(pid) = std::fs::read_to_string(d.join("pid")) {
+        let _ = std::process::Command::new("kill").args(["-9", pid.trim()]).status();
+    }
+    let t = c.ended(&id);
+    assert_eq!(t["state"].as_str(), Some("completed"), "{t}\n{}", logs(&c.procs()));
+    assert_eq!((lines(&runs, "start-"), lines(&runs, "end")), (1, 1), "then it ran here, once");
+    let course = c.course(&id);
+    let kinds: Vec<(&str, &str)> = course.iter().map(|(k, code, _)| (k.as_str(), code.as_str())).collect();
+    assert_eq!(
+        kinds[..3],
+        [("offloaded", "shipped"), ("offloaded", "shipped"), ("ran_locally", "no_executor")],
+        "{course:?}"
+    );
+    assert!(course[1].2.contains("shipping again (retry 1 of 1)"), "{course:?}");
+}
+
+#[test]
+fn a_shippable_task_that_runs_here_is_held_to_its_deadline_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let c = Cluster::start(d, REMOTE, "1");
+    let pid_file = d.join("here.pid");
+    let script = format!("echo $$ > '{}'; exec sleep 600", pid_file.display());
+    // No agent serves gcc@12: it runs here, under the same deadline.
+    let id =
+        c.submit(&["--capability", "gcc@12", "--shippable", "--deadline", "2s", "--", "sh", "-c", &script]);
+    c.until("the run started here", || std::fs::read_to_string(&pid_file).is_ok_and(|s| s.ends_with('\n')));
+    let pid = std::fs::read_to_string(&pid_file).unwrap().trim().to_owned();
+    let t = c.ended(&id);
+    assert_eq!(t["state"].as_str(), Some("failed"), "{t}");
+    assert!(t.to_string().contains("deadline passed"), "{t}");
+    assert!(c.course(&id).iter().any(|(k, code, _)| k == "ran_locally" && code == "no_executor"));
+    c.until("the run killed", || !Path::new(&format!("/proc/{pid}")).exists());
 }

@@ -54,7 +54,8 @@ pub(crate) fn run(cli: &Cli, args: &DaemonArgs) -> Result<u8> {
     Ok(0)
 }
 
-/// A policy file's `key = value` pairs, in the file's order: every
+/// A policy file's `key = value` pairs (in key order; the daemon applies
+/// them in its own, as for `lardon policy --set`): every
 /// top-level scalar is a policy key (checked when the daemon applies it,
 /// naming the key), and the `offload` table's `prefer` and `max_retries`
 /// become `offload_prefer` and `offload_max_retries` (checked here, naming
@@ -117,7 +118,7 @@ mod tests {
     fn a_policy_file_gives_offload_and_plain_keys_and_names_bad_fields() {
         let pairs =
             policy_pairs("max_running = 1\noffload = { prefer = \"Remote\", max_retries = 2 }\n").unwrap();
-        let want = [("max_running", "1"), ("offload_prefer", "remote"), ("offload_max_retries", "2")];
+        let want = [("max_running", "1"), ("offload_max_retries", "2"), ("offload_prefer", "remote")];
         assert_eq!(pairs, want.map(|(k, v)| (k.to_owned(), v.to_owned())));
         for (text, field) in [
             ("offload = { prefer = \"elsewhere\" }", "offload.prefer:"),

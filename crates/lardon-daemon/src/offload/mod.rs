@@ -334,7 +334,8 @@ impl Inner {
         match route::verdict(&answer, out.retry, max_retries, &self.broker, &capability) {
             Verdict::Ran => {
                 if let Answer::Done(ended) = answer {
-                    self.record_run(id, remote, ended);
+                    let deadline = spec.offload.as_ref().and_then(|o| o.deadline_unix_ms);
+                    self.record_run(id, remote, ended, deadline);
                 }
             }
             Verdict::End { cancelled, reason } => {
@@ -360,7 +361,19 @@ impl Inner {
 
     /// Records a run at an agent as a local run would be: output into the
     /// log, exit code and end in the store, the agent in the course.
-    fn record_run(&self, id: TaskId, remote: &str, ended: lardon_proto::cluster::TaskEnded) {
+    fn record_run(
+        &self,
+        id: TaskId,
+        remote: &str,
+        mut ended: lardon_proto::cluster::TaskEnded,
+        deadline: Option<i64>,
+    ) {
+        // The broker stops a run at its deadline with a cancel, which can
+        // reach the agent before the agent's own deadline kill: a run we
+        // did not cancel, ended "cancelled" past its deadline, ended at it.
+        if !ended.success && ended.reason == "cancelled" && deadline.is_some_and(|d| d <= crate::now_ms()) {
+            ended.reason = "deadline passed".to_owned();
+        }
         let log = self.shared.log_path(id);
         let written = std::fs::OpenOptions::new()
             .create(true)

@@ -95,6 +95,10 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
             memory_high,
             cpus: cpus.cpus(),
         };
+        let deadline = spec.offload.as_ref().and_then(|o| o.deadline_unix_ms);
+        if deadline.is_some_and(|d| d <= crate::now_ms()) {
+            return Err(TaskError::failed(DEADLINE_PASSED));
+        }
         let run: Arc<dyn Run> = {
             let mut st = slot.lock();
             if st.cancelled || shared.stopping() {
@@ -112,7 +116,7 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
         if let Err(e) = shared.writer.call(move |s| s.set_run_handle(id, Some(&handle))) {
             tracing::warn!("task {id}: run handle not recorded: {e}");
         }
-        let exit = wait_reporting_usage(&*run, ctx);
+        let (exit, past_deadline) = wait_reporting_usage(&*run, ctx, deadline);
         let peak = run.peak();
         let oom = run.oom_killed();
         run.cleanup();
@@ -123,6 +127,10 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
         // batches is harmless (recovery checks the leader's start time).
         if shared.stopping() || slot.lock().cancelled {
             return Err(TaskError::Cancelled);
+        }
+        if past_deadline {
+            // A run cut short says nothing about its need: nothing learned.
+            return Err(TaskError::failed(DEADLINE_PASSED));
         }
         let exit = exit.map_err(TaskError::failed)?;
         // Learn from every run; a kill at the limit only bounds the need.
@@ -236,13 +244,37 @@ fn note_soft_overrun(shared: &Shared, id: TaskId, contract: &lardon::Contract, l
     );
 }
 
+/// Why a run past its task's deadline failed (the agent's words too).
+const DEADLINE_PASSED: &str = "deadline passed";
+
 /// Waits for the run while feeding its memory use to the reservation, so
-/// admission counts only what the task has not yet materialised.
-fn wait_reporting_usage(run: &dyn Run, ctx: &TaskContext) -> Result<super::RunExit, super::RunError> {
+/// admission counts only what the task has not yet materialised; kills its
+/// group at `deadline` (Unix ms; a shippable task's, which holds here as
+/// at an agent). The second value: whether the deadline killed it.
+fn wait_reporting_usage(
+    run: &dyn Run,
+    ctx: &TaskContext,
+    deadline: Option<i64>,
+) -> (Result<super::RunExit, super::RunError>, bool) {
     let (stop, stopped) = channel::<()>();
-    std::thread::scope(|scope| {
+    let killed = std::sync::atomic::AtomicBool::new(false);
+    let hit = &killed;
+    let exit = std::thread::scope(|scope| {
         scope.spawn(move || {
-            while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(USAGE_EVERY) {
+            loop {
+                let left = deadline.map(|d| d.saturating_sub(crate::now_ms()));
+                if left.is_some_and(|ms| ms <= 0) && !hit.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    let _ = run.signal(RunSignal::Kill);
+                }
+                // Wakes at the next usage sample or at the deadline, whichever is first.
+                let step = match left {
+                    Some(ms) if ms > 0 => USAGE_EVERY.min(Duration::from_millis(ms.unsigned_abs())),
+                    _ => USAGE_EVERY,
+                };
+                match stopped.recv_timeout(step) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
                 if let Some(bytes) = run.usage() {
                     ctx.report_usage(bytes);
                 }
@@ -251,5 +283,6 @@ fn wait_reporting_usage(run: &dyn Run, ctx: &TaskContext) -> Result<super::RunEx
         let exit = run.wait();
         drop(stop);
         exit
-    })
+    });
+    (exit, killed.load(std::sync::atomic::Ordering::SeqCst))
 }
