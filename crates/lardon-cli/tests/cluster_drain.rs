@@ -110,7 +110,7 @@ fn count(path: &Path, line: &str) -> usize {
 /// A task that logs its start, runs until `gate` exists, and logs its end.
 fn gated(dir: &Path, name: &str) -> String {
     format!(
-        "cd '{}'; echo start {name} >> log; while [ ! -e gate ]; do sleep 0.05; done; echo end {name} >> log",
+        "cd '{}'; echo start {name} >> log; i=0; while [ ! -e gate ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done; echo end {name} >> log",
         dir.display()
     )
 }

@@ -170,7 +170,7 @@ async fn a_broker_killed_and_restarted_loses_nothing_and_runs_nothing_twice() {
     let held = s.submit(&sh(
         "held",
         &format!(
-            "cd '{}'; echo start-held >> log; while [ ! -e go ]; do sleep 0.05; done; echo end-held >> log",
+            "cd '{}'; echo start-held >> log; i=0; while [ ! -e go ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done; echo end-held >> log",
             d.display()
         ),
     ));

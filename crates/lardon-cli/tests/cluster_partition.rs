@@ -203,7 +203,7 @@ async fn a_cut_off_agents_task_is_requeued_and_its_late_result_dropped() {
     let runs = d.join("runs");
     let script = format!(
         "cd '{}'; echo start >> runs; if [ -e mark ]; then echo second; else touch mark; \
-         while [ ! -e release ]; do sleep 0.05; done; echo first-ended >> runs; echo first; fi",
+         i=0; while [ ! -e release ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done; echo first-ended >> runs; echo first; fi",
         d.display()
     );
     let victim = s.submit(&sh("victim", &script));

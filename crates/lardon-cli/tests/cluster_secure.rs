@@ -125,7 +125,10 @@ async fn a_secured_broker_serves_its_cluster_refuses_strangers_and_reports_deman
 
     // A task that runs until the test lets it end: demand is 1 meanwhile.
     let go = d.join("go");
-    let script = format!("while [ ! -e '{}' ]; do sleep 0.05; done; echo done", go.display());
+    let script = format!(
+        "i=0; while [ ! -e '{}' ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done; echo done",
+        go.display()
+    );
     let submit = with(&["cluster", "submit", "--broker", &addr, "--capability", "sh@1"], &creds);
     let mut submit: Vec<&str> = submit;
     submit.extend(["--", "sh", "-c", &script]);

@@ -207,7 +207,10 @@ fn a_broker_killed_with_queued_tasks_has_them_run_here_once_each() {
     let mut c = Cluster::start(d, REMOTE, "1");
     // Another submitter holds the agent's one token, so the daemon's tasks
     // queue at the broker.
-    let blocker = format!("while [ ! -e '{}' ]; do sleep 0.05; done", d.join("go").display());
+    let blocker = format!(
+        "i=0; while [ ! -e '{}' ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done",
+        d.join("go").display()
+    );
     let _holder = Proc::start(
         d,
         "holder",
@@ -279,8 +282,15 @@ fn balance_ships_only_what_this_host_would_make_wait() {
     // A local task takes the simulated host's one free CPU (and the one
     // running slot): the next task would WAIT here.
     let go = d.join("go");
-    let busy =
-        c.submit(&["--", "sh", "-c", &format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display())]);
+    let busy = c.submit(&[
+        "--",
+        "sh",
+        "-c",
+        &format!(
+            "i=0; while [ ! -e '{}' ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done",
+            go.display()
+        ),
+    ]);
     c.until("the local task running", || task_json(&c.state, &busy)["state"] == "running");
 
     let shipped = c.submit(&sh("echo where=$ONLY_ON_AGENT."));
@@ -345,7 +355,7 @@ fn a_daemon_killed_with_a_task_out_asks_for_it_again_and_it_runs_once() {
     let mut c = Cluster::start(d, REMOTE, "1");
     let runs = d.join("runs");
     let script = format!(
-        "echo start >> '{r}'; while [ ! -e '{go}' ]; do sleep 0.05; done; echo end >> '{r}'; echo done-at-$ONLY_ON_AGENT",
+        "echo start >> '{r}'; i=0; while [ ! -e '{go}' ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done; echo end >> '{r}'; echo done-at-$ONLY_ON_AGENT",
         r = runs.display(),
         go = d.join("go").display()
     );
