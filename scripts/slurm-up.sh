@@ -19,9 +19,10 @@
 #      (SLURM_UP_TIMEOUT seconds, default 60).
 #
 # Knobs (environment): SLURM_NODE_MEM, each node's RealMemory in MiB
-# (default 4096); SLURM_SELECT_PARAMS, the consumable resources (default
-# CR_CPU_Memory; CR_Memory lets jobs share the fake nodes' one CPU, so that
-# memory alone bounds how many run at once, as scripts/bench-slurm.sh needs).
+# (default 4096); SLURM_OVERSUBSCRIBE, the partition's OverSubscribe
+# (default NO; FORCE:8 lets up to 8 jobs share a fake node's one CPU while
+# memory stays consumable, so that memory alone bounds how many run at
+# once, as scripts/bench-slurm.sh needs).
 #
 # Idempotent: run twice with the same STATE_DIR and the second run finds the
 # daemons alive and only waits for idle. The last line on stdout is
@@ -38,7 +39,7 @@ CONF="$S/slurm.conf"
 H=$(hostname -s)
 DEADLINE_S=${SLURM_UP_TIMEOUT:-60}
 NODE_MEM=${SLURM_NODE_MEM:-4096}
-SELECT_PARAMS=${SLURM_SELECT_PARAMS:-CR_CPU_Memory}
+OVERSUBSCRIBE=${SLURM_OVERSUBSCRIBE:-NO}
 t0=$(date +%s.%N)
 
 say() { printf 'slurm-up: %s\n' "$*" >&2; }
@@ -116,7 +117,7 @@ MpiDefault=none
 SwitchType=switch/none
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
-SelectTypeParameters=$SELECT_PARAMS
+SelectTypeParameters=CR_CPU_Memory
 SchedulerParameters=sched_min_interval=0,batch_sched_delay=0,default_queue_depth=1000
 DefMemPerCPU=100
 ReturnToService=2
@@ -126,7 +127,7 @@ MinJobAge=30
 KillWait=5
 NodeName=n1 NodeHostname=$H NodeAddr=127.0.0.1 Port=17001 CPUs=1 RealMemory=$NODE_MEM State=UNKNOWN
 NodeName=n2 NodeHostname=$H NodeAddr=127.0.0.1 Port=17002 CPUs=1 RealMemory=$NODE_MEM State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=$OVERSUBSCRIBE
 EOF
 cat >"$S/cgroup.conf.new" <<EOF
 CgroupPlugin=autodetect
