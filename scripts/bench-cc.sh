@@ -43,9 +43,9 @@ need gcc && need make || { echo "bench-cc needs gcc and make" >&2; exit 1; }
 
 echo "building lardon and cluster_overhead ($PROFILE)…" >&2
 if [ "$PROFILE" = release ]; then
-  cargo build --release -q -p lardon-cli -p lardon-bench --bin cluster_overhead
+  cargo build --release -q -p lardon-cli -p lardon-bench --bin lardon --bin cluster_overhead
 else
-  cargo build -q -p lardon-cli -p lardon-bench --bin cluster_overhead
+  cargo build -q -p lardon-cli -p lardon-bench --bin lardon --bin cluster_overhead
 fi
 LARDON=$PWD/target/$PROFILE/lardon
 OVERHEAD=$PWD/target/$PROFILE/cluster_overhead
@@ -182,12 +182,12 @@ for a in 1 2; do
   "$LARDON" agent --broker "$BROKER" --id "agent-$a" --capability "$CAP" --tokens 1 \
     --simulate-host 8GiB,2 --heartbeat 1s --work-dir "$WORK/agent-work" >"$WORK/agent-$a.log" 2>&1 &
 done
-for _ in $(seq 200); do
+for _ in $(seq 600); do
   n=$("$LARDON" cluster status --broker "$BROKER" --json 2>/dev/null \
       | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["agents"]))' 2>/dev/null || echo 0)
-  [ "$n" = 2 ] && break; sleep 0.05
+  [ "$n" = 2 ] && break; sleep 0.1
 done
-[ "$n" = 2 ] || { echo "the agents did not connect; see $WORK/*.log" >&2; exit 1; }
+[ "$n" = 2 ] || { echo "the agents did not connect:" >&2; tail -n 5 "$WORK"/broker.log "$WORK"/agent-*.log >&2; exit 1; }
 
 mkdir -p "$WORK/distcc"
 DHOSTS=""
