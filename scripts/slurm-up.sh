@@ -18,6 +18,11 @@
 #      jobs when the daemons were already up), with a deadline
 #      (SLURM_UP_TIMEOUT seconds, default 60).
 #
+# Knobs (environment): SLURM_NODE_MEM, each node's RealMemory in MiB
+# (default 4096); SLURM_SELECT_PARAMS, the consumable resources (default
+# CR_CPU_Memory; CR_Memory lets jobs share the fake nodes' one CPU, so that
+# memory alone bounds how many run at once, as scripts/bench-slurm.sh needs).
+#
 # Idempotent: run twice with the same STATE_DIR and the second run finds the
 # daemons alive and only waits for idle. The last line on stdout is
 # `export SLURM_CONF=...`; progress and timings go to stderr.
@@ -32,6 +37,8 @@ S=$(cd "$1" && pwd)
 CONF="$S/slurm.conf"
 H=$(hostname -s)
 DEADLINE_S=${SLURM_UP_TIMEOUT:-60}
+NODE_MEM=${SLURM_NODE_MEM:-4096}
+SELECT_PARAMS=${SLURM_SELECT_PARAMS:-CR_CPU_Memory}
 t0=$(date +%s.%N)
 
 say() { printf 'slurm-up: %s\n' "$*" >&2; }
@@ -109,7 +116,7 @@ MpiDefault=none
 SwitchType=switch/none
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU_Memory
+SelectTypeParameters=$SELECT_PARAMS
 SchedulerParameters=sched_min_interval=0,batch_sched_delay=0,default_queue_depth=1000
 DefMemPerCPU=100
 ReturnToService=2
@@ -117,8 +124,8 @@ SlurmctldTimeout=30
 SlurmdTimeout=30
 MinJobAge=30
 KillWait=5
-NodeName=n1 NodeHostname=$H NodeAddr=127.0.0.1 Port=17001 CPUs=1 RealMemory=4096 State=UNKNOWN
-NodeName=n2 NodeHostname=$H NodeAddr=127.0.0.1 Port=17002 CPUs=1 RealMemory=4096 State=UNKNOWN
+NodeName=n1 NodeHostname=$H NodeAddr=127.0.0.1 Port=17001 CPUs=1 RealMemory=$NODE_MEM State=UNKNOWN
+NodeName=n2 NodeHostname=$H NodeAddr=127.0.0.1 Port=17002 CPUs=1 RealMemory=$NODE_MEM State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
 cat >"$S/cgroup.conf.new" <<EOF

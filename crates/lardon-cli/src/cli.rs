@@ -212,11 +212,22 @@ pub(crate) enum Command {
     ///
     /// Keys: ↑/↓ select, p pause, r resume, c cancel, d drain, ? help, q quit.
     ///
-    /// Example: `lardon top` (`NO_COLOR=1 lardon top` for no colours)
+    /// With --cluster, a cluster broker's view instead: its agents (capabilities, tokens, tasks in
+    /// flight, availability), its routes (tasks queued and in flight per capability) and totals.
+    ///
+    /// Example: `lardon top` (`NO_COLOR=1 lardon top` for no colours), `lardon top --cluster --broker 10.0.0.5:7700`
     Top {
         /// Draw without colour (words and bold/dim only)
         #[arg(long)]
         no_color: bool,
+        /// Show a cluster broker instead of the local daemon
+        #[arg(long)]
+        cluster: bool,
+        /// The broker (HOST:PORT) for --cluster
+        #[arg(long, value_name = "ADDR", requires = "cluster", default_value = "127.0.0.1:7700")]
+        broker: String,
+        #[command(flatten)]
+        security: ClusterSecurity,
     },
     /// Print a shell completion script.
     ///
@@ -335,9 +346,16 @@ pub(crate) struct BrokerArgs {
     /// Also serve KEDA's external scaler (queued demand per capability) on this address, plain gRPC
     #[arg(long, value_name = "ADDR")]
     pub(crate) keda_listen: Option<SocketAddr>,
+    /// Also serve Prometheus metrics (`GET /metrics`: agents, queue, answers, cache) on this address, plain HTTP
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics_listen: Option<SocketAddr>,
     /// Blob bytes the REAPI result cache keeps (served on --listen; 0: no cache)
     #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "1GiB")]
     pub(crate) cache_size: u64,
+    /// Provisioning TOML (provider slurm|local|static, shapes, limits; see
+    /// deploy/slurm/provision.toml): ask the engine for agents while tasks wait
+    #[arg(long, value_name = "FILE")]
+    pub(crate) provision: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) security: ClusterSecurity,
     /// Log level or filter [default: info]
@@ -364,8 +382,36 @@ pub(crate) struct AgentArgs {
     /// Heartbeat interval (at most the broker's)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms, default_value = "5s")]
     pub(crate) heartbeat: u64,
+    /// When this agent's allocation ends, Unix seconds: the broker gives it no task that
+    /// would outlast it [default: $SLURM_JOB_END_TIME when set, else no end]
+    #[arg(long, value_name = "UNIX_SECONDS", conflicts_with = "walltime")]
+    pub(crate) ends_at: Option<u64>,
+    /// This agent's allocation ends this long after it starts (e.g. 4h); as --ends-at
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub(crate) walltime: Option<u64>,
+    /// On SIGTERM, how long running tasks may finish before they are cancelled and queued
+    /// again elsewhere (a second SIGTERM cancels at once) [default: the time left before
+    /// the allocation ends, less 5 s (Slurm's --signal=B:TERM@LEAD gives LEAD), else 25 s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub(crate) drain_grace: Option<u64>,
+    /// How often the optimizer reads this agent's cgroup CPU counters and moves its token
+    /// bound (within 1 and --tokens; at least 100ms)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms, default_value = "5s")]
+    pub(crate) optimize_every: u64,
+    /// Keep the token bound at --tokens (no optimizer)
+    #[arg(long)]
+    pub(crate) no_optimizer: bool,
     #[command(flatten)]
     pub(crate) security: ClusterSecurity,
+    /// This agent owns its allocation (a Slurm job, a pod): admit against
+    /// the allocation alone, keeping no CPUs back for the rest of the host
+    /// and ignoring the host's load average (other jobs' work)
+    #[arg(long)]
+    pub(crate) allocation: bool,
+    /// Exit (status 0, closing the stream) after this long with nothing
+    /// assigned or running, e.g. 5m: an allocation's agent gives it back
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub(crate) idle_exit: Option<u64>,
     /// Tasks with files each get a fresh directory under this one
     /// [default: lardon-agent in the system's temporary directory]
     #[arg(long, value_name = "DIR")]
@@ -388,6 +434,20 @@ pub(crate) enum ClusterCommand {
         #[arg(long, value_name = "ADDR")]
         broker: String,
         /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        security: ClusterSecurity,
+    },
+    /// Why the broker's Provisioner is not asking for (more) allocations,
+    /// one line each, and the allocations it holds.
+    ///
+    /// Example: `lardon cluster explain --broker 127.0.0.1:7700`
+    Explain {
+        /// The broker (HOST:PORT)
+        #[arg(long, value_name = "ADDR")]
+        broker: String,
+        /// Print JSON
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -430,6 +490,14 @@ pub(crate) struct ClusterSubmitArgs {
     /// Kill it at the agent past this long (e.g. 10m)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
     pub(crate) deadline: Option<u64>,
+    /// Its class for the broker's learned peak and duration (tasks of one class cost alike)
+    /// [default: the capability and the program's base name]
+    #[arg(long, value_name = "NAME")]
+    pub(crate) class: Option<String>,
+    /// How long it should run (e.g. 20m): keeps it off agents whose allocation ends sooner,
+    /// until the broker has learned its class's duration
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub(crate) expected_duration: Option<u64>,
     /// The command (never run through a shell)
     #[arg(last = true, required = true, value_name = "ARGV")]
     pub(crate) argv: Vec<String>,
@@ -520,6 +588,23 @@ pub(crate) struct DaemonArgs {
     /// never for real work.
     #[arg(long, value_name = "MEMORY,CPUS", value_parser = parse_host)]
     pub(crate) simulate_host: Option<(u64, u32)>,
+    /// Policy file (TOML) applied at start, as `lardon policy --set` would: policy keys
+    /// (`max_running = 4`) and `offload = { prefer = "local" | "remote" | "balance", max_retries = N }`
+    #[arg(long, value_name = "FILE")]
+    pub(crate) policy: Option<PathBuf>,
+    /// Offload shippable tasks (`submit --capability … --shippable`) to this broker (HOST:PORT):
+    /// they run at its agents when the policy prefers remote or this host would make them wait,
+    /// and here whenever the broker cannot run them
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) broker: Option<String>,
+    /// With --broker: heartbeat interval (at most the broker's)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms, default_value = "5s", requires = "broker")]
+    pub(crate) broker_heartbeat: u64,
+    /// With --broker: shipped tasks run here once no broker has answered for this long
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms, default_value = "10s", requires = "broker")]
+    pub(crate) broker_timeout: u64,
+    #[command(flatten)]
+    pub(crate) security: ClusterSecurity,
 }
 
 /// What a task needs: shared by `submit` and the workload file.
@@ -589,6 +674,17 @@ pub(crate) struct SubmitArgs {
     /// the daemon needs Slurm's client commands and SLURM_CONF)
     #[arg(long, value_enum, default_value_t = EngineArg::Local)]
     pub(crate) engine: EngineArg,
+    /// What it needs of a cluster agent, NAME[@VERSION][:TARGET] (`/TARGET` also accepted);
+    /// with --shippable
+    #[arg(long, value_name = "CAP", requires = "shippable")]
+    pub(crate) capability: Option<String>,
+    /// It may run at a cluster agent declaring --capability, when the daemon has a broker
+    /// (`lardon daemon --broker`); it runs here otherwise
+    #[arg(long, requires = "capability")]
+    pub(crate) shippable: bool,
+    /// Kill it past this long from now (e.g. 10m), at the agent it ships to; needs --shippable
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms, requires = "shippable")]
+    pub(crate) deadline: Option<u64>,
     /// One task per line of FILE (`-` or nothing: standard input), as GNU
     /// parallel does: in the command and --name, `{}` is the line and `{#}`
     /// its number; without `{}` the line is the last argument. Blank lines

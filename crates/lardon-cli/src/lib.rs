@@ -26,6 +26,7 @@ mod exercise;
 mod json;
 mod logging;
 mod parse;
+mod provision;
 mod render;
 mod workload;
 

@@ -84,12 +84,15 @@ pub(crate) fn parse_duration_ms(text: &str) -> Result<u64, String> {
         (n, 1000.0)
     } else if let Some(n) = t.strip_suffix('m') {
         (n, 60_000.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        // Allocations' walltimes are hours.
+        (n, 3_600_000.0)
     } else {
         (t, 1000.0)
     };
     match num.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok((v * scale).round() as u64),
-        _ => Err(format!("`{text}` is not a duration (e.g. 5s, 500ms, 1m)")),
+        _ => Err(format!("`{text}` is not a duration (e.g. 5s, 500ms, 1m, 2h)")),
     }
 }
 
@@ -132,6 +135,7 @@ mod tests {
     fn progress_and_durations() {
         assert_eq!(parse_progress("3/10"), Ok((3, 10)));
         assert_eq!(parse_progress("7"), Ok((7, 0)));
+        assert_eq!(parse_duration_ms("2h"), Ok(7_200_000));
         assert!(parse_progress("11/10").is_err());
         assert_eq!(parse_duration_ms("1.5s"), Ok(1500));
         assert_eq!(parse_duration_ms("200ms"), Ok(200));

@@ -163,6 +163,39 @@ fn the_next_job_asks_slurm_for_the_learned_memory() {
     assert_eq!(t["memory_retries"], 0, "{t}");
 }
 
+/// A class that over-declares: its first job asks for the declared 400 MiB
+/// and completes; the next task of the class asks Slurm for the measured
+/// peak + 10 %, far below the declaration, and completes there too. Break
+/// it: size `--mem` as max(declared, learned) in `slurm/sbatch.rs` and the
+/// second job asks for 400M again.
+#[test]
+fn an_over_estimate_shrinks_to_the_learned_memory() {
+    require_slurm();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let _d = daemon(dir);
+    let first = unique("big-first");
+    let id =
+        submit_slurm(dir, &["--mem", "400MiB", "--class", "shrink", "--name", &first], &exercise("32MiB"));
+    let t = wait_end(dir, &id);
+    assert_eq!(t["state"].as_str(), Some("completed"), "{t}");
+    let jobs = jobs_named(&first);
+    let seen: Vec<(&str, &str)> = jobs.iter().map(|j| (j.state.as_str(), j.mem.as_str())).collect();
+    assert_eq!(seen, [("COMPLETED", "400M")], "the first job asks for the declaration: {jobs:?}");
+    let learned = t["learned"]["fixed"].as_u64().unwrap_or_else(|| panic!("a learned peak: {t}"));
+    assert!((32 * MIB..100 * MIB).contains(&learned), "the measured peak of a 32 MiB run: {t}");
+    let want = (learned + learned / 10).div_ceil(MIB);
+
+    let second = unique("big-second");
+    let id =
+        submit_slurm(dir, &["--mem", "400MiB", "--class", "shrink", "--name", &second], &exercise("32MiB"));
+    let t = wait_end(dir, &id);
+    let jobs = jobs_named(&second);
+    assert_eq!(jobs.len(), 1, "one job: {jobs:?} {t}");
+    assert_eq!(jobs[0].mem, format!("{want}M"), "learned peak + 10 %, not the 400 MiB declared: {jobs:?}");
+    assert_eq!((t["state"].as_str(), jobs[0].state.as_str()), (Some("completed"), "COMPLETED"), "{t}");
+}
+
 /// OUT_OF_MEMORY is FAILED with that reason: at once with --no-oom-retry,
 /// else after the one resubmission at the learned size (also too small
 /// here: 2 × 30 MiB + 10 % for a 200 MiB run). Break it: map OUT_OF_MEMORY

@@ -53,7 +53,9 @@ impl Capability {
         if !name.starts_with(|c: char| c.is_ascii_alphabetic()) {
             return Err(CapabilityError::NameStart(name));
         }
-        let any = |p: &'static str, v: &str| if v.is_empty() { Ok("*".to_owned()) } else { part(p, v) };
+        // `*` (as `key` writes "any") reads back as any: keys round-trip.
+        let any =
+            |p: &'static str, v: &str| if v.is_empty() || v == "*" { Ok("*".to_owned()) } else { part(p, v) };
         Ok(Capability { name, version: any("version", version)?, target: any("target", target)? })
     }
 
@@ -105,6 +107,11 @@ mod tests {
         assert_eq!(a.key(), "gcc@12.2.0:x86_64-linux-gnu");
         assert_eq!(Capability::parse("python@3.11").map(|c| c.key()), Ok("python@3.11:*".to_owned()));
         assert_eq!(Capability::parse("make").map(|c| c.key()), Ok("make@*:*".to_owned()));
+        assert_eq!(
+            Capability::parse("make@*:*").map(|c| c.key()),
+            Ok("make@*:*".to_owned()),
+            "a key round-trips"
+        );
     }
 
     #[test]

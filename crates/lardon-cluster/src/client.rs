@@ -51,6 +51,12 @@ pub struct RemoteTask {
     /// Its result depends only on its capability, argv, env and input
     /// files: the broker may answer it from its cache.
     pub cacheable: bool,
+    /// Its class for the broker's learned estimates (`None`: its
+    /// capability and program name).
+    pub class: Option<String>,
+    /// How long it is expected to run (`None`: unknown); what the broker
+    /// learned of its class takes precedence.
+    pub expected_duration: Option<std::time::Duration>,
     /// Files written into the task's fresh working directory at the agent.
     pub inputs: Vec<InputData>,
     /// Files (relative to that directory) uploaded when it succeeds.
@@ -88,6 +94,8 @@ impl RemoteTask {
             stdin: Vec::new(),
             deadline_unix_ms: None,
             cacheable: false,
+            class: None,
+            expected_duration: None,
             inputs: Vec::new(),
             outputs: Vec::new(),
         }
@@ -104,6 +112,10 @@ impl RemoteTask {
             stdin: self.stdin.clone(),
             deadline_unix_ms: self.deadline_unix_ms.unwrap_or(0),
             cacheable: self.cacheable,
+            class: self.class.clone().unwrap_or_default(),
+            expected_duration_ms: self
+                .expected_duration
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             inputs: self
                 .inputs
                 .iter()
@@ -459,6 +471,23 @@ pub enum StatusError {
     /// The broker answered with an error.
     #[error("broker: {}", .0.message())]
     Call(#[from] tonic::Status),
+}
+
+/// The broker's Provisioner: its allocations and why it is not asking
+/// for more (empty provider: it runs none).
+///
+/// # Errors
+/// [`StatusError`] when the broker is unreachable or refuses.
+pub async fn explain(
+    broker: &str,
+    dial: &crate::dial::Dial,
+) -> Result<pb::ProvisionExplainResponse, StatusError> {
+    broker_uri(broker)?;
+    let mut client = dial
+        .connect(broker)
+        .await
+        .map_err(|source| StatusError::Unreachable { broker: broker.to_owned(), source })?;
+    Ok(client.provision_explain(pb::ProvisionExplainRequest {}).await?.into_inner())
 }
 
 /// Asks the broker at `broker` (`HOST:PORT` or a URI) for its status.

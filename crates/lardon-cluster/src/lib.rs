@@ -34,6 +34,7 @@ pub mod client;
 pub mod dial;
 mod ids;
 pub mod keda;
+pub mod learned;
 mod messages;
 pub mod optimizer;
 pub mod provision;

@@ -46,6 +46,10 @@ pub struct Request {
     pub capability: Capability,
     /// What it needs of an agent.
     pub need: Need,
+    /// How long it is expected to run, milliseconds: learned for its class,
+    /// else declared (`None`: unknown). No agent whose allocation ends
+    /// sooner is given it.
+    pub duration_ms: Option<u64>,
 }
 
 /// An agent's first message: who it is and what it offers.
@@ -62,6 +66,8 @@ pub struct Hello {
     pub tokens: u32,
     /// Tasks it is running (after a broker restart): they stay its own.
     pub running: Vec<TaskId>,
+    /// When its allocation ends, Unix milliseconds (`None`: not known).
+    pub ends_at_ms: Option<u64>,
 }
 
 /// How a task ended at an agent.
@@ -172,4 +178,8 @@ pub struct AgentView {
     /// Its availability mirror, charged for assignments since its last
     /// update.
     pub mirror: Availability,
+    /// It is draining: nothing new goes to it.
+    pub draining: bool,
+    /// When its allocation ends, Unix milliseconds (`None`: not known).
+    pub ends_at_ms: Option<u64>,
 }

@@ -125,6 +125,7 @@ pub struct Optimizer {
     samples: VecDeque<CpuSample>,
     streak: (Verdict, u32),
     last: Option<Decision>,
+    latest: Option<(Verdict, String)>,
 }
 
 impl Optimizer {
@@ -141,7 +142,16 @@ impl Optimizer {
             samples: VecDeque::new(),
             streak: (Verdict::Hold, 0),
             last: None,
+            latest: None,
         }
+    }
+
+    /// The latest interval's verdict and why, with the window's figures
+    /// (`None` before two samples). A verdict acts only after it repeats
+    /// (the hysteresis), so this may say `Shrink` while the bound holds.
+    #[must_use]
+    pub fn latest(&self) -> Option<(Verdict, &str)> {
+        self.latest.as_ref().map(|(v, r)| (*v, r.as_str()))
     }
 
     /// The current bound.
@@ -197,6 +207,21 @@ impl Optimizer {
             Verdict::Hold
         };
         self.streak = if self.streak.0 == verdict { (verdict, self.streak.1 + 1) } else { (verdict, 1) };
+        let why = format!(
+            "{busy} of {} tokens busy, CPUs {:.0} % used, throttled {:.0} % of the time",
+            self.tokens,
+            used * 100.0,
+            throttled * 100.0
+        );
+        let why = match verdict {
+            Verdict::Hold => why,
+            _ => format!(
+                "{why} ({} of {} in a row)",
+                self.streak.1.min(self.config.hysteresis),
+                self.config.hysteresis
+            ),
+        };
+        self.latest = Some((verdict, why));
         if verdict == Verdict::Hold || self.streak.1 < self.config.hysteresis {
             return None;
         }
@@ -228,6 +253,7 @@ impl Optimizer {
                 self.config.high_utilization * 100.0
             ),
         };
+        self.latest = Some((verdict, format!("{} → {to} tokens: {reason}", from)));
         let decision = Decision { from, to, reason };
         debug_assert!((self.config.min_tokens..=self.config.max_tokens).contains(&self.tokens));
         self.last = Some(decision.clone());
@@ -275,6 +301,13 @@ mod tests {
         assert_eq!((d[0].from, d[0].to), (8, 4));
         assert!(d[0].reason.starts_with("throttled 30 %"), "{}", d[0].reason);
         assert_eq!(o.tokens(), 4);
+        let (verdict, why) = o.latest().unwrap();
+        assert_eq!((verdict, why), (Verdict::Shrink, "8 → 4 tokens: throttled 30 % of the time (limit 5 %)"));
+        // A calm interval: held, and said why with the figures.
+        feed(&mut o, &mut t, 1, 1.0, 0.0, 2);
+        let (verdict, why) = o.latest().unwrap();
+        assert_eq!(verdict, Verdict::Hold);
+        assert!(why.starts_with("2 of 4 tokens busy, CPUs 25 % used"), "{why}");
     }
 
     #[test]

@@ -15,8 +15,20 @@
 //!   the one with more free tokens (then more memory). The mirror is
 //!   charged at once, so no agent is handed more than it said it could take
 //!   before its next update (no prefetch held by saturated agents).
+//! * **Walltime.** An agent whose allocation ends (its hello says when) is
+//!   never given a task whose expected duration (learned, else declared)
+//!   exceeds the time it has left, measured against the clock the caller
+//!   sets ([`Router::set_now`]: the router reads none). Such a task waits
+//!   for another agent; when no agent that serves its capability could
+//!   ever take it, it is answered [`Delivery::NoExecutor`], as is a task
+//!   with no agent at all.
+//! * **Drain.** A draining agent ([`Router::drain`]) is given nothing new;
+//!   what it holds but has not started is queued again at once, at the
+//!   head of its submitter's queue and without counting an attempt.
 //! * **Failure.** A submission with no agent for its capability is answered
-//!   [`Delivery::NoExecutor`] at once (the submitter runs it locally). An
+//!   [`Delivery::NoExecutor`] at once (the submitter runs it locally),
+//!   unless the capability is provisionable ([`Router::set_provisionable`]):
+//!   then it waits for the allocation a Provisioner brings. An
 //!   agent's WAIT puts the task back at the head of its submitter's queue
 //!   and empties that agent's mirror until its next update.
 //!   A lost agent's tasks are queued again with one more attempt; past
@@ -61,6 +73,8 @@ struct Agent {
     mirror: Availability,
     tokens: u32,
     holding: BTreeSet<TaskId>,
+    ends_at_ms: Option<u64>,
+    draining: bool,
 }
 
 impl Agent {
@@ -68,8 +82,25 @@ impl Agent {
         self.tokens.saturating_sub(u32::try_from(self.holding.len()).unwrap_or(u32::MAX))
     }
 
-    fn can_take(&self, key: &str, need: Need) -> bool {
-        self.capabilities.contains(key) && self.free_tokens() > 0 && self.mirror.admits(need)
+    /// Serves `key` for new work (declared it and is not draining).
+    fn serves(&self, key: &str) -> bool {
+        !self.draining && self.capabilities.contains(key)
+    }
+
+    /// Has time left for a task of `duration_ms` at `now_ms`: an unknown
+    /// end or an unknown duration does not hold a task back.
+    fn has_time(&self, duration_ms: Option<u64>, now_ms: u64) -> bool {
+        match (self.ends_at_ms, duration_ms) {
+            (Some(end), Some(d)) => now_ms.saturating_add(d) <= end,
+            _ => true,
+        }
+    }
+
+    fn can_take(&self, key: &str, need: Need, duration_ms: Option<u64>, now_ms: u64) -> bool {
+        self.serves(key)
+            && self.free_tokens() > 0
+            && self.mirror.admits(need)
+            && self.has_time(duration_ms, now_ms)
     }
 }
 
@@ -132,6 +163,11 @@ pub struct Router {
     finished: VecDeque<TaskId>,
     finished_set: BTreeSet<TaskId>,
     rng: SplitMix,
+    /// Capabilities a Provisioner can bring agents for: their tasks wait
+    /// for one instead of being handed back.
+    provisionable: BTreeSet<String>,
+    /// The caller's clock, Unix milliseconds (walltime checks).
+    now_ms: u64,
 }
 
 impl Router {
@@ -150,7 +186,43 @@ impl Router {
             finished: VecDeque::new(),
             finished_set: BTreeSet::new(),
             rng: SplitMix(seed),
+            provisionable: BTreeSet::new(),
+            now_ms: 0,
         }
+    }
+
+    /// Capabilities a Provisioner's shapes offer (scale from zero): a task
+    /// of one of them is queued even while no agent serves it, and stays
+    /// queued when the last agent goes, while an allocation comes.
+    pub fn set_provisionable(&mut self, capabilities: &[Capability]) {
+        self.provisionable = capabilities.iter().map(Capability::key).collect();
+    }
+
+    /// Tasks waiting for an agent, per capability, with the largest
+    /// declared need among them (what the Provisioner sizes allocations
+    /// for).
+    pub fn queued_demand(&self) -> BTreeMap<Capability, (u64, Need)> {
+        let mut demand: BTreeMap<Capability, (u64, Need)> = BTreeMap::new();
+        for e in self.tasks.values().filter(|e| matches!(e.place, Place::Queued)) {
+            let (n, need) = demand.entry(e.request.capability.clone()).or_insert((0, Need::default()));
+            *n += 1;
+            need.memory = need.memory.max(e.request.need.memory);
+            need.cpu_millis = need.cpu_millis.max(e.request.need.cpu_millis);
+        }
+        demand
+    }
+
+    /// Sets the time, Unix milliseconds, that walltime checks measure
+    /// against (the router reads no clock; the broker sets it before each
+    /// input, tests set it by hand). Never goes back.
+    pub fn set_now(&mut self, unix_ms: u64) {
+        self.now_ms = self.now_ms.max(unix_ms);
+    }
+
+    /// Whether some agent that serves `key` could ever take a task of
+    /// `duration_ms` (time left only shrinks).
+    fn could_ever(&self, key: &str, duration_ms: Option<u64>) -> bool {
+        self.agents.values().any(|a| a.serves(key) && a.has_time(duration_ms, self.now_ms))
     }
 
     /// Tasks queued or in flight, per capability (what KEDA scales on).
@@ -172,7 +244,7 @@ impl Router {
             return (Submitted::AlreadyFinished, Vec::new());
         }
         let key = request.capability.key();
-        if !self.agents.values().any(|a| a.capabilities.contains(&key)) {
+        if !self.could_ever(&key, request.duration_ms) && !self.provisionable.contains(&key) {
             let event = Event::Deliver {
                 submitter: request.submitter,
                 task: request.id,
@@ -199,6 +271,8 @@ impl Router {
             mirror: hello.availability,
             tokens: hello.tokens,
             holding: BTreeSet::new(),
+            ends_at_ms: hello.ends_at_ms,
+            draining: false,
         };
         for id in hello.running {
             if let Some(entry) = self.tasks.get_mut(&id)
@@ -223,6 +297,42 @@ impl Router {
         let Some(a) = self.agents.get_mut(agent) else { return Vec::new() };
         a.mirror = availability;
         let events = self.dispatch_all();
+        self.debug_check();
+        events
+    }
+
+    /// An agent's optimizer moved its token bound: more (or fewer) tasks
+    /// may go to it from now on; what it holds stays.
+    pub fn set_tokens(&mut self, agent: &AgentId, tokens: u32) -> Vec<Event> {
+        let Some(a) = self.agents.get_mut(agent) else { return Vec::new() };
+        a.tokens = tokens;
+        let events = self.dispatch_all();
+        self.debug_check();
+        events
+    }
+
+    /// An agent drains (SIGTERM: its allocation ends or it is evicted):
+    /// nothing new goes to it, and every task it holds that is not in
+    /// `running` (assigned but not started) is queued again at once, at
+    /// the head of its submitter's queue, without counting an attempt —
+    /// it never ran. Routes no other agent serves are handed back.
+    pub fn drain(&mut self, agent: &AgentId, running: &[TaskId]) -> Vec<Event> {
+        let Some(a) = self.agents.get_mut(agent) else { return Vec::new() };
+        a.draining = true;
+        let unstarted: Vec<TaskId> = a.holding.iter().filter(|t| !running.contains(t)).cloned().collect();
+        for id in &unstarted {
+            a.holding.remove(id);
+        }
+        for id in unstarted.into_iter().rev() {
+            if let Some(entry) = self.tasks.get_mut(&id) {
+                entry.place = Place::Queued;
+                let key = entry.request.capability.key();
+                let submitter = entry.request.submitter.clone();
+                self.routes.entry(key).or_default().push(&submitter, id, true);
+            }
+        }
+        let mut events = self.sweep_orphans();
+        events.extend(self.dispatch_all());
         self.debug_check();
         events
     }
@@ -352,6 +462,8 @@ impl Router {
                 tokens: a.tokens,
                 in_flight: a.holding.len(),
                 mirror: a.mirror,
+                draining: a.draining,
+                ends_at_ms: a.ends_at_ms,
             })
             .collect()
     }
@@ -486,13 +598,15 @@ impl Router {
         events
     }
 
-    /// Routes no agent serves any more: their tasks are handed back.
+    /// Routes no agent serves any more (gone or draining): their tasks are
+    /// handed back. On routes still served, tasks no agent has the time
+    /// for are answered [`Delivery::NoExecutor`].
     fn sweep_orphans(&mut self) -> Vec<Event> {
         let mut events = Vec::new();
         let orphaned: Vec<String> = self
             .routes
             .keys()
-            .filter(|k| !self.agents.values().any(|a| a.capabilities.contains(*k)))
+            .filter(|k| !self.provisionable.contains(*k) && !self.agents.values().any(|a| a.serves(k)))
             .cloned()
             .collect();
         for key in orphaned {
@@ -503,7 +617,38 @@ impl Router {
                 }
             }
         }
+        // A provisionable route waits: a new allocation may have the time.
+        let keys: Vec<String> =
+            self.routes.keys().filter(|k| !self.provisionable.contains(*k)).cloned().collect();
+        for key in keys {
+            let timeless: Vec<(SubmitterId, TaskId)> = self
+                .routes
+                .get(&key)
+                .into_iter()
+                .flat_map(|r| r.queues.iter())
+                .flat_map(|(s, q)| q.iter().map(move |t| (s.clone(), t.clone())))
+                .filter(|(_, t)| {
+                    let duration = self.tasks.get(t).and_then(|e| e.request.duration_ms);
+                    !self.could_ever(&key, duration)
+                })
+                .collect();
+            for (submitter, id) in timeless {
+                events.extend(self.hand_back_timeless(&key, &submitter, &id));
+            }
+        }
         events
+    }
+
+    /// Takes a queued task no agent has the time for off its route and
+    /// answers it [`Delivery::NoExecutor`].
+    fn hand_back_timeless(&mut self, key: &str, submitter: &SubmitterId, task: &TaskId) -> Option<Event> {
+        if let Some(route) = self.routes.get_mut(key) {
+            route.remove(submitter, task);
+            if route.is_empty() {
+                self.routes.remove(key);
+            }
+        }
+        self.finish(task, Delivery::NoExecutor)
     }
 
     fn dispatch_all(&mut self) -> Vec<Event> {
@@ -525,8 +670,25 @@ impl Router {
                     .and_then(|r| r.queues.get(&submitter))
                     .and_then(|q| q.front().cloned());
                 let Some(task) = head else { continue };
-                let Some(need) = self.tasks.get(&task).map(|e| e.request.need) else { continue };
-                let Some(agent) = self.choose(key, need) else { continue };
+                let Some((need, duration)) =
+                    self.tasks.get(&task).map(|e| (e.request.need, e.request.duration_ms))
+                else {
+                    continue;
+                };
+                let Some(agent) = self.choose(key, need, duration) else {
+                    // Time left only shrinks: a task no serving agent has
+                    // the time for now never runs here. (A route nobody
+                    // serves waits for the sweep: agents may be
+                    // reconnecting after a restart.)
+                    if !self.provisionable.contains(key)
+                        && self.agents.values().any(|a| a.serves(key))
+                        && !self.could_ever(key, duration)
+                    {
+                        events.extend(self.hand_back_timeless(key, &submitter, &task));
+                        placed_any = true;
+                    }
+                    continue;
+                };
                 if let Some(route) = self.routes.get_mut(key) {
                     if let Some(q) = route.queues.get_mut(&submitter) {
                         q.pop_front();
@@ -561,9 +723,14 @@ impl Router {
     }
 
     /// Power of two choices among the agents that can take `need` now.
-    fn choose(&mut self, key: &str, need: Need) -> Option<AgentId> {
-        let able: Vec<&AgentId> =
-            self.agents.iter().filter(|(_, a)| a.can_take(key, need)).map(|(id, _)| id).collect();
+    fn choose(&mut self, key: &str, need: Need, duration_ms: Option<u64>) -> Option<AgentId> {
+        let now = self.now_ms;
+        let able: Vec<&AgentId> = self
+            .agents
+            .iter()
+            .filter(|(_, a)| a.can_take(key, need, duration_ms, now))
+            .map(|(id, _)| id)
+            .collect();
         let pick = match able.len() {
             0 => return None,
             1 => able[0],

@@ -15,6 +15,8 @@ use prost::Message;
 use rusqlite::{Connection, OptionalExtension, params};
 use thiserror::Error;
 
+use crate::learned::Learned;
+
 /// The store failed.
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -72,6 +74,16 @@ pub struct Store {
     keep_finished: u64,
 }
 
+/// The learned samples (docs/DESIGN.md §14): one row per successful
+/// run, newest last; the broker keeps the last few per class.
+const LEARNED_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS learned (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    class TEXT NOT NULL,
+    peak INTEGER NOT NULL,
+    wall_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS learned_class ON learned(class, seq);";
+
 /// The database's file name inside the state dir.
 pub const DB_FILE: &str = "broker.db";
 
@@ -106,6 +118,7 @@ impl Store {
                      WHERE finished_seq IS NOT NULL;",
             )
         })?;
+        store.sql(|c| c.execute_batch(LEARNED_SCHEMA))?;
         Ok(store)
     }
 
@@ -125,6 +138,7 @@ impl Store {
                      attempts INTEGER NOT NULL DEFAULT 0, agent TEXT, finished_seq INTEGER, reply BLOB);",
             )
         })?;
+        store.sql(|c| c.execute_batch(LEARNED_SCHEMA))?;
         Ok(store)
     }
 
@@ -245,6 +259,48 @@ impl Store {
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
+    /// Records one successful run of `class` (see [`crate::learned`]):
+    /// only the newest [`Learned::SAMPLES`] rows of a class are kept, and
+    /// at most [`Learned::SAMPLES`] × [`Learned::MAX_CLASSES`] in all.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlite`].
+    pub fn learn(&self, class: &str, peak: u64, wall_ms: u64) -> Result<(), StoreError> {
+        let per_class = i64::try_from(Learned::SAMPLES).unwrap_or(i64::MAX);
+        let all = i64::try_from(Learned::SAMPLES * Learned::MAX_CLASSES).unwrap_or(i64::MAX);
+        let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.sql(|c| {
+            let tx = c.unchecked_transaction()?;
+            tx.execute(
+                "INSERT INTO learned (class, peak, wall_ms) VALUES (?1, ?2, ?3)",
+                params![class, as_i64(peak), as_i64(wall_ms)],
+            )?;
+            tx.execute(
+                "DELETE FROM learned WHERE class = ?1 AND seq NOT IN
+                     (SELECT seq FROM learned WHERE class = ?1 ORDER BY seq DESC LIMIT ?2)",
+                params![class, per_class],
+            )?;
+            tx.execute("DELETE FROM learned WHERE seq <= (SELECT MAX(seq) FROM learned) - ?1", params![all])?;
+            tx.commit()
+        })
+    }
+
+    /// Everything learned, replayed oldest first into a [`Learned`].
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlite`].
+    pub fn learned(&self) -> Result<Learned, StoreError> {
+        let rows: Vec<(String, i64, i64)> = self.sql(|c| {
+            let mut st = c.prepare("SELECT class, peak, wall_ms FROM learned ORDER BY seq")?;
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect()
+        })?;
+        let mut learned = Learned::new();
+        for (class, peak, wall_ms) in rows {
+            learned.record(&class, u64::try_from(peak).unwrap_or(0), u64::try_from(wall_ms).unwrap_or(0));
+        }
+        Ok(learned)
+    }
+
     #[cfg(test)]
     pub(crate) fn set_keep_finished(&mut self, keep: u64) {
         self.keep_finished = keep;
@@ -285,6 +341,28 @@ mod tests {
         );
         assert_eq!(s.finished("b").unwrap_or_else(|e| panic!("{e}")), Some(reply("b")));
         assert_eq!(s.finished("a").unwrap_or_else(|e| panic!("{e}")), None);
+    }
+
+    #[test]
+    fn what_was_learned_survives_reopening_bounded_per_class() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        {
+            let s = Store::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+            s.learn("heavy", 900, 9_000).unwrap_or_else(|e| panic!("{e}"));
+            for _ in 0..Learned::SAMPLES {
+                s.learn("c", 100, 1_000).unwrap_or_else(|e| panic!("{e}"));
+            }
+            s.learn("c", 300, 500).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let s = Store::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let learned = s.learned().unwrap_or_else(|e| panic!("{e}"));
+        let c = learned.estimate("c").unwrap_or_else(|| panic!("c was learned"));
+        assert_eq!((c.peak, c.duration.as_millis()), (300, 1_000));
+        assert!(learned.estimate("heavy").is_some());
+        let rows: i64 = s
+            .sql(|c| c.query_row("SELECT COUNT(*) FROM learned WHERE class = 'c'", [], |r| r.get(0)))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(rows, i64::try_from(Learned::SAMPLES).unwrap_or(0), "old rows of a class are dropped");
     }
 
     #[test]

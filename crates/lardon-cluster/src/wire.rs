@@ -25,6 +25,10 @@ pub const MAX_CAPABILITIES: usize = 256;
 pub const MAX_RUNNING: usize = 100_000;
 /// Largest token bound an agent may declare.
 pub const MAX_TOKENS: u32 = 65_536;
+/// Most characters of a task class.
+pub const MAX_CLASS: usize = 128;
+/// Most characters of an optimizer's reason or a drain's kept.
+pub const MAX_NOTE: usize = 512;
 /// Most characters of a failure reason kept.
 pub const MAX_REASON: usize = 4096;
 /// Most input files, and most output paths, in one task.
@@ -105,7 +109,8 @@ pub fn submitter_hello(hello: &pb::SubmitterHello) -> Result<SubmitterId, WireEr
 /// [`WireError`] naming the first bad field (`request.argv`, …).
 pub fn task_spec(spec: pb::TaskSpec, submitter: &SubmitterId) -> Result<Job, WireError> {
     let (id, capability, need) = check_spec("request", &spec)?;
-    let request = Request { id, submitter: submitter.clone(), capability, need };
+    let duration_ms = (spec.expected_duration_ms > 0).then_some(spec.expected_duration_ms);
+    let request = Request { id, submitter: submitter.clone(), capability, need, duration_ms };
     Ok(Job { request, spec })
 }
 
@@ -169,6 +174,12 @@ fn check_spec(p: &str, spec: &pb::TaskSpec) -> Result<(TaskId, Capability, Need)
     }
     if spec.stdin.len() > MAX_STDIN {
         return Err(bad(format!("{p}.stdin"), format!("{} bytes, at most {MAX_STDIN}", spec.stdin.len())));
+    }
+    if spec.class.chars().count() > MAX_CLASS || spec.class.chars().any(char::is_control) {
+        return Err(bad(
+            format!("{p}.class"),
+            format!("at most {MAX_CLASS} characters, no control characters"),
+        ));
     }
     if spec.deadline_unix_ms < 0 {
         return Err(bad(format!("{p}.deadline_unix_ms"), "negative (0 means none)"));
@@ -297,12 +308,56 @@ pub fn agent_hello(hello: &pb::AgentHello) -> Result<Hello, WireError> {
         .enumerate()
         .map(|(i, t)| task_id(&format!("hello.running[{i}]"), t))
         .collect::<Result<Vec<_>, _>>()?;
+    if hello.ends_at_unix_ms < 0 {
+        return Err(bad("hello.ends_at_unix_ms", "negative (0 means no end known)"));
+    }
     Ok(Hello {
         agent,
         capabilities,
         availability: availability(hello.availability.as_ref()),
         tokens: hello.tokens,
         running,
+        ends_at_ms: u64::try_from(hello.ends_at_unix_ms).ok().filter(|t| *t > 0),
+    })
+}
+
+/// Checks an agent's drain notice: the tasks it still runs.
+///
+/// # Errors
+/// [`WireError`] naming the first bad field.
+pub fn draining(value: &pb::Draining) -> Result<Vec<TaskId>, WireError> {
+    if value.running.len() > MAX_RUNNING {
+        return Err(bad("draining.running", format!("{} ids, at most {MAX_RUNNING}", value.running.len())));
+    }
+    value.running.iter().enumerate().map(|(i, t)| task_id(&format!("draining.running[{i}]"), t)).collect()
+}
+
+/// An agent's optimizer verdict, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenBound {
+    /// The new bound (at least 1).
+    pub tokens: u32,
+    /// `grow`, `shrink` or `hold`.
+    pub verdict: String,
+    /// Why (cut at [`MAX_NOTE`] characters).
+    pub reason: String,
+}
+
+/// Checks an agent's token-bound update.
+///
+/// # Errors
+/// [`WireError`] naming the first bad field.
+pub fn token_bound(value: &pb::TokenBound) -> Result<TokenBound, WireError> {
+    if value.tokens == 0 || value.tokens > MAX_TOKENS {
+        return Err(bad("tokens.tokens", format!("{}, must be 1 to {MAX_TOKENS}", value.tokens)));
+    }
+    if !matches!(value.verdict.as_str(), "grow" | "shrink" | "hold") {
+        return Err(bad("tokens.verdict", "must be grow, shrink or hold"));
+    }
+    Ok(TokenBound {
+        tokens: value.tokens,
+        verdict: value.verdict.clone(),
+        reason: value.reason.chars().filter(|c| !c.is_control()).take(MAX_NOTE).collect(),
     })
 }
 
@@ -367,6 +422,8 @@ mod tests {
             stdin: Vec::new(),
             deadline_unix_ms: 0,
             cacheable: false,
+            class: String::new(),
+            expected_duration_ms: 0,
             inputs: Vec::new(),
             outputs: Vec::new(),
         }
@@ -398,6 +455,13 @@ mod tests {
         assert!(err(pb::TaskSpec { env, ..spec() }).starts_with("request.env[0].name"));
         assert!(err(pb::TaskSpec { stdin: vec![0; MAX_STDIN + 1], ..spec() }).starts_with("request.stdin"));
         assert!(err(pb::TaskSpec { deadline_unix_ms: -1, ..spec() }).starts_with("request.deadline_unix_ms"));
+        assert!(err(pb::TaskSpec { class: "a\nb".into(), ..spec() }).starts_with("request.class"));
+        assert!(
+            err(pb::TaskSpec { class: "x".repeat(MAX_CLASS + 1), ..spec() }).starts_with("request.class")
+        );
+        let timed = task_spec(pb::TaskSpec { expected_duration_ms: 90_000, ..spec() }, &sub)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(timed.request.duration_ms, Some(90_000));
     }
 
     #[test]
@@ -440,6 +504,7 @@ mod tests {
             availability: None,
             tokens: 2,
             running: vec!["t1".into()],
+            ends_at_unix_ms: 0,
         };
         let ok = agent_hello(&hello).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((ok.tokens, ok.running.len()), (2, 1));
@@ -453,6 +518,18 @@ mod tests {
             e(pb::AgentHello { running: vec!["x y".into()], ..hello.clone() })
                 .starts_with("hello.running[0]")
         );
+        assert!(
+            e(pb::AgentHello { ends_at_unix_ms: -1, ..hello.clone() }).starts_with("hello.ends_at_unix_ms")
+        );
+        let ends = agent_hello(&pb::AgentHello { ends_at_unix_ms: 5_000, ..hello.clone() });
+        assert_eq!(ends.map(|h| h.ends_at_ms), Ok(Some(5_000)));
+        let tb =
+            |tokens, verdict: &str| pb::TokenBound { tokens, verdict: verdict.into(), reason: "r".into() };
+        assert!(token_bound(&tb(0, "hold")).is_err_and(|e| e.field == "tokens.tokens"));
+        assert!(token_bound(&tb(2, "jump")).is_err_and(|e| e.field == "tokens.verdict"));
+        assert_eq!(token_bound(&tb(2, "grow")).map(|t| t.tokens), Ok(2));
+        let d = pb::Draining { running: vec!["ok".into(), "no way".into()], reason: String::new() };
+        assert!(draining(&d).is_err_and(|e| e.field == "draining.running[1]"));
         let r = pb::TaskReport { task_id: "t".into(), report: None };
         assert!(report(r).err().map(|e| e.to_string()).unwrap_or_default().starts_with("report.report"));
         let ended = pb::TaskEnded { success: false, exit_code: Some(3), ..Default::default() };
@@ -487,6 +564,8 @@ mod tests {
                 }
                 Some(pb::agent_message::Kind::Update(a)) => drop(update(&a)),
                 Some(pb::agent_message::Kind::Report(r)) => drop(report(r)),
+                Some(pb::agent_message::Kind::Draining(d)) => drop(draining(&d)),
+                Some(pb::agent_message::Kind::Tokens(t)) => drop(token_bound(&t)),
                 Some(pb::agent_message::Kind::Heartbeat(_)) | None => {}
             }
         }

@@ -2,7 +2,7 @@
 //! service): what its hellos say across reconnects, that an ended task's
 //! report is kept and sent again until the broker acknowledges it, and
 //! that admission stays the agent's (capabilities it did not declare,
-//! its Governor's WAIT and REJECT).
+//! its Governor's WAIT and REJECT), and how it drains on a stop request.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::pin::Pin;
@@ -14,7 +14,7 @@ use lardon_cluster::agent::{Agent, AgentConfig, Backoff, Executor, Running};
 use lardon_cluster::{AgentId, Capability};
 use lardon_proto::cluster as pb;
 use lardon_proto::cluster::broker_server::{Broker, BrokerServer};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::{TcpListenerStream, UnboundedReceiverStream};
 use tonic::{Request, Response, Status, Streaming};
@@ -54,6 +54,13 @@ impl Broker for Scripted {
         &self,
         _: Request<pb::ClusterStatusRequest>,
     ) -> Result<Response<pb::ClusterStatusResponse>, Status> {
+        Err(Status::unimplemented("scripted"))
+    }
+
+    async fn provision_explain(
+        &self,
+        _: Request<pb::ProvisionExplainRequest>,
+    ) -> Result<Response<pb::ProvisionExplainResponse>, Status> {
         Err(Status::unimplemented("scripted"))
     }
 }
@@ -112,6 +119,19 @@ impl Conn {
 }
 
 async fn setup(memory: u64) -> mpsc::UnboundedReceiver<(Streaming<pb::AgentMessage>, Down)> {
+    setup_with(memory, Arc::new(Instant), None, |agent| {
+        tokio::spawn(agent.run(std::future::pending()));
+    })
+    .await
+}
+
+/// A scripted broker and agent `a1` (executor `exec`), handed to `start`.
+async fn setup_with(
+    memory: u64,
+    exec: Arc<dyn Executor>,
+    drain_grace: Option<Duration>,
+    start: impl FnOnce(Agent),
+) -> mpsc::UnboundedReceiver<(Streaming<pb::AgentMessage>, Down)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let (conns, rx) = mpsc::unbounded_channel();
@@ -132,9 +152,87 @@ async fn setup(memory: u64) -> mpsc::UnboundedReceiver<(Streaming<pb::AgentMessa
         heartbeat: Duration::from_secs(1),
         backoff: Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(50) },
         dial: Default::default(),
+        ends_at_ms: None,
+        drain_grace,
+        tuning: None,
     };
-    tokio::spawn(Agent::new(config, governor, Arc::new(Instant)).unwrap().run(std::future::pending()));
+    start(Agent::new(config, governor, exec).unwrap());
     rx
+}
+
+/// Ends each task when the test says so.
+#[derive(Debug)]
+struct OnceGated(std::sync::Mutex<Option<oneshot::Receiver<()>>>);
+
+impl Executor for OnceGated {
+    fn run(&self, _: pb::TaskSpec, _: oneshot::Receiver<()>) -> Running {
+        let gate = self.0.lock().unwrap().take();
+        Box::pin(async move {
+            if let Some(gate) = gate {
+                let _ = gate.await;
+            }
+            pb::TaskEnded { success: true, exit_code: Some(0), ..Default::default() }
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_agent_exits_closing_its_stream_but_never_while_it_holds_work() {
+    let (gate, gated) = oneshot::channel();
+    let executor = Arc::new(OnceGated(std::sync::Mutex::new(Some(gated))));
+    // Heartbeats every second; idle exit after half of one.
+    let handle = Arc::new(std::sync::Mutex::new(None));
+    let slot = Arc::clone(&handle);
+    let mut conns = setup_with(16 << 30, executor, None, move |agent| {
+        let run = agent.with_idle_exit(Duration::from_millis(500)).run(std::future::pending());
+        *slot.lock().unwrap() = Some(tokio::spawn(run));
+    })
+    .await;
+    let agent = handle.lock().unwrap().take().expect("the agent started");
+    let mut c = accept(&mut conns).await;
+    c.hello().await;
+    c.send(pb::broker_to_agent::Kind::Assign(spec("t1", "gcc@12", 1 << 20)));
+    // Three of its own heartbeats (3 s, six idle-exit times) while t1 runs:
+    // it stays.
+    let mut beats = 0;
+    while beats < 3 {
+        let m = tokio::time::timeout(WAIT, c.up.message()).await.expect("a message").unwrap();
+        match m.and_then(|m| m.kind) {
+            Some(pb::agent_message::Kind::Heartbeat(_)) => beats += 1,
+            Some(pb::agent_message::Kind::Update(_)) => {}
+            other => panic!("the agent left or spoke while running t1: {other:?}"),
+        }
+    }
+    assert!(!agent.is_finished(), "it exited while running a task");
+    gate.send(()).unwrap();
+    assert_eq!(c.report().await.task_id, "t1");
+    // Reported but not acknowledged: still held, so it stays (three beats).
+    let mut beats = 0;
+    while beats < 3 {
+        let m = tokio::time::timeout(WAIT, c.up.message()).await.expect("a message").unwrap();
+        match m.and_then(|m| m.kind) {
+            Some(pb::agent_message::Kind::Heartbeat(_)) => beats += 1,
+            Some(pb::agent_message::Kind::Update(_)) => {}
+            other => panic!("the agent left or spoke with an unacknowledged report: {other:?}"),
+        }
+    }
+    c.send(pb::broker_to_agent::Kind::Ack(pb::ReportAck { task_id: "t1".into() }));
+    // Acknowledged: nothing held; the stream ends cleanly and run returns.
+    loop {
+        match tokio::time::timeout(WAIT, c.up.message()).await.expect("the stream to end") {
+            Ok(Some(m)) => assert!(
+                matches!(
+                    m.kind,
+                    Some(pb::agent_message::Kind::Heartbeat(_) | pb::agent_message::Kind::Update(_))
+                ),
+                "{m:?}"
+            ),
+            Ok(None) => break,
+            Err(status) => panic!("the stream failed instead of ending: {status:?}"),
+        }
+    }
+    // Returned: it will not reconnect.
+    tokio::time::timeout(WAIT, agent).await.expect("the agent to return").unwrap();
 }
 
 async fn accept(rx: &mut mpsc::UnboundedReceiver<(Streaming<pb::AgentMessage>, Down)>) -> Conn {
@@ -213,4 +311,116 @@ async fn admission_stays_the_agents() {
     c.send(pb::broker_to_agent::Kind::Assign(bad));
     let r = c.report().await;
     assert!(ended(&r).reason.starts_with("assign.argv"), "{r:?}");
+}
+
+/// Runs each task until the gate opens, or until it is cancelled.
+#[derive(Debug)]
+struct Gated(watch::Receiver<bool>);
+
+impl Executor for Gated {
+    fn run(&self, _: pb::TaskSpec, cancel: oneshot::Receiver<()>) -> Running {
+        let mut open = self.0.clone();
+        Box::pin(async move {
+            tokio::select! {
+                _ = open.wait_for(|o| *o) => pb::TaskEnded { success: true, exit_code: Some(0), ..Default::default() },
+                Ok(()) = cancel => pb::TaskEnded { success: false, reason: "cancelled".into(), ..Default::default() },
+            }
+        })
+    }
+}
+
+/// An agent with a gated executor, a stop-request channel and a drain
+/// grace; `done` resolves when its run returns.
+struct Draining {
+    conns: mpsc::UnboundedReceiver<(Streaming<pb::AgentMessage>, Down)>,
+    stop: mpsc::UnboundedSender<()>,
+    gate: watch::Sender<bool>,
+    done: oneshot::Receiver<()>,
+}
+
+async fn draining(grace: Duration) -> Draining {
+    let (gate, open) = watch::channel(false);
+    let (stop, stops) = mpsc::unbounded_channel();
+    let (finished, done) = oneshot::channel();
+    let conns = setup_with(16 << 30, Arc::new(Gated(open)), Some(grace), move |agent| {
+        let agent = agent.with_stop_requests(Box::pin(UnboundedReceiverStream::new(stops)));
+        tokio::spawn(async move {
+            agent.run(std::future::pending()).await;
+            let _ = finished.send(());
+        });
+    })
+    .await;
+    Draining { conns, stop, gate, done }
+}
+
+/// Assigns `id` and waits until the agent has taken it: an assignment it
+/// refuses at once, sent after, is answered after it.
+async fn start(c: &mut Conn, id: &str) {
+    c.send(pb::broker_to_agent::Kind::Assign(spec(id, "gcc@12", 1 << 20)));
+    c.send(pb::broker_to_agent::Kind::Assign(spec(&format!("{id}-probe"), "clang@17", 0)));
+    assert_eq!(c.report().await.task_id, format!("{id}-probe"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_request_drains_sends_new_work_back_and_exits_once_all_is_reported_and_acknowledged() {
+    let mut a = draining(Duration::from_secs(600)).await;
+    let mut c = accept(&mut a.conns).await;
+    c.hello().await;
+    start(&mut c, "t1").await;
+    a.stop.send(()).unwrap();
+    match c.next().await {
+        pb::agent_message::Kind::Draining(d) => assert_eq!(d.running, vec!["t1".to_owned()]),
+        other => panic!("expected the drain notice, got {other:?}"),
+    }
+    // Work that still arrives goes straight back.
+    c.send(pb::broker_to_agent::Kind::Assign(spec("t2", "gcc@12", 1 << 20)));
+    let r = c.report().await;
+    assert_eq!(r.task_id, "t2");
+    assert!(
+        matches!(&r.report, Some(pb::task_report::Report::Wait(w)) if w.reason.contains("draining")),
+        "{r:?}"
+    );
+    c.send(pb::broker_to_agent::Kind::DrainAck(pb::DrainAck {}));
+    // The running task finishes and is reported; the agent waits for the
+    // broker to acknowledge it before it exits.
+    a.gate.send(true).unwrap();
+    let r = c.report().await;
+    assert!(r.task_id == "t1" && ended(&r).success, "{r:?}");
+    assert!(a.done.try_recv().is_err(), "still waiting for the ack");
+    c.send(pb::broker_to_agent::Kind::Ack(pb::ReportAck { task_id: "t1".into() }));
+    tokio::time::timeout(WAIT, a.done).await.expect("the agent exits once drained").unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_grace_runs_out_the_running_task_is_cancelled_and_not_reported() {
+    let mut a = draining(Duration::from_millis(300)).await;
+    let mut c = accept(&mut a.conns).await;
+    c.hello().await;
+    start(&mut c, "t1").await;
+    a.stop.send(()).unwrap();
+    assert!(matches!(c.next().await, pb::agent_message::Kind::Draining(_)));
+    c.send(pb::broker_to_agent::Kind::DrainAck(pb::DrainAck {}));
+    // The gate never opens: 300 ms later the agent cancels t1 and exits.
+    tokio::time::timeout(WAIT, a.done).await.expect("the agent exits at the grace's end").unwrap();
+    // Its stream ends with no report of t1: the broker queues it again.
+    while let Ok(Some(m)) = tokio::time::timeout(WAIT, c.up.message()).await.expect("the stream ends") {
+        assert!(
+            !matches!(m.kind, Some(pb::agent_message::Kind::Report(ref r)) if r.task_id == "t1"),
+            "a cancelled task is not reported: {m:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_stop_request_cancels_at_once() {
+    // A grace far longer than the test's patience: only the second
+    // request can end it in time.
+    let mut a = draining(Duration::from_secs(600)).await;
+    let mut c = accept(&mut a.conns).await;
+    c.hello().await;
+    start(&mut c, "t1").await;
+    a.stop.send(()).unwrap();
+    assert!(matches!(c.next().await, pb::agent_message::Kind::Draining(_)));
+    a.stop.send(()).unwrap();
+    tokio::time::timeout(WAIT, a.done).await.expect("the agent exits on the second request").unwrap();
 }

@@ -69,6 +69,9 @@ async fn agent(addr: &str, work: &Path) -> (oneshot::Sender<()>, tokio::task::Jo
         heartbeat: Duration::from_secs(1),
         backoff: fast(),
         dial: Default::default(),
+        ends_at_ms: None,
+        drain_grace: None,
+        tuning: None,
     };
     let agent =
         Agent::new(config, governor(), Arc::new(ProcessExecutor)).unwrap().with_work_dir(work.to_path_buf());

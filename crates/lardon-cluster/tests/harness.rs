@@ -78,6 +78,9 @@ async fn cluster(agents: &[(&str, &[&str], u32)], open: bool) -> Cluster {
             heartbeat: Duration::from_secs(1),
             backoff: fast(),
             dial: Default::default(),
+            ends_at_ms: None,
+            drain_grace: None,
+            tuning: None,
         };
         let exec = FakeExec { agent: (*id).to_owned(), started: started_tx.clone(), open: open_rx.clone() };
         let agent = Agent::new(config, governor(), Arc::new(exec)).unwrap();
@@ -277,6 +280,9 @@ async fn a_cached_success_is_answered_with_no_agent_connected() {
         heartbeat: Duration::from_secs(1),
         backoff: fast(),
         dial: Default::default(),
+        ends_at_ms: None,
+        drain_grace: None,
+        tuning: None,
     };
     let exec = FakeExec { agent: "a1".into(), started: started_tx, open: open_rx };
     let agent = Agent::new(agent_config, governor(), Arc::new(exec)).unwrap();
@@ -319,4 +325,73 @@ async fn a_cached_success_is_answered_with_no_agent_connected() {
         matches!(answer(s.submit(&task("plain", false))).await, Answer::NoExecutor),
         "only cacheable tasks"
     );
+}
+
+/// Ends each task at once, reporting that it took an hour (as measured).
+#[derive(Debug)]
+struct TookAnHour;
+
+impl Executor for TookAnHour {
+    fn run(&self, _: pb::TaskSpec, _: oneshot::Receiver<()>) -> Running {
+        Box::pin(async {
+            pb::TaskEnded {
+                success: true,
+                exit_code: Some(0),
+                wall_ms: 3_600_000,
+                peak_memory: 1 << 30,
+                ..Default::default()
+            }
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_class_learned_to_take_longer_than_any_agent_has_left_is_answered_like_no_executor() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let config = BrokerConfig { heartbeat: Duration::from_secs(1), ..BrokerConfig::default() };
+    tokio::spawn(broker::serve(listener, config, std::future::pending()));
+    let now_ms = u64::try_from(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis(),
+    )
+    .unwrap();
+    // The agent's allocation ends in ten minutes.
+    let agent_config = AgentConfig {
+        broker: addr.clone(),
+        agent: AgentId::new("a1").unwrap(),
+        capabilities: vec![Capability::parse("gcc@12").unwrap()],
+        tokens: 2,
+        heartbeat: Duration::from_secs(1),
+        backoff: fast(),
+        dial: Default::default(),
+        ends_at_ms: Some(now_ms + 600_000),
+        drain_grace: None,
+        tuning: None,
+    };
+    tokio::spawn(
+        Agent::new(agent_config, governor(), Arc::new(TookAnHour)).unwrap().run(std::future::pending()),
+    );
+    let c =
+        Cluster { addr: addr.clone(), started: mpsc::unbounded_channel().1, gate: watch::channel(true).0 };
+    c.until("a1 with its allocation's end", |s| s.agents.iter().any(|a| a.ends_at_unix_ms > 0)).await;
+    let s = c.submitter("s1");
+    // Declared longer than the ten minutes left: never sent there.
+    let mut long = task("declared-long", "gcc@12");
+    long.expected_duration = Some(Duration::from_secs(3600));
+    assert_eq!(answer(s.submit(&long)).await, Answer::NoExecutor);
+    // Nothing known of `cc1plus` yet: it runs, and is measured at an hour.
+    let mut first = task("first", "gcc@12");
+    first.argv = vec!["/usr/lib/gcc/cc1plus".into()];
+    assert!(matches!(answer(s.submit(&first)).await, Answer::Done(e) if e.success));
+    // Learned: the next of its class is not sent to ten minutes, even with
+    // a submitter's guess of one minute.
+    let mut second = task("second", "gcc@12");
+    second.argv = vec!["cc1plus".into(), "-O2".into()];
+    second.expected_duration = Some(Duration::from_secs(60));
+    assert_eq!(answer(s.submit(&second)).await, Answer::NoExecutor);
+    // A class of its own (named by the submitter) starts from nothing.
+    let mut named = task("named", "gcc@12");
+    named.argv = vec!["cc1plus".into()];
+    named.class = Some("tiny-units".into());
+    assert!(matches!(answer(s.submit(&named)).await, Answer::Done(e) if e.success));
 }

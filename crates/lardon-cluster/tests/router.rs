@@ -24,6 +24,7 @@ fn agent(id: &str, caps: &[&str], tokens: u32) -> Hello {
         availability: Availability { memory: 64 * GIB, cpu_millis: 64_000 },
         tokens,
         running: Vec::new(),
+        ends_at_ms: None,
     }
 }
 
@@ -33,7 +34,18 @@ fn req(id: &str, submitter: &str, capability: &str) -> Request {
         submitter: SubmitterId::new(submitter).unwrap(),
         capability: cap(capability),
         need: Need { memory: GIB, cpu_millis: 1000 },
+        duration_ms: None,
     }
+}
+
+/// An agent whose allocation ends at `ends_at_ms`.
+fn ending(id: &str, caps: &[&str], tokens: u32, ends_at_ms: u64) -> Hello {
+    Hello { ends_at_ms: Some(ends_at_ms), ..agent(id, caps, tokens) }
+}
+
+/// A request expected to run `duration_ms`.
+fn timed(id: &str, capability: &str, duration_ms: u64) -> Request {
+    Request { duration_ms: Some(duration_ms), ..req(id, "s", capability) }
 }
 
 fn assigned(events: &[Event]) -> Vec<(String, String)> {
@@ -76,6 +88,40 @@ fn no_executor_is_answered_at_once() {
     assert_eq!(s, Submitted::NoExecutor);
     assert_eq!(delivered(&ev), vec![("t1".into(), Delivery::NoExecutor)]);
     assert_eq!(r.queued(), 0);
+}
+
+#[test]
+fn a_provisionable_capability_waits_for_an_allocation_instead_of_no_executor() {
+    let mut r = Router::new(1);
+    r.set_provisionable(&[cap("gcc@13:x86_64-linux-gnu")]);
+    // No agent at all: gcc waits (scale from zero), clang is still answered at once.
+    let (s, ev) = r.submit(req("t1", "s1", "gcc@13:x86_64-linux-gnu"));
+    assert_eq!(s, Submitted::Queued);
+    assert!(ev.is_empty(), "{ev:?}");
+    let (s, _) = r.submit(req("t2", "s1", "clang@17"));
+    assert_eq!(s, Submitted::NoExecutor);
+    let demand = r.queued_demand();
+    assert_eq!(
+        demand.get(&cap("gcc@13:x86_64-linux-gnu")),
+        Some(&(1, Need { memory: GIB, cpu_millis: 1000 }))
+    );
+    // The allocation's agent comes: it runs the task.
+    let ev = r.hello(agent("slurm-7", &["gcc@13:x86_64-linux-gnu"], 1));
+    assert_eq!(assigned(&ev), vec![("slurm-7".into(), "t1".into())]);
+    assert!(r.queued_demand().is_empty(), "in flight is not queued demand");
+    // Its allocation is cancelled mid-task: the task is queued again, not
+    // handed back, while the next allocation comes.
+    let ev = r.agent_lost(&AgentId::new("slurm-7").unwrap());
+    assert!(delivered(&ev).is_empty(), "{ev:?}");
+    assert_eq!(r.place(&TaskId::new("t1").unwrap()), Some(TaskPlace::Queued { attempts: 1 }));
+    let ev = r.hello(agent("slurm-8", &["gcc@13:x86_64-linux-gnu"], 1));
+    assert_eq!(assigned(&ev), vec![("slurm-8".into(), "t1".into())]);
+    let ev = r.report(
+        &AgentId::new("slurm-8").unwrap(),
+        &TaskId::new("t1").unwrap(),
+        Report::Finished(Outcome::Succeeded),
+    );
+    assert_eq!(delivered(&ev), vec![("t1".into(), Delivery::Done(Outcome::Succeeded))]);
 }
 
 #[test]
@@ -227,6 +273,8 @@ enum Op {
     Wait { agent: u8, pick: u8 },
     Update { agent: u8, memory_gib: u8 },
     Cancel { task: u8 },
+    Drain { agent: u8, keep: u8 },
+    Tokens { agent: u8, tokens: u8 },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -238,6 +286,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..4u8, any::<u8>()).prop_map(|(agent, pick)| Op::Wait { agent, pick }),
         1 => (0..4u8, 0..8u8).prop_map(|(agent, memory_gib)| Op::Update { agent, memory_gib }),
         1 => (0..40u8).prop_map(|task| Op::Cancel { task }),
+        1 => (0..4u8, any::<u8>()).prop_map(|(agent, keep)| Op::Drain { agent, keep }),
+        1 => (0..4u8, 1..5u8).prop_map(|(agent, tokens)| Op::Tokens { agent, tokens }),
     ]
 }
 
@@ -306,6 +356,28 @@ proptest! {
                     Availability { memory: u64::from(memory_gib) * GIB, cpu_millis: 64_000 },
                 ),
                 Op::Cancel { task } => r.cancel(&TaskId::new(&format!("t{task}")).unwrap()),
+                Op::Drain { agent, keep } => {
+                    // It says it still runs the held tasks whose bit is set
+                    // in `keep`; the rest go back.
+                    let name = format!("a{agent}");
+                    let held: Vec<String> = holding.get(&name).map(|h| h.iter().cloned().collect()).unwrap_or_default();
+                    let running: Vec<String> =
+                        held.iter().enumerate().filter(|(i, _)| keep & (1 << (i % 8)) != 0).map(|(_, t)| t.clone()).collect();
+                    if let Some(h) = holding.get_mut(&name) { h.retain(|t| running.contains(t)); }
+                    let ids: Vec<TaskId> = running.iter().map(|t| TaskId::new(t).unwrap()).collect();
+                    r.drain(&AgentId::new(&name).unwrap(), &ids)
+                }
+                Op::Tokens { agent, tokens: t } => {
+                    let name = format!("a{agent}");
+                    if tokens.contains_key(&name) {
+                        // Shrinking below what it holds is allowed (the
+                        // tasks stay); the check below is against the most
+                        // it was ever allowed.
+                        let most = tokens.get(&name).copied().unwrap_or(0).max(u32::from(t));
+                        tokens.insert(name.clone(), most);
+                    }
+                    r.set_tokens(&AgentId::new(&name).unwrap(), u32::from(t))
+                }
             };
             apply(ev, &mut holding)?;
             prop_assert_eq!(r.check(), Ok(()));
@@ -321,6 +393,143 @@ proptest! {
         let held: usize = holding.values().map(BTreeSet::len).sum();
         prop_assert_eq!(submitted.len(), delivered_once.len() + r.queued() + held);
     }
+}
+
+#[test]
+fn no_task_goes_to_an_agent_whose_allocation_ends_before_the_task_would() {
+    let mut r = Router::new(1);
+    r.set_now(1_000_000);
+    // a1 has 10 minutes left, a2 two hours.
+    r.hello(ending("a1", &["gcc@12"], 4, 1_000_000 + 600_000));
+    r.hello(ending("a2", &["gcc@12"], 1, 1_000_000 + 7_200_000));
+    // A 30-minute task: only a2 has the time.
+    let (s, ev) = r.submit(timed("long", "gcc@12", 1_800_000));
+    assert_eq!((s, assigned(&ev)), (Submitted::Queued, vec![("a2".into(), "long".into())]));
+    // a2 is full: the next long one waits for it rather than going to a1.
+    let (s, ev) = r.submit(timed("long2", "gcc@12", 1_800_000));
+    assert_eq!((s, assigned(&ev)), (Submitted::Queued, vec![]));
+    // A 5-minute task (of another submitter: one submitter's queue is
+    // FIFO) fits a1's 10 minutes.
+    let (_, ev) =
+        r.submit(Request { submitter: SubmitterId::new("s2").unwrap(), ..timed("short", "gcc@12", 300_000) });
+    assert_eq!(assigned(&ev), vec![("a1".into(), "short".into())]);
+    // An unknown duration holds nothing back.
+    let (_, ev) = r.submit(req("unknown", "s2", "gcc@12"));
+    assert_eq!(assigned(&ev), vec![("a1".into(), "unknown".into())]);
+    // Time passes: 8 minutes later a1 has 2 minutes left, too few for 5.
+    r.set_now(1_000_000 + 480_000);
+    let (_, ev) = r
+        .submit(Request { submitter: SubmitterId::new("s2").unwrap(), ..timed("short2", "gcc@12", 300_000) });
+    assert_eq!(assigned(&ev), vec![], "a2 is full and a1 has 2 minutes left");
+    // a2 frees: long2 goes there.
+    let ev = r.report(
+        &AgentId::new("a2").unwrap(),
+        &TaskId::new("long").unwrap(),
+        Report::Finished(Outcome::Succeeded),
+    );
+    assert_eq!(assigned(&ev), vec![("a2".into(), "long2".into())]);
+}
+
+#[test]
+fn a_task_no_agent_could_ever_take_is_answered_like_no_executor() {
+    let mut r = Router::new(1);
+    r.set_now(0);
+    r.hello(ending("a1", &["gcc@12"], 1, 600_000));
+    // Longer than any allocation here: answered at once, never queued.
+    let (s, ev) = r.submit(timed("huge", "gcc@12", 3_600_000));
+    assert_eq!(s, Submitted::NoExecutor);
+    assert_eq!(delivered(&ev), vec![("huge".into(), Delivery::NoExecutor)]);
+    // One that fits now waits behind a busy agent…
+    r.submit(timed("busy", "gcc@12", 60_000));
+    let (s, _) = r.submit(timed("later", "gcc@12", 300_000));
+    assert_eq!(s, Submitted::Queued);
+    // … until the agent's time left no longer covers it: handed back at
+    // the next dispatch, not left to wait for ever.
+    r.set_now(400_000);
+    let ev = r.report(
+        &AgentId::new("a1").unwrap(),
+        &TaskId::new("busy").unwrap(),
+        Report::Finished(Outcome::Succeeded),
+    );
+    assert_eq!(
+        delivered(&ev),
+        vec![("busy".into(), Delivery::Done(Outcome::Succeeded)), ("later".into(), Delivery::NoExecutor)]
+    );
+    assert_eq!((r.queued(), r.check()), (0, Ok(())));
+    // An agent with no end known takes anything.
+    r.hello(agent("a2", &["gcc@12"], 1));
+    let (_, ev) = r.submit(timed("huge2", "gcc@12", 3_600_000));
+    assert_eq!(assigned(&ev), vec![("a2".into(), "huge2".into())]);
+}
+
+#[test]
+fn a_draining_agent_gets_nothing_new_and_its_unstarted_tasks_go_elsewhere_at_once() {
+    let mut r = Router::new(1);
+    r.hello(agent("a1", &["gcc@12"], 4));
+    for t in ["run", "u1", "u2"] {
+        r.submit(req(t, "s", "gcc@12"));
+    }
+    assert_eq!(r.in_flight(&AgentId::new("a1").unwrap()), 3);
+    r.hello(agent("a2", &["gcc@12"], 4));
+    // a1 drains still running `run`: u1 and u2 go to a2 at once, with no
+    // attempt counted (they never ran).
+    let ev = r.drain(&AgentId::new("a1").unwrap(), &[TaskId::new("run").unwrap()]);
+    let mut got = assigned(&ev);
+    got.sort();
+    assert_eq!(got, vec![("a2".into(), "u1".into()), ("a2".into(), "u2".into())]);
+    assert_eq!(
+        r.place(&TaskId::new("u1").unwrap()),
+        Some(TaskPlace::InFlight { agent: AgentId::new("a2").unwrap(), attempts: 0 })
+    );
+    assert!(r.agents().iter().any(|a| a.agent.as_str() == "a1" && a.draining));
+    // New work never goes to it, though it has free tokens.
+    let (_, ev) = r.submit(req("new", "s", "gcc@12"));
+    assert_eq!(assigned(&ev), vec![("a2".into(), "new".into())]);
+    // Its running task still reports normally, once.
+    let ev = r.report(
+        &AgentId::new("a1").unwrap(),
+        &TaskId::new("run").unwrap(),
+        Report::Finished(Outcome::Succeeded),
+    );
+    assert_eq!(delivered(&ev), vec![("run".into(), Delivery::Done(Outcome::Succeeded))]);
+    // A WAIT for a task it no longer holds (an assignment that crossed the
+    // drain notice) changes nothing.
+    assert!(r.report(&AgentId::new("a1").unwrap(), &TaskId::new("u1").unwrap(), Report::Wait).is_empty());
+    assert_eq!(r.check(), Ok(()));
+}
+
+#[test]
+fn when_the_only_agent_of_a_capability_drains_its_waiting_tasks_are_handed_back() {
+    let mut r = Router::new(1);
+    r.hello(agent("a1", &["gcc@12"], 1));
+    r.submit(req("run", "s", "gcc@12"));
+    r.submit(req("waiting", "s", "gcc@12"));
+    let ev = r.drain(&AgentId::new("a1").unwrap(), &[TaskId::new("run").unwrap()]);
+    assert_eq!(
+        delivered(&ev),
+        vec![("waiting".into(), Delivery::RunLocally("no agent for gcc@12:* any more".into()))]
+    );
+    let (s, _) = r.submit(req("new", "s", "gcc@12"));
+    assert_eq!(s, Submitted::NoExecutor, "a draining agent serves nothing new");
+}
+
+#[test]
+fn the_optimizers_bound_limits_what_an_agent_is_given() {
+    let mut r = Router::new(1);
+    r.hello(agent("a1", &["gcc@12"], 1));
+    for t in ["t1", "t2", "t3"] {
+        r.submit(req(t, "s", "gcc@12"));
+    }
+    let a1 = AgentId::new("a1").unwrap();
+    assert_eq!(r.in_flight(&a1), 1);
+    // Grown to 3: two more go at once.
+    assert_eq!(assigned(&r.set_tokens(&a1, 3)).len(), 2);
+    // Shrunk to 1: what it holds stays, nothing new until it is under 1.
+    assert!(r.set_tokens(&a1, 1).is_empty());
+    assert_eq!(r.in_flight(&a1), 3);
+    r.submit(req("t4", "s", "gcc@12"));
+    let ev = r.report(&a1, &TaskId::new("t1").unwrap(), Report::Finished(Outcome::Succeeded));
+    assert_eq!(assigned(&ev), vec![], "2 held, bound 1");
 }
 
 #[test]

@@ -8,6 +8,8 @@
 //!   versioned migrations, crash recovery);
 //! * [`runner`]: the [`runner::Executor`] interface and the local executor
 //!   (process group, cgroup, logs, peaks);
+//! * [`offload`]: a daemon with a broker runs shippable tasks at cluster
+//!   agents, falling back to this host on any infrastructure failure;
 //! * [`slurm`]: native Slurm mode (one `sbatch` job per task) and
 //!   `lardon exec`, the wrapper its jobs run;
 //! * the engine (store + Governor + Task Queue + event pump), the gRPC
@@ -46,6 +48,7 @@ mod engine;
 pub mod ids;
 mod lock;
 mod metrics;
+pub mod offload;
 pub mod runner;
 mod server;
 mod service;
@@ -83,6 +86,12 @@ pub struct DaemonConfig {
     /// cgroup trees when it picks its enforcement backend (default: `/`).
     /// Tests point it at a fixture tree to get a known backend.
     pub cgroup_root: lardon_host::HostRoot,
+    /// Offload shippable tasks to this broker (`lardon daemon --broker`).
+    pub offload: Option<offload::OffloadConfig>,
+    /// Policy `key = value` pairs applied (and persisted, as `lardon
+    /// policy --set` would) at start, e.g. from `lardon daemon --policy
+    /// FILE`; a bad one stops the start naming the key.
+    pub policy: Vec<(String, String)>,
 }
 
 impl DaemonConfig {
@@ -97,6 +106,8 @@ impl DaemonConfig {
             probe: ProbeChoice::Host,
             kill_grace: Duration::from_secs(10),
             cgroup_root: lardon_host::HostRoot::default(),
+            offload: None,
+            policy: Vec::new(),
         }
     }
 
@@ -143,6 +154,9 @@ pub enum DaemonError {
     /// The policy is invalid for this host.
     #[error("policy: {0}")]
     Policy(#[from] lardon::PolicyError),
+    /// A policy pair given at start was refused; names the key.
+    #[error("policy: {0}")]
+    PolicyPair(String),
     /// No state dir could be resolved.
     #[error(transparent)]
     NoStateDir(#[from] lardon_proto::NoStateDir),

@@ -50,10 +50,22 @@ impl Daemon {
             enforce: config.enforce,
             kill_grace: config.kill_grace,
             cgroup_root: config.cgroup_root.clone(),
+            offload: config.offload.clone(),
         };
-        let engine = tokio::task::spawn_blocking(move || Engine::start(engine_cfg))
-            .await
-            .map_err(|e| DaemonError::Runtime(e.to_string()))??;
+        let pairs = config.policy.clone();
+        let engine = tokio::task::spawn_blocking(move || {
+            let engine = Engine::start(engine_cfg)?;
+            if !pairs.is_empty() {
+                let applied = engine.set_policy(&pairs, &[]);
+                if let Err(e) = applied {
+                    engine.shutdown();
+                    return Err(DaemonError::PolicyPair(e.to_string()));
+                }
+            }
+            Ok(engine)
+        })
+        .await
+        .map_err(|e| DaemonError::Runtime(e.to_string()))??;
         let listener = bind(&socket, &state_dir)?;
         let metrics = match config.metrics_addr {
             Some(addr) => Some(

@@ -59,6 +59,8 @@ pub struct DaemonSettings {
     pub memory_slack_percent: u32,
     /// Native Slurm mode (docs/DESIGN.md §14).
     pub slurm: SlurmSettings,
+    /// Offload to a broker (docs/DESIGN.md §14).
+    pub offload: OffloadSettings,
 }
 
 impl Default for DaemonSettings {
@@ -68,8 +70,80 @@ impl Default for DaemonSettings {
             memory_slack: 64 << 20,
             memory_slack_percent: 10,
             slurm: SlurmSettings::default(),
+            offload: OffloadSettings::default(),
         }
     }
+}
+
+/// Where a shippable task runs when the daemon has a broker (policy
+/// `offload_prefer`, or `offload = { prefer = … }` in a policy file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum OffloadPrefer {
+    /// Here, unless the local Governor would make it wait.
+    #[default]
+    Local,
+    /// At an agent, whatever the local Governor says.
+    Remote,
+    /// As `local` today: here while this host admits it, at an agent when
+    /// it would wait. Kept apart so that a policy written for balancing
+    /// keeps its meaning when balancing learns more.
+    Balance,
+}
+
+impl OffloadPrefer {
+    /// `local`, `remote` or `balance`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OffloadPrefer::Local => "local",
+            OffloadPrefer::Remote => "remote",
+            OffloadPrefer::Balance => "balance",
+        }
+    }
+}
+
+impl fmt::Display for OffloadPrefer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for OffloadPrefer {
+    type Err = String;
+    /// The error does not name the field: callers prefix their own
+    /// (`offload_prefer` or `offload.prefer`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "local" => Ok(OffloadPrefer::Local),
+            "remote" => Ok(OffloadPrefer::Remote),
+            "balance" => Ok(OffloadPrefer::Balance),
+            other => Err(format!("`{other}` is not one of local, remote, balance")),
+        }
+    }
+}
+
+/// The `offload_*` policy keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OffloadSettings {
+    /// Where shippable tasks run.
+    pub prefer: OffloadPrefer,
+    /// How many times a task the broker hands back after an infrastructure
+    /// failure (its agents lost) is shipped again before it runs here.
+    pub max_retries: u32,
+}
+
+/// The most `offload_max_retries` allows (each retry is a new remote id).
+pub const MAX_OFFLOAD_RETRIES: u32 = 100;
+
+/// Parses an `offload_max_retries` value; the error does not name the field.
+///
+/// # Errors
+/// Not a number, or above [`MAX_OFFLOAD_RETRIES`].
+pub fn parse_max_retries(value: &str) -> Result<u32, String> {
+    let n: u32 = value.trim().parse().map_err(|_| format!("`{value}` is not a valid number"))?;
+    if n > MAX_OFFLOAD_RETRIES {
+        return Err(format!("at most {MAX_OFFLOAD_RETRIES}"));
+    }
+    Ok(n)
 }
 
 /// The `slurm_*` policy keys: how native mode sizes and paces its jobs.
@@ -131,6 +205,14 @@ pub const KEYS: &[(&str, &str)] = &[
     ("slurm_mem_slack_percent", "native Slurm mode: --mem is the learned peak plus this percent"),
     ("slurm_max_mem", "native Slurm mode: cap on any job's --mem (`none` = no cap)"),
     ("slurm_poll_ms", "native Slurm mode: milliseconds between job-state lookups while jobs are out"),
+    (
+        "offload_prefer",
+        "daemon with --broker: where shippable tasks run: local (here unless it would wait), remote, balance",
+    ),
+    (
+        "offload_max_retries",
+        "daemon with --broker: re-ships after the broker hands a task back, before running it here",
+    ),
 ];
 
 /// `pairs` in the order of [`KEYS`] (unknown keys last, as given), so that
@@ -174,6 +256,8 @@ pub fn get(policy: &HostPolicy, settings: &DaemonSettings, key: &str) -> Option<
         "slurm_mem_slack_percent" => settings.slurm.mem_slack_percent.to_string(),
         "slurm_max_mem" => opt(settings.slurm.max_mem.map(exact_bytes)),
         "slurm_poll_ms" => settings.slurm.poll_ms.to_string(),
+        "offload_prefer" => settings.offload.prefer.to_string(),
+        "offload_max_retries" => settings.offload.max_retries.to_string(),
         _ => return None,
     })
 }
@@ -260,6 +344,10 @@ pub fn set(
             }
             settings.slurm.poll_ms = ms;
         }
+        "offload_prefer" => settings.offload.prefer = value.parse().map_err(|e| format!("{key}: {e}"))?,
+        "offload_max_retries" => {
+            settings.offload.max_retries = parse_max_retries(value).map_err(|e| format!("{key}: {e}"))?;
+        }
         _ => {
             return Err(format!(
                 "{key}: unknown policy key (known: {})",
@@ -305,6 +393,23 @@ mod tests {
         assert_eq!(settings.slurm.max_jobs, 3);
         for (key, bad) in
             [("slurm_max_jobs", "0"), ("slurm_poll_ms", "5"), ("slurm_mem_slack_percent", "1001")]
+        {
+            let e = set(&mut policy, &mut settings, key, bad).unwrap_err();
+            assert!(e.starts_with(&format!("{key}:")), "{e}");
+        }
+    }
+
+    #[test]
+    fn offload_keys_are_checked_and_named() {
+        let mut policy = HostPolicy::default_for(&HostProfile::new(16 << 30, 8));
+        let mut settings = DaemonSettings::default();
+        assert_eq!(settings.offload, OffloadSettings { prefer: OffloadPrefer::Local, max_retries: 0 });
+        set(&mut policy, &mut settings, "offload_prefer", "Remote").unwrap();
+        set(&mut policy, &mut settings, "offload_max_retries", "2").unwrap();
+        assert_eq!(settings.offload, OffloadSettings { prefer: OffloadPrefer::Remote, max_retries: 2 });
+        assert_eq!(get(&policy, &settings, "offload_prefer").unwrap(), "remote");
+        for (key, bad) in
+            [("offload_prefer", "elsewhere"), ("offload_max_retries", "-1"), ("offload_max_retries", "101")]
         {
             let e = set(&mut policy, &mut settings, key, bad).unwrap_err();
             assert!(e.starts_with(&format!("{key}:")), "{e}");

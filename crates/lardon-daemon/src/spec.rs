@@ -224,6 +224,25 @@ pub struct TaskSpec {
     /// when local, so specs stored before the field existed read the same.
     #[serde(default, skip_serializing_if = "RunEngine::is_local")]
     pub engine: RunEngine,
+    /// Present when the task may run on a cluster agent instead of here
+    /// (offload, docs/DESIGN.md §14). Omitted from the stored JSON when
+    /// absent, so specs stored before the field existed read the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<Offload>,
+}
+
+/// What makes a task shippable: the capability an agent must declare, and
+/// the deadline that travels with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Offload {
+    /// The canonical capability key (`name@version:target`, `*` for any),
+    /// as [`lardon_cluster::Capability::key`] writes it.
+    pub capability: String,
+    /// Unix ms after which the agent kills it (`None`: no deadline). A
+    /// deadline already passed when the task would ship fails it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_unix_ms: Option<i64>,
 }
 
 /// Where a task's runs happen.
@@ -284,6 +303,7 @@ impl TaskSpec {
             retry_on_interrupt: true,
             oom_retry: true,
             engine: RunEngine::Local,
+            offload: None,
         }
     }
 
@@ -325,6 +345,13 @@ impl TaskSpec {
         }
         if self.items == Some(0) {
             return Err(SpecError::ZeroItems);
+        }
+        if let Some(offload) = &self.offload {
+            lardon_cluster::Capability::parse(&offload.capability)
+                .map_err(|e| SpecError::BadCapability(e.to_string()))?;
+            if offload.deadline_unix_ms.is_some_and(|d| d <= 0) {
+                return Err(SpecError::BadDeadline);
+            }
         }
         Ok(())
     }
@@ -421,6 +448,12 @@ pub enum SpecError {
     /// Not an engine name.
     #[error("engine: `{0}` is not one of local, slurm")]
     BadEngine(String),
+    /// The capability of a shippable task does not parse.
+    #[error("capability: {0}")]
+    BadCapability(String),
+    /// A deadline at or before the Unix epoch.
+    #[error("deadline: must be a positive Unix time in milliseconds")]
+    BadDeadline,
     /// Not a decision kind word.
     #[error("decision: `{0}` is not a decision kind")]
     BadDecision(String),

@@ -12,11 +12,13 @@
 //! loop, generic over the backend) and `client` (a thread holding the
 //! Watch stream, talking to the loop through channels).
 //!
-//! The entry point is [`run_top`].
+//! The entry points are [`run_top`] and, for a cluster broker,
+//! [`cluster::run_cluster_top`].
 #![warn(missing_docs)]
 
 mod app;
 mod client;
+pub mod cluster;
 mod format;
 pub mod state;
 pub mod theme;
@@ -54,6 +56,10 @@ pub enum TopError {
     /// Setting up, drawing to or reading the terminal failed.
     #[error("terminal error")]
     Terminal(#[source] io::Error),
+    /// The broker did not answer the first poll of `lardon top --cluster`
+    /// (exit code 3 in the CLI). Holds the reason.
+    #[error("{0}")]
+    Broker(String),
     /// The client thread or its runtime could not start.
     #[error("cannot start the dashboard's client thread")]
     Runtime(#[source] io::Error),

@@ -24,6 +24,12 @@ pub(crate) fn run(args: &BrokerArgs) -> Result<u8> {
         None => None,
     };
     let demand = args.keda_listen.map(|_| lardon_cluster::keda::DemandBoard::new());
+    let metrics = args.metrics_listen.map(|_| broker::MetricsBoard::new());
+    let provision = args
+        .provision
+        .as_deref()
+        .map(|f| crate::provision::load(f).map_err(|e| usage(format!("--provision: {e}"))))
+        .transpose()?;
     let config = BrokerConfig {
         state: args.state.clone(),
         recovery: Duration::from_millis(args.recovery),
@@ -32,6 +38,8 @@ pub(crate) fn run(args: &BrokerArgs) -> Result<u8> {
         token: security.token()?,
         cache_bytes: (args.cache_size > 0).then_some(args.cache_size),
         demand: demand.clone(),
+        metrics: metrics.clone(),
+        provision: provision.map(|p| p.config),
         ..BrokerConfig::default()
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -60,6 +68,22 @@ pub(crate) fn run(args: &BrokerArgs) -> Result<u8> {
                     tracing::error!("the KEDA scaler stopped: {e}");
                 }
             });
+        }
+        if let (Some(addr), Some(board)) = (args.metrics_listen, metrics) {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--metrics-listen: cannot listen on {addr}"))?;
+            tracing::info!("Prometheus metrics on http://{addr}/metrics");
+            tokio::spawn(async move {
+                if let Err(e) = broker::serve_metrics(listener, board, shutdown_signal()).await {
+                    tracing::error!("the metrics endpoint stopped: {e}");
+                }
+            });
+        }
+        if let Some(p) = &config.provision {
+            let p = p.provisioner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let caps: Vec<String> = p.capabilities().iter().map(lardon_cluster::Capability::key).collect();
+            tracing::info!("provisioning with {} for: {}", p.provider(), caps.join(" "));
         }
         if config.tls.is_some() {
             tracing::info!("mutual TLS: clients need a certificate from the cluster CA");

@@ -1,5 +1,5 @@
-//! `lardon cluster status | submit`: a cluster broker's state, and one
-//! command run through it (docs/DESIGN.md §14).
+//! `lardon cluster status | explain | submit`: a cluster broker's state,
+//! its Provisioner's reasons, and one command run through it (docs/DESIGN.md §14).
 
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -17,8 +17,49 @@ pub(crate) async fn run(command: &ClusterCommand) -> Result<u8> {
         ClusterCommand::Status { broker, json, security } => {
             status(broker, *json, &security.dial("agent")?).await
         }
+        ClusterCommand::Explain { broker, json, security } => {
+            explain(broker, *json, &security.dial("agent")?).await
+        }
         ClusterCommand::Submit(args) => submit(args).await,
     }
+}
+
+async fn explain(broker: &str, json: bool, dial: &lardon_cluster::dial::Dial) -> Result<u8> {
+    let e = client::explain(broker, dial).await.map_err(unreachable)?;
+    if json {
+        let allocations: Vec<serde_json::Value> = e
+            .allocations
+            .iter()
+            .map(
+                |a| serde_json::json!({"id": a.id, "shape": a.shape, "state": a.state, "started": a.started}),
+            )
+            .collect();
+        let v = serde_json::json!({
+            "provider": (!e.provider.is_empty()).then_some(&e.provider),
+            "paused": (!e.paused.is_empty()).then_some(&e.paused),
+            "holds": e.holds, "allocations": allocations,
+        });
+        super::out(&format!("{v:#}\n"))?;
+        return Ok(0);
+    }
+    if e.provider.is_empty() {
+        super::out("this broker runs no Provisioner (start it with --provision FILE)\n")?;
+        return Ok(0);
+    }
+    let mut text = format!("provider {}: {} allocation(s) alive\n", e.provider, e.allocations.len());
+    if !e.allocations.is_empty() {
+        text.push_str(&format!("{:<16} {:<12} {:<8} STARTED\n", "ALLOCATION", "SHAPE", "STATE"));
+    }
+    for a in &e.allocations {
+        let started = if a.started { "yes" } else { "no" };
+        text.push_str(&format!("{:<16} {:<12} {:<8} {started}\n", a.id, a.shape, a.state));
+    }
+    for line in &e.holds {
+        text.push_str(line);
+        text.push('\n');
+    }
+    super::out(&text)?;
+    Ok(0)
 }
 
 fn unreachable(e: StatusError) -> anyhow::Error {
@@ -39,16 +80,25 @@ async fn status(broker: &str, json: bool, dial: &lardon_cluster::dial::Dial) -> 
             .iter()
             .map(|a| {
                 let avail = a.availability.unwrap_or_default();
+                let optimizer = (!a.optimizer_verdict.is_empty()).then(
+                    || serde_json::json!({"verdict": a.optimizer_verdict, "reason": a.optimizer_reason}),
+                );
                 serde_json::json!({
                     "id": a.agent_id, "capabilities": a.capabilities, "tokens": a.tokens,
                     "in_flight": a.in_flight, "memory_available": avail.memory,
                     "cpu_available_millis": avail.cpu_millis, "recovering": a.recovering,
+                    "draining": a.draining,
+                    "ends_at_unix_ms": (a.ends_at_unix_ms > 0).then_some(a.ends_at_unix_ms),
+                    "optimizer": optimizer,
                 })
             })
             .collect();
         let v = serde_json::json!({
             "agents": agents, "queued": s.queued, "in_flight": s.in_flight,
             "finished": s.finished, "submitters": s.submitters,
+            "routes": s.routes.iter().map(|r| serde_json::json!({
+                "capability": r.capability, "queued": r.queued, "in_flight": r.in_flight,
+            })).collect::<Vec<_>>(),
         });
         super::out(&format!("{v:#}\n"))?;
         return Ok(0);
@@ -69,7 +119,11 @@ async fn status(broker: &str, json: bool, dial: &lardon_cluster::dial::Dial) -> 
     }
     for a in &s.agents {
         let avail = a.availability.unwrap_or_default();
-        let id = if a.recovering { format!("{} (reconnecting)", a.agent_id) } else { a.agent_id.clone() };
+        let id = match (a.recovering, a.draining) {
+            (true, _) => format!("{} (reconnecting)", a.agent_id),
+            (_, true) => format!("{} (draining)", a.agent_id),
+            _ => a.agent_id.clone(),
+        };
         text.push_str(&format!(
             "{id:<24} {:>6} {:>9} {:>10} {:>8}  {}\n",
             a.tokens,
@@ -78,6 +132,15 @@ async fn status(broker: &str, json: bool, dial: &lardon_cluster::dial::Dial) -> 
             lardon::format_cpus(avail.cpu_millis),
             a.capabilities.join(" ")
         ));
+        if a.ends_at_unix_ms > 0 {
+            let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
+            let left = u128::try_from(a.ends_at_unix_ms).unwrap_or(0).saturating_sub(now);
+            let left = Duration::from_millis(u64::try_from(left).unwrap_or(u64::MAX));
+            text.push_str(&format!("    allocation ends in {}\n", short_duration(left)));
+        }
+        if !a.optimizer_verdict.is_empty() {
+            text.push_str(&format!("    optimizer: {} ({})\n", a.optimizer_verdict, a.optimizer_reason));
+        }
     }
     super::out(&text)?;
     Ok(0)
@@ -94,6 +157,8 @@ async fn submit(args: &ClusterSubmitArgs) -> Result<u8> {
     let mut task = RemoteTask::new(id, capability, args.argv.clone());
     task.need = Need { memory: args.mem, cpu_millis: args.cpus };
     task.cacheable = args.cacheable;
+    task.class.clone_from(&args.class);
+    task.expected_duration = args.expected_duration.map(Duration::from_millis);
     task.deadline_unix_ms = args
         .deadline
         .map(|ms| i64::try_from(now.as_millis().saturating_add(u128::from(ms))).unwrap_or(i64::MAX));
@@ -131,5 +196,15 @@ async fn submit(args: &ClusterSubmitArgs) -> Result<u8> {
         Answer::Unreachable => {
             Err(Failure::Unreachable(format!("the broker at {} stopped answering", args.broker)).into())
         }
+    }
+}
+
+/// `2h05m`, `14m30s`, `45s`: a time left, to the second.
+fn short_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        3600.. => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        60.. => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{s}s"),
     }
 }

@@ -22,6 +22,24 @@ pub(crate) fn run(cli: &Cli, args: &DaemonArgs) -> Result<u8> {
     if let Some((memory, cpus)) = args.simulate_host {
         config.probe = ProbeChoice::Fake(lardon::HostProfile::new(memory, cpus));
     }
+    if let Some(path) = &args.policy {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| crate::error::usage(format!("--policy {}: {e}", path.display())))?;
+        config.policy = policy_pairs(&text)
+            .map_err(|e| crate::error::usage(format!("--policy {}: {e}", path.display())))?;
+    }
+    if let Some(broker) = &args.broker {
+        if args.broker_heartbeat == 0 {
+            return Err(crate::error::usage("--broker-heartbeat: must be more than 0"));
+        }
+        let mut offload = lardon_daemon::offload::OffloadConfig::new(broker.clone());
+        offload.dial = args.security.dial("agent")?;
+        offload.heartbeat = std::time::Duration::from_millis(args.broker_heartbeat);
+        offload.unreachable_after = std::time::Duration::from_millis(args.broker_timeout);
+        config.offload = Some(offload);
+    } else if args.security.tls_dir.is_some() || args.security.join_token_file.is_some() {
+        return Err(crate::error::usage("--tls-dir/--join-token-file: only with --broker"));
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -34,4 +52,84 @@ pub(crate) fn run(cli: &Cli, args: &DaemonArgs) -> Result<u8> {
     .inspect_err(|e| tracing::error!("the daemon stopped: {e:#}"))?;
     tracing::info!("the daemon stopped");
     Ok(0)
+}
+
+/// A policy file's `key = value` pairs, in the file's order: every
+/// top-level scalar is a policy key (checked when the daemon applies it,
+/// naming the key), and the `offload` table's `prefer` and `max_retries`
+/// become `offload_prefer` and `offload_max_retries` (checked here, naming
+/// `offload.FIELD`).
+///
+/// # Errors
+/// One line naming the offending field.
+pub(crate) fn policy_pairs(text: &str) -> std::result::Result<Vec<(String, String)>, String> {
+    use lardon_daemon::settings::{OffloadPrefer, parse_max_retries};
+    let table: toml::Table = toml::from_str(text).map_err(|e| e.message().to_owned())?;
+    let mut pairs = Vec::new();
+    for (key, value) in table {
+        if key == "offload" {
+            let toml::Value::Table(offload) = value else {
+                return Err(
+                    "offload: must be a table, e.g. offload = { prefer = \"remote\", max_retries = 1 }"
+                        .into(),
+                );
+            };
+            for (field, value) in offload {
+                match (field.as_str(), value) {
+                    ("prefer", toml::Value::String(p)) => {
+                        let prefer: OffloadPrefer = p.parse().map_err(|e| format!("offload.prefer: {e}"))?;
+                        pairs.push(("offload_prefer".to_owned(), prefer.to_string()));
+                    }
+                    ("prefer", _) => {
+                        return Err("offload.prefer: must be a string: local, remote or balance".into());
+                    }
+                    ("max_retries", toml::Value::Integer(n)) => {
+                        let n = parse_max_retries(&n.to_string())
+                            .map_err(|e| format!("offload.max_retries: {e}"))?;
+                        pairs.push(("offload_max_retries".to_owned(), n.to_string()));
+                    }
+                    ("max_retries", _) => return Err("offload.max_retries: must be a whole number".into()),
+                    (other, _) => {
+                        return Err(format!("offload.{other}: unknown field (known: prefer, max_retries)"));
+                    }
+                }
+            }
+            continue;
+        }
+        let text = match value {
+            toml::Value::String(s) => s,
+            toml::Value::Integer(n) => n.to_string(),
+            toml::Value::Float(f) => f.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            _ => return Err(format!("{key}: must be a string or a number")),
+        };
+        pairs.push((key, text));
+    }
+    Ok(pairs)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::policy_pairs;
+
+    #[test]
+    fn a_policy_file_gives_offload_and_plain_keys_and_names_bad_fields() {
+        let pairs =
+            policy_pairs("max_running = 1\noffload = { prefer = \"Remote\", max_retries = 2 }\n").unwrap();
+        let want = [("max_running", "1"), ("offload_prefer", "remote"), ("offload_max_retries", "2")];
+        assert_eq!(pairs, want.map(|(k, v)| (k.to_owned(), v.to_owned())));
+        for (text, field) in [
+            ("offload = { prefer = \"elsewhere\" }", "offload.prefer:"),
+            ("offload = { prefer = 3 }", "offload.prefer:"),
+            ("offload = { max_retries = -1 }", "offload.max_retries:"),
+            ("offload = { max_retries = \"x\" }", "offload.max_retries:"),
+            ("offload = { retries = 1 }", "offload.retries:"),
+            ("offload = 1", "offload:"),
+            ("memory_reserve = [1]", "memory_reserve:"),
+        ] {
+            let e = policy_pairs(text).unwrap_err();
+            assert!(e.starts_with(field), "{text}: {e}");
+        }
+    }
 }

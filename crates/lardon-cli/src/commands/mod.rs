@@ -36,7 +36,10 @@ pub(crate) fn dispatch(cli: Cli) -> Result<u8> {
             out(&String::from_utf8_lossy(&script))?;
             Ok(0)
         }
-        Command::Top { no_color } => top(&cli, *no_color),
+        Command::Top { no_color, cluster: true, broker, security } => {
+            top_cluster(broker, *no_color, security)
+        }
+        Command::Top { no_color, .. } => top(&cli, *no_color),
         Command::Exercise(args) => crate::exercise::run(args),
         Command::Exec(args) => exec::run(args),
         Command::Run { file, plain, fresh } => run::run(&cli, file, *plain, *fresh),
@@ -80,6 +83,33 @@ fn top(cli: &Cli, no_color: bool) -> Result<u8> {
             "`lardon top` needs a terminal; use `lardon status` or `lardon resources` otherwise",
         )),
         Err(e) => Err(anyhow::Error::new(e).context("lardon top")),
+    }
+}
+
+/// `lardon top --cluster`: the broker's view, polled once a second.
+fn top_cluster(broker: &str, no_color: bool, security: &crate::cli::ClusterSecurity) -> Result<u8> {
+    let dial = security.dial("agent")?;
+    lardon_cluster::agent::broker_uri(broker).map_err(|e| crate::error::usage(e.to_string()))?;
+    let addr = broker.to_owned();
+    let fetch: lardon_top::cluster::Fetch = Box::new(move || {
+        let (addr, dial) = (addr.clone(), dial.clone());
+        Box::pin(async move { lardon_cluster::client::status(&addr, &dial).await.map_err(|e| e.to_string()) })
+    });
+    let options = lardon_top::cluster::ClusterTopOptions {
+        broker: broker.to_owned(),
+        no_color,
+        every: std::time::Duration::from_secs(1),
+    };
+    match lardon_top::cluster::run_cluster_top(options, fetch) {
+        Ok(()) => Ok(0),
+        Err(lardon_top::TopError::Broker(why)) => Err(crate::error::Failure::Unreachable(format!(
+            "{why} (start one with `lardon broker --listen ADDR`)"
+        ))
+        .into()),
+        Err(lardon_top::TopError::NotATerminal) => Err(crate::error::usage(
+            "`lardon top --cluster` needs a terminal; use `lardon cluster status` otherwise",
+        )),
+        Err(e) => Err(anyhow::Error::new(e).context("lardon top --cluster")),
     }
 }
 

@@ -127,6 +127,8 @@ pub(crate) fn task_spec(needs: &NeedsArgs, parts: SpecParts, style: Style) -> Re
         retry_on_interrupt: Some(parts.retry),
         oom_retry: parts.no_oom_retry.then_some(false),
         engine: String::new(),
+        capability: String::new(),
+        deadline_unix_ms: 0,
     })
 }
 

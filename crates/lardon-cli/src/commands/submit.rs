@@ -26,6 +26,7 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
     }
     let mut spec = task_spec(&args.needs, parts, Style::Flags)?;
     spec.engine = engine_name(args.engine);
+    shippable(args, &mut spec)?;
     let mut client = crate::client::connect(cli).await?;
     let resp = client
         .submit(pb::SubmitRequest { spec: Some(spec), paused: args.paused })
@@ -47,6 +48,31 @@ fn engine_name(engine: EngineArg) -> String {
         EngineArg::Local => String::new(),
         EngineArg::Slurm => "slurm".to_owned(),
     }
+}
+
+/// `--capability CAP --shippable [--deadline D]`: the capability, checked
+/// here (a typo names the flag), and the deadline as a Unix time.
+fn shippable(args: &SubmitArgs, spec: &mut pb::TaskSpec) -> Result<()> {
+    let Some(cap) = args.capability.as_deref().filter(|_| args.shippable) else { return Ok(()) };
+    // `name@version/target` reads as `name@version:target`.
+    let cap = match cap.split_once(':') {
+        Some(_) => cap.to_owned(),
+        None => {
+            cap.rsplit_once('/').map_or_else(|| cap.to_owned(), |(head, target)| format!("{head}:{target}"))
+        }
+    };
+    let parsed = lardon_cluster::Capability::parse(&cap).map_err(|e| usage(format!("--capability: {e}")))?;
+    spec.capability = parsed.key();
+    if let Some(ms) = args.deadline {
+        if ms == 0 {
+            return Err(usage("--deadline: must be more than 0"));
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        spec.deadline_unix_ms = now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX));
+    }
+    Ok(())
 }
 
 /// Everything of the spec but its needs, from the flags (`cwd` resolved).
@@ -71,6 +97,7 @@ pub(crate) fn each_spec(args: &SubmitArgs, parts: &SpecParts, input: &each::Inpu
     p.name = each::fill(&parts.name, input);
     let mut spec = task_spec(&args.needs, p, Style::Flags)?;
     spec.engine = engine_name(args.engine);
+    shippable(args, &mut spec)?;
     Ok(spec)
 }
 

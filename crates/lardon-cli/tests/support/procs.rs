@@ -15,16 +15,55 @@ pub(crate) struct Proc {
 impl Proc {
     /// Starts `lardon ARGS…` with its log at `DIR/NAME.log` (appended to).
     pub(crate) fn start(dir: &Path, name: &str, args: &[&str]) -> Proc {
+        Self::start_env(dir, name, args, &[])
+    }
+
+    /// [`Proc::start`] with `env` set over the test's environment (and
+    /// the `LARDON_*` variables that would redirect a daemon removed).
+    pub(crate) fn start_env(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
+        let mut command = Command::new(super::common::bin());
+        command
+            .env_remove("LARDON_SOCKET")
+            .env_remove("LARDON_STATE_DIR")
+            .env_remove("LARDON_TASK_ID")
+            .envs(env.iter().copied())
+            .args(args);
+        Proc::start_command(dir, name, command)
+    }
+
+    /// Starts `command` (which must exec `lardon` in its own process, as
+    /// `ip netns exec` does, so that the kill reaches it) with its log at
+    /// `DIR/NAME.log`.
+    pub(crate) fn start_command(dir: &Path, name: &str, mut command: Command) -> Proc {
         let log = dir.join(format!("{name}.log"));
         let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
-        let child = Command::new(super::common::bin())
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .unwrap();
+        let child =
+            command.stdin(Stdio::null()).stdout(file.try_clone().unwrap()).stderr(file).spawn().unwrap();
         Proc { child, log }
+    }
+
+    /// Sends `signal` (a `kill` name: `TERM`, `STOP`, `CONT` …).
+    pub(crate) fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} {}", self.child.id());
+    }
+
+    /// Its exit code once it exits, polling until `within` passes (then
+    /// `None`: still running).
+    pub(crate) fn wait_exit(&mut self, within: std::time::Duration) -> Option<Option<i32>> {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status.code());
+            }
+            if start.elapsed() > within {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
     }
 
     /// SIGKILL, then reap.

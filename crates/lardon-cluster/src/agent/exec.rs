@@ -3,11 +3,11 @@
 //! processes from argv (never through a shell).
 
 use std::future::Future;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::Stdio;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lardon_proto::cluster as pb;
 use nix::sys::signal::{Signal, killpg};
@@ -101,31 +101,42 @@ async fn run_process(
     if left.is_some_and(|l| l.is_zero()) {
         return failed("deadline passed before it started".to_owned());
     }
-    let mut cmd = tokio::process::Command::new(program);
+    // A std child reaped with wait4(2) (lardon_host::wait_child) rather
+    // than tokio's, for its ru_maxrss: the task's measured peak, which the
+    // broker learns per class (docs/DESIGN.md §14).
+    let mut cmd = std::process::Command::new(program);
     cmd.args(args)
         .envs(spec.env.iter().map(|v| (v.name.as_str(), v.value.as_str())))
         .stdin(if spec.stdin.is_empty() { Stdio::null() } else { Stdio::piped() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+        .process_group(0);
     if let Some(dir) = dir {
         cmd.current_dir(dir);
     }
+    let started = Instant::now();
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => return failed(format!("cannot start `{program}`: {e}")),
     };
-    let group = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
-    if let Some(mut stdin) = child.stdin.take() {
+    let group = i32::try_from(child.id()).ok().map(Pid::from_raw);
+    // Killed with its group if this future is dropped before the reap.
+    let mut guard = GroupGuard(group);
+    if let Some(stdin) = child.stdin.take().and_then(|s| tokio::process::ChildStdin::from_std(s).ok()) {
         let bytes = spec.stdin;
+        let mut stdin = stdin;
         tokio::spawn(async move {
             // A task that does not read its stdin is not an error.
             let _ = stdin.write_all(&bytes).await;
         });
     }
-    let out = tokio::spawn(capture(child.stdout.take()));
-    let err = tokio::spawn(capture(child.stderr.take()));
+    let out = tokio::spawn(capture(
+        child.stdout.take().and_then(|p| tokio::process::ChildStdout::from_std(p).ok()),
+    ));
+    let err = tokio::spawn(capture(
+        child.stderr.take().and_then(|p| tokio::process::ChildStderr::from_std(p).ok()),
+    ));
+    let mut reaped = tokio::task::spawn_blocking(move || lardon_host::wait_child(child));
     let deadline = async {
         match left {
             Some(left) => tokio::time::sleep(left).await,
@@ -133,33 +144,43 @@ async fn run_process(
         }
     };
     let mut stopped = None;
-    let status = tokio::select! {
-        status = child.wait() => status,
+    let exit = tokio::select! {
+        exit = &mut reaped => exit,
         Ok(()) = cancel => {
             stopped = Some("cancelled");
-            kill(group, &mut child).await
+            kill_group(group);
+            (&mut reaped).await
         }
         () = deadline => {
             stopped = Some("deadline passed");
-            kill(group, &mut child).await
+            kill_group(group);
+            (&mut reaped).await
         }
     };
+    guard.0 = None;
+    let wall = started.elapsed();
     let (stdout, out_cut) = out.await.unwrap_or_default();
     let (stderr, err_cut) = err.await.unwrap_or_default();
-    let mut ended = match status {
+    let mut ended = match exit {
         Err(e) => failed(format!("waiting for `{program}`: {e}")),
-        Ok(status) => pb::TaskEnded {
-            success: status.success() && stopped.is_none(),
-            exit_code: status.code(),
-            reason: match (stopped, status.code(), status.signal()) {
-                (Some(why), _, _) => why.to_owned(),
-                (None, Some(0), _) => String::new(),
-                (None, Some(code), _) => format!("exit {code}"),
-                (None, None, Some(sig)) => format!("killed by signal {sig}"),
-                (None, None, None) => "ended without a status".to_owned(),
-            },
-            ..Default::default()
-        },
+        Ok(Err(e)) => failed(format!("waiting for `{program}`: {e}")),
+        Ok(Ok(exit)) => {
+            let status = exit.status;
+            pb::TaskEnded {
+                success: status.success() && stopped.is_none(),
+                exit_code: status.code(),
+                reason: match (stopped, status.code(), status.signal()) {
+                    (Some(why), _, _) => why.to_owned(),
+                    (None, Some(0), _) => String::new(),
+                    (None, Some(code), _) => format!("exit {code}"),
+                    (None, None, Some(sig)) => format!("killed by signal {sig}"),
+                    (None, None, None) => "ended without a status".to_owned(),
+                },
+                peak_memory: exit.max_rss,
+                wall_ms: u64::try_from(wall.as_millis()).unwrap_or(u64::MAX).max(1),
+                ..Default::default()
+            }
+        }
     };
     if out_cut || err_cut {
         let note = format!("output cut at {MAX_OUTPUT} bytes");
@@ -170,16 +191,20 @@ async fn run_process(
     ended
 }
 
-async fn kill(
-    group: Option<Pid>,
-    child: &mut tokio::process::Child,
-) -> std::io::Result<std::process::ExitStatus> {
-    match group {
-        // The whole group: helpers the task started go with it.
-        Some(pgid) => drop(killpg(pgid, Signal::SIGKILL)),
-        None => drop(child.start_kill()),
+/// SIGKILLs the task's whole process group: helpers it started go with it.
+fn kill_group(group: Option<Pid>) {
+    if let Some(pgid) = group {
+        let _ = killpg(pgid, Signal::SIGKILL);
     }
-    child.wait().await
+}
+
+/// Kills the group on drop unless disarmed (the task was reaped).
+struct GroupGuard(Option<Pid>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        kill_group(self.0.take());
+    }
 }
 
 #[cfg(test)]
@@ -201,6 +226,8 @@ mod tests {
         let ended = ProcessExecutor.run(spec(&["echo", "$HOME", ";", "false"]), cancel).await;
         assert!(ended.success, "{ended:?}");
         assert_eq!(String::from_utf8_lossy(&ended.stdout), "$HOME ; false\n");
+        // Measured for the broker's learning: wait4's peak and the wall time.
+        assert!(ended.peak_memory > 0 && ended.wall_ms > 0, "{ended:?}");
     }
 
     #[tokio::test]

@@ -16,14 +16,26 @@
 //!   tasks it still runs and those whose end the broker has not
 //!   acknowledged, whose reports are sent again, so nothing is lost or run
 //!   twice across a broker restart.
+//! * **Idle exit** ([`Agent::with_idle_exit`]): an allocation's agent ends
+//!   after a while with nothing assigned, running or unacknowledged,
+//!   closing its stream, so its allocation ends (COMPLETED on Slurm) and
+//!   gives its resources back.
+//! * **Walltime and drain.** The hello says when its allocation ends; a
+//!   stop request (SIGTERM) drains it ([`drain`](self) rules: nothing new,
+//!   unstarted work back to the broker at once, running work finished
+//!   within a grace, then exit).
+//! * **The optimizer** ([`tuning`]) moves its token bound from its
+//!   cgroup's CPU counters and pushes it, with its verdict, to the broker.
 //! * **Files.** A task naming input files or outputs runs in a fresh
 //!   directory of its own under the work directory
 //!   ([`Agent::with_work_dir`]): its inputs are fetched from the broker's
 //!   CAS, its outputs uploaded there and reported by digest.
 
+mod drain;
 mod exec;
 mod files;
 mod tokens;
+pub mod tuning;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -43,6 +55,9 @@ use crate::wire;
 
 pub use exec::{Executor, MAX_OUTPUT, ProcessExecutor, Running};
 pub use tokens::default_tokens;
+pub use tuning::{CpuSource, Tuner, Tuning};
+
+use drain::{Drain, Step, grace_from_end};
 
 /// Exponential backoff between connection attempts, capped.
 #[derive(Debug, Clone, Copy)]
@@ -77,6 +92,14 @@ pub struct AgentConfig {
     pub backoff: Backoff,
     /// TLS and join token to dial with.
     pub dial: crate::dial::Dial,
+    /// When its allocation ends, Unix milliseconds (`None`: not known):
+    /// the broker gives it no task that would outlast it.
+    pub ends_at_ms: Option<u64>,
+    /// How long a drain lets running tasks finish (`None`: the time left
+    /// before `ends_at_ms` less a margin, else 25 s).
+    pub drain_grace: Option<Duration>,
+    /// Run the optimizer on its cgroup (`None`: the bound stays `tokens`).
+    pub tuning: Option<Tuning>,
 }
 
 /// The agent could not start.
@@ -112,8 +135,74 @@ pub struct Agent {
     /// A WAIT was reported since the last sample: the broker emptied our
     /// mirror, so the next sample pushes the availability even unchanged.
     waited: bool,
+    /// Exit after this long with nothing to do (`None`: never).
+    idle_exit: Option<Duration>,
+    /// The last moment it held something (or started).
+    busy_at: tokio::time::Instant,
+    /// The token bound now (the optimizer moves it within 1 ..= `config.tokens`).
+    tokens: u32,
+    /// Where it is in a stop.
+    drain: Drain,
+    /// Stop requests (each SIGTERM is one).
+    stops: Option<Stops>,
+    /// The optimizer and its period.
+    tuner: Option<(Tuner, tokio::time::Interval)>,
+    /// The optimizer's clock origin.
+    started: tokio::time::Instant,
+    /// A counter read failed once already (later failures are quiet).
+    tune_warned: bool,
+    /// The broker acknowledged this connection's drain notice.
+    drain_acked: bool,
     /// Where tasks with files get their directories.
     work_dir: std::path::PathBuf,
+}
+
+/// How a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SessionEnd {
+    /// Never reached the broker.
+    Unreached,
+    /// Served, then the stream ended: reconnect.
+    Served,
+    /// Drained or stopped: the agent exits.
+    Stopped,
+}
+
+/// A stream of stop requests, e.g. one item per SIGTERM.
+pub type StopRequests = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = ()> + Send>>;
+
+/// The stop requests, shown by name only.
+struct Stops(StopRequests);
+
+impl std::fmt::Debug for Stops {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StopRequests")
+    }
+}
+
+/// Resolves with the next stop request; never without a stream.
+async fn next_stop(stops: &mut Option<Stops>) -> Option<()> {
+    use tokio_stream::StreamExt as _;
+    match stops {
+        Some(s) => s.0.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves at `deadline`; never without one.
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves at the optimizer's next period; never without one.
+async fn tune_tick(tuner: &mut Option<(Tuner, tokio::time::Interval)>) {
+    match tuner {
+        Some((_, every)) => drop(every.tick().await),
+        None => std::future::pending().await,
+    }
 }
 
 /// `HOST:PORT` or a URI, as a URI.
@@ -142,7 +231,20 @@ impl Agent {
         }
         let config = AgentConfig { broker: broker_uri(&config.broker)?, ..config };
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        let tokens = config.tokens.max(1);
+        let tuner = config.tuning.clone().map(|t| {
+            let mut every = tokio::time::interval(t.every.max(Tuning::MIN_EVERY));
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            (Tuner::new(t.source, t.cpus, tokens), every)
+        });
         Ok(Agent {
+            tokens,
+            drain: Drain::new(),
+            stops: None,
+            tuner,
+            started: tokio::time::Instant::now(),
+            tune_warned: false,
+            drain_acked: false,
             config,
             governor,
             executor,
@@ -152,8 +254,40 @@ impl Agent {
             ended_rx,
             generation: u64::MAX,
             waited: false,
+            idle_exit: None,
+            busy_at: tokio::time::Instant::now(),
             work_dir: std::env::temp_dir().join("lardon-agent"),
         })
+    }
+
+    /// Makes the agent exit after `idle` with nothing assigned, running or
+    /// waiting for the broker's acknowledgement (connected or not), closing
+    /// its stream: [`Agent::run`] returns.
+    #[must_use]
+    pub fn with_idle_exit(mut self, idle: Duration) -> Self {
+        self.idle_exit = Some(idle);
+        self
+    }
+
+    /// When the agent exits for idleness, if it is idle now.
+    fn idle_deadline(&mut self) -> Option<tokio::time::Instant> {
+        let idle = self.idle_exit?;
+        if !self.running.is_empty() || !self.unacked.is_empty() {
+            self.busy_at = tokio::time::Instant::now();
+            return None;
+        }
+        Some(self.busy_at + idle)
+    }
+
+    /// Drains on each item of `stops` (one per SIGTERM): the first starts
+    /// a drain, the second stops at once (see the `drain` rules in the
+    /// module docs); [`Agent::run`] then returns. Poll the signal itself
+    /// (not a task forwarding it): a request that arrives together with
+    /// assignments is then seen first, and they go back unstarted.
+    #[must_use]
+    pub fn with_stop_requests(mut self, stops: StopRequests) -> Self {
+        self.stops = Some(Stops(stops));
+        self
     }
 
     /// Tasks with files get their own directory under `dir` (default:
@@ -164,24 +298,132 @@ impl Agent {
         self
     }
 
-    /// Runs until `shutdown` resolves: connects, serves, and reconnects
+    /// Runs until `shutdown` resolves (at once, leaving tasks to the
+    /// process's end) or a drain ends: connects, serves, and reconnects
     /// with backoff whenever the stream ends.
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
         let mut shutdown = std::pin::pin!(shutdown);
         let mut wait = self.config.backoff.initial;
         loop {
-            let served = tokio::select! {
-                served = self.session() => served,
+            let end = tokio::select! {
+                end = self.session() => end,
                 () = &mut shutdown => return,
             };
-            if served {
-                wait = self.config.backoff.initial;
+            match end {
+                SessionEnd::Stopped => return,
+                SessionEnd::Served => wait = self.config.backoff.initial,
+                SessionEnd::Unreached => {}
             }
+            // Cut off from the broker: a stop request or the grace's end
+            // still ends the agent (its reports would go with it anyway).
+            let idle = self.idle_deadline();
+            let sleep = tokio::time::sleep(wait);
             tokio::select! {
-                () = tokio::time::sleep(wait) => {}
+                () = sleep => {}
                 () = &mut shutdown => return,
+                () = until(idle) => {
+                    info!("idle for {:?} while disconnected: exiting", self.idle_exit.unwrap_or_default());
+                    return;
+                }
+                Some(()) = next_stop(&mut self.stops) => {
+                    let idle = self.running.is_empty() && self.unacked.is_empty();
+                    if self.on_stop_request(None) || idle {
+                        self.stop_now().await;
+                        return;
+                    }
+                }
+                () = until(self.drain.deadline()) => {
+                    self.drain.expire();
+                    self.stop_now().await;
+                    return;
+                }
             }
             wait = (wait * 2).min(self.config.backoff.max);
+        }
+    }
+
+    /// A stop request: the first starts a drain (told to the broker when
+    /// connected), the second asks to stop now (returns true).
+    fn on_stop_request(&mut self, out: Option<&mpsc::UnboundedSender<pb::AgentMessage>>) -> bool {
+        let now_ms = crate::broker::unix_ms();
+        let grace = self
+            .config
+            .drain_grace
+            .or_else(|| grace_from_end(self.config.ends_at_ms, now_ms))
+            .unwrap_or(Drain::DEFAULT_GRACE);
+        match self.drain.request(tokio::time::Instant::now(), grace) {
+            Step::Drain => {
+                info!(
+                    "stop requested: draining ({} task(s) running, grace {:.1} s)",
+                    self.running.len(),
+                    grace.as_secs_f64()
+                );
+                if let Some(out) = out {
+                    self.send_draining(out);
+                }
+                false
+            }
+            Step::Stop => {
+                warn!("stop requested again: cancelling {} running task(s)", self.running.len());
+                true
+            }
+        }
+    }
+
+    fn send_draining(&self, out: &mpsc::UnboundedSender<pb::AgentMessage>) {
+        let mut running: Vec<String> = self.running.keys().map(ToString::to_string).collect();
+        running.sort();
+        let draining = pb::Draining { running, reason: "stop requested (SIGTERM)".to_owned() };
+        send(out, pb::agent_message::Kind::Draining(draining));
+    }
+
+    /// Draining (and the broker knows), nothing runs and every report was
+    /// acknowledged: done.
+    fn drained(&self) -> bool {
+        self.drain.is_draining() && self.drain_acked && self.running.is_empty() && self.unacked.is_empty()
+    }
+
+    /// Cancels what still runs and waits (bounded) for the kills; their
+    /// reports are dropped: the broker queues those tasks again when this
+    /// agent's stream ends.
+    async fn stop_now(&mut self) {
+        self.drain.expire();
+        let mut left = self.running.len();
+        for held in self.running.values_mut() {
+            if let Some(cancel) = held.cancel.take() {
+                let _ = cancel.send(());
+            }
+        }
+        let reaped = async {
+            while left > 0 && self.ended_rx.recv().await.is_some() {
+                left -= 1;
+            }
+        };
+        if tokio::time::timeout(STOP_WAIT, reaped).await.is_err() {
+            warn!("some cancelled tasks did not end within {} s", STOP_WAIT.as_secs());
+        }
+        self.running.clear();
+    }
+
+    /// One optimizer period: sample, maybe move the bound, push it.
+    fn tune(&mut self, out: &mpsc::UnboundedSender<pb::AgentMessage>) {
+        let busy = u32::try_from(self.running.len()).unwrap_or(u32::MAX);
+        let at = self.started.elapsed();
+        let Some((tuner, _)) = &mut self.tuner else { return };
+        match tuner.tick(at, busy) {
+            Ok(Some(bound)) => {
+                if bound.tokens != self.tokens {
+                    info!("optimizer: {} → {} tokens ({})", self.tokens, bound.tokens, bound.reason);
+                    self.tokens = bound.tokens;
+                }
+                send(out, pb::agent_message::Kind::Tokens(bound));
+            }
+            Ok(None) => {}
+            Err(e) if !self.tune_warned => {
+                self.tune_warned = true;
+                warn!("optimizer: cannot read the CPU counters ({e}); the token bound holds");
+            }
+            Err(_) => {}
         }
     }
 
@@ -202,17 +444,18 @@ impl Agent {
             agent_id: self.config.agent.to_string(),
             capabilities: self.config.capabilities.iter().map(wire::capability_to_pb).collect(),
             availability: Some(self.availability()),
-            tokens: self.config.tokens,
+            tokens: self.tokens,
             running,
+            ends_at_unix_ms: self.config.ends_at_ms.and_then(|t| i64::try_from(t).ok()).unwrap_or(0),
         };
         pb::AgentMessage { kind: Some(pb::agent_message::Kind::Hello(hello)) }
     }
 
-    /// One connection: returns whether it got as far as the broker's
-    /// answer (then the backoff starts over).
-    async fn session(&mut self) -> bool {
+    /// One connection: how it ended (reaching the broker's answer starts
+    /// the backoff over; a drain that ended stops the agent).
+    async fn session(&mut self) -> SessionEnd {
         let Ok(mut client) = self.config.dial.connect(&self.config.broker).await else {
-            return false;
+            return SessionEnd::Unreached;
         };
         // A fresh sample, so the hello's availability is current.
         let _ = self.governor.sample();
@@ -222,18 +465,44 @@ impl Agent {
             Ok(response) => response.into_inner(),
             Err(status) => {
                 warn!("broker refused the hello: {}", status.message());
-                return false;
+                return SessionEnd::Unreached;
             }
         };
         info!("connected to {} as {}", self.config.broker, self.config.agent);
         self.generation = self.governor.generation();
+        self.drain_acked = false;
+        if self.drain.is_draining() {
+            // Reconnected mid-drain: the broker must not give it new work.
+            self.send_draining(&out);
+        }
         for report in self.unacked.values() {
             send(&out, pb::agent_message::Kind::Report(report.clone()));
         }
         let mut beat = tokio::time::interval(self.config.heartbeat);
         let mut sample = tokio::time::interval(Duration::from_secs(1));
         loop {
+            let idle = self.idle_deadline();
             tokio::select! {
+                // A stop request first: assignments that arrived with it
+                // are then answered as a draining agent's.
+                biased;
+                Some(()) = next_stop(&mut self.stops) => {
+                    if self.on_stop_request(Some(&out)) {
+                        self.stop_now().await;
+                        return SessionEnd::Stopped;
+                    }
+                }
+                () = until(idle) => {
+                    // Dropping `out` ends the stream cleanly: the broker
+                    // sees the agent leave, holding nothing.
+                    info!("idle for {:?}: exiting", self.idle_exit.unwrap_or_default());
+                    return SessionEnd::Stopped;
+                }
+                () = until(self.drain.deadline()) => {
+                    warn!("the drain's grace ran out: cancelling {} running task(s)", self.running.len());
+                    self.stop_now().await;
+                    return SessionEnd::Stopped;
+                }
                 message = tokio::time::timeout(self.config.heartbeat * 3, inbound.message()) => {
                     match message {
                         Ok(Ok(Some(m))) => self.on_message(m, &out),
@@ -258,10 +527,15 @@ impl Agent {
                         self.generation = u64::MAX;
                     }
                 }
+                () = tune_tick(&mut self.tuner) => self.tune(&out),
+            }
+            if self.drained() {
+                info!("drained: every task ended and was reported");
+                return SessionEnd::Stopped;
             }
             self.push_availability(&out);
         }
-        true
+        SessionEnd::Served
     }
 
     /// Sends the availability when the Governor's generation moved.
@@ -289,6 +563,7 @@ impl Agent {
                     self.unacked.remove(&task);
                 }
             }
+            Some(pb::broker_to_agent::Kind::DrainAck(_)) => self.drain_acked = true,
             Some(pb::broker_to_agent::Kind::Heartbeat(_)) | None => {}
         }
     }
@@ -327,7 +602,12 @@ impl Agent {
             task_id: task.to_string(),
             report: Some(pb::task_report::Report::Wait(pb::Waited { reason })),
         };
-        if self.running.len() >= usize::try_from(self.config.tokens).unwrap_or(usize::MAX) {
+        if self.drain.is_draining() {
+            // Back to its route: this agent takes nothing new.
+            send(out, pb::agent_message::Kind::Report(waited("the agent is draining".to_owned())));
+            return;
+        }
+        if self.running.len() >= usize::try_from(self.tokens).unwrap_or(usize::MAX) {
             self.waited = true;
             send(out, pb::agent_message::Kind::Report(waited("all tokens in use".to_owned())));
             return;
@@ -369,6 +649,9 @@ impl Agent {
         });
     }
 }
+
+/// How long a stop waits for its cancelled tasks to be reaped.
+const STOP_WAIT: Duration = Duration::from_secs(10);
 
 fn send(out: &mpsc::UnboundedSender<pb::AgentMessage>, kind: pb::agent_message::Kind) {
     // A closed stream is seen by the session loop, which reconnects.

@@ -15,6 +15,7 @@ use tracing::{error, info, warn};
 use crate::cache::hooks::{CacheHook, HookChain, HookVerdict, PreRoute};
 use crate::cache::key::ActionKey;
 use crate::ids::{AgentId, SubmitterId, TaskId};
+use crate::learned::{Learned, class_of};
 use crate::messages::{Availability, Delivery, Event, Hello, Outcome, Report, Submitted, TaskPlace};
 use crate::router::Router;
 use crate::store::{Store, StoreError};
@@ -49,6 +50,19 @@ pub(crate) enum Input {
         agent: AgentId,
         conn: u64,
     },
+    /// The agent drains: `running` are the tasks it still runs.
+    AgentDraining {
+        agent: AgentId,
+        conn: u64,
+        running: Vec<TaskId>,
+        reason: String,
+    },
+    /// The agent's optimizer moved or re-judged its token bound.
+    AgentTokens {
+        agent: AgentId,
+        conn: u64,
+        bound: wire::TokenBound,
+    },
     SubmitterHello {
         submitter: SubmitterId,
         conn: u64,
@@ -69,12 +83,33 @@ pub(crate) enum Input {
     Status {
         reply: oneshot::Sender<pb::ClusterStatusResponse>,
     },
+    /// The Provisioner's view: queued demand per capability (with the
+    /// largest declared need) and the connected agents' ids.
+    ProvisionView {
+        reply: oneshot::Sender<ProvisionView>,
+    },
     /// The recovery window after a restart has passed.
     RecoveryOver,
     /// A task's deadline passed.
     Deadline {
         task: TaskId,
     },
+    /// A metrics scrape asks for the counters and gauges.
+    Metrics {
+        reply: oneshot::Sender<super::metrics::MetricsSnapshot>,
+    },
+    /// Tests ask the core to check its invariants.
+    #[cfg(test)]
+    Check {
+        reply: oneshot::Sender<Result<(), String>>,
+    },
+}
+
+/// What the provisioning loop reads from the core at each tick.
+#[derive(Debug, Default)]
+pub(crate) struct ProvisionView {
+    pub(crate) queued: std::collections::BTreeMap<crate::Capability, (u64, crate::Need)>,
+    pub(crate) agents: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -101,6 +136,21 @@ pub(crate) struct Core {
     /// The result cache and the pre-route chain that reads it (`None`: no
     /// cache).
     cache: Option<(super::BrokerCache, HookChain)>,
+    /// What the metrics endpoint counts; written here only.
+    counters: super::metrics::Counters,
+    /// What each task class cost when it ran (persisted in the store).
+    learned: Learned,
+    /// Each agent's latest optimizer verdict and why.
+    verdicts: HashMap<AgentId, (String, String)>,
+    /// The wall clock, Unix milliseconds (walltime checks).
+    clock: fn() -> u64,
+}
+
+/// The system's wall clock, Unix milliseconds.
+pub(crate) fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl Core {
@@ -122,7 +172,13 @@ impl Core {
             submitters: HashMap::new(),
             ghosts: BTreeMap::new(),
             cache: None,
+            counters: super::metrics::Counters::default(),
+            learned: Learned::new(),
+            verdicts: HashMap::new(),
+            clock: unix_ms,
         };
+        core.learned = core.store.learned()?;
+        core.router.set_now((core.clock)());
         let live = core.store.live()?;
         let restored = !live.is_empty();
         let mut held: BTreeMap<AgentId, Vec<TaskId>> = BTreeMap::new();
@@ -163,6 +219,7 @@ impl Core {
                 availability: Availability::default(),
                 tokens: 0,
                 running,
+                ends_at_ms: None,
             };
             let events = core.router.hello(hello);
             core.apply(events, &[], None);
@@ -180,13 +237,33 @@ impl Core {
         self
     }
 
+    /// Lets tasks of `capabilities` wait for an allocation (scale from
+    /// zero).
+    pub(crate) fn set_provisionable(&mut self, capabilities: &[crate::Capability]) {
+        self.router.set_provisionable(capabilities);
+    }
+
     /// Tasks queued or in flight, per capability.
     pub(crate) fn demand(&self) -> std::collections::BTreeMap<crate::Capability, u64> {
         self.router.demand()
     }
 
+    /// Replaces the wall clock (tests).
+    #[cfg(test)]
+    pub(crate) fn with_clock(mut self, clock: fn() -> u64) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// What the broker learned of `class` (see [`crate::learned`]).
+    #[cfg(test)]
+    pub(crate) fn estimate(&self, class: &str) -> Option<crate::learned::Estimate> {
+        self.learned.estimate(class)
+    }
+
     /// Handles one input.
     pub(crate) fn handle(&mut self, input: Input) {
+        self.router.set_now((self.clock)());
         match input {
             Input::AgentHello { hello, conn, tx } => {
                 let agent = hello.agent.clone();
@@ -198,10 +275,12 @@ impl Core {
                     hello.capabilities.len(),
                     hello.tokens
                 );
+                let attempts = self.attempts(&before);
                 let events = self.router.hello(hello);
                 self.agents.insert(agent.clone(), Peer { conn, tx });
                 let touched: Vec<TaskId> = before.into_iter().chain(running.iter().cloned()).collect();
                 self.apply(events, &touched, None);
+                self.count_requeued(&attempts);
                 // What it runs that is not its own here (finished, cancelled
                 // or placed elsewhere meanwhile) is stopped; a finished one
                 // whose report is pending is re-reported and acknowledged.
@@ -230,8 +309,15 @@ impl Core {
                 if !self.is_current_agent(&agent, conn) {
                     return;
                 }
+                if !self.router.holding(&agent).contains(&task) {
+                    self.counters.late_reports += 1;
+                } else if report == Report::Wait {
+                    self.counters.waited += 1;
+                }
                 let events = self.router.report(&agent, &task, report);
-                self.apply(events, std::slice::from_ref(&task), ended.map(|e| (task.clone(), e)));
+                // Who ran it is the broker's word, not the agent's claim.
+                let ended = ended.map(|e| (task.clone(), pb::TaskEnded { agent_id: agent.to_string(), ..e }));
+                self.apply(events, std::slice::from_ref(&task), ended);
                 // Recorded (or a duplicate): the agent may forget it.
                 self.to_agent(
                     &agent,
@@ -242,9 +328,32 @@ impl Core {
                 if self.is_current_agent(&agent, conn) {
                     warn!("agent {agent} lost");
                     self.agents.remove(&agent);
+                    self.verdicts.remove(&agent);
                     let held = self.router.holding(&agent);
+                    let attempts = self.attempts(&held);
                     let events = self.router.agent_lost(&agent);
                     self.apply(events, &held, None);
+                    self.count_requeued(&attempts);
+                }
+            }
+            Input::AgentDraining { agent, conn, running, reason } => {
+                if self.is_current_agent(&agent, conn) {
+                    let held = self.router.holding(&agent);
+                    let returned = held.iter().filter(|t| !running.contains(t)).count();
+                    info!(
+                        "agent {agent} drains ({reason}): {} task(s) finish there, {returned} queued again",
+                        held.len() - returned
+                    );
+                    let events = self.router.drain(&agent, &running);
+                    self.apply(events, &held, None);
+                    self.to_agent(&agent, pb::broker_to_agent::Kind::DrainAck(pb::DrainAck {}));
+                }
+            }
+            Input::AgentTokens { agent, conn, bound } => {
+                if self.is_current_agent(&agent, conn) {
+                    self.verdicts.insert(agent.clone(), (bound.verdict, bound.reason));
+                    let events = self.router.set_tokens(&agent, bound.tokens);
+                    self.apply(events, &[], None);
                 }
             }
             Input::SubmitterHello { submitter, conn, tx } => {
@@ -266,6 +375,20 @@ impl Core {
             Input::Status { reply } => {
                 let _ = reply.send(self.status());
             }
+            Input::Metrics { reply } => {
+                let _ = reply.send(self.metrics());
+            }
+            #[cfg(test)]
+            Input::Check { reply } => {
+                let _ = reply.send(self.check());
+            }
+            Input::ProvisionView { reply } => {
+                let view = ProvisionView {
+                    queued: self.router.queued_demand(),
+                    agents: self.agents.keys().map(ToString::to_string).collect(),
+                };
+                let _ = reply.send(view);
+            }
             Input::Deadline { task } => {
                 let events = self.router.expire(&task);
                 self.apply(events, std::slice::from_ref(&task), None);
@@ -275,8 +398,10 @@ impl Core {
                 for agent in ghosts.into_keys() {
                     warn!("agent {agent} did not come back after the restart: its tasks are queued again");
                     let held = self.router.holding(&agent);
+                    let attempts = self.attempts(&held);
                     let events = self.router.agent_lost(&agent);
                     self.apply(events, &held, None);
+                    self.count_requeued(&attempts);
                 }
                 let events = self.router.sweep();
                 self.apply(events, &[], None);
@@ -299,6 +424,79 @@ impl Core {
             tokio::time::sleep(left).await;
             let _ = tx.send(Input::Deadline { task }).await;
         });
+    }
+
+    /// The attempts of those of `tasks` that are live.
+    fn attempts(&self, tasks: &[TaskId]) -> Vec<(TaskId, u32)> {
+        tasks
+            .iter()
+            .filter_map(|t| match self.router.place(t)? {
+                TaskPlace::Queued { attempts } | TaskPlace::InFlight { attempts, .. } => {
+                    Some((t.clone(), attempts))
+                }
+            })
+            .collect()
+    }
+
+    /// Counts as re-queued each task still live with more attempts than
+    /// `before` (a run lost with its agent; one handed back is not).
+    fn count_requeued(&mut self, before: &[(TaskId, u32)]) {
+        let again = self.attempts(&before.iter().map(|(t, _)| t.clone()).collect::<Vec<_>>());
+        let more = again.iter().filter(|(t, n)| before.iter().any(|(b, m)| b == t && n > m)).count();
+        self.counters.requeued += u64::try_from(more).unwrap_or(u64::MAX);
+    }
+
+    /// Counts an answer by its kind.
+    fn count(&mut self, delivery: &Delivery) {
+        let c = &mut self.counters;
+        match delivery {
+            Delivery::Done(Outcome::Succeeded) => c.done += 1,
+            Delivery::Done(Outcome::Failed(_)) => c.failed += 1,
+            Delivery::NoExecutor => c.no_executor += 1,
+            Delivery::RunLocally(_) => c.run_locally += 1,
+            Delivery::Cancelled => c.cancelled += 1,
+            Delivery::Expired => c.expired += 1,
+        }
+    }
+
+    /// The router's invariants, and that the live tasks the core keeps
+    /// specs for are exactly those the router knows.
+    #[cfg(test)]
+    fn check(&self) -> Result<(), String> {
+        self.router.check()?;
+        if let Some(t) = self.specs.keys().find(|t| self.router.place(t).is_none()) {
+            return Err(format!("task {t} has a spec but the router does not know it"));
+        }
+        let known = self.router.queued() + self.router.in_flight_total();
+        if known != self.specs.len() {
+            return Err(format!("the router knows {known} tasks, the core {}", self.specs.len()));
+        }
+        Ok(())
+    }
+
+    /// The counters, and the gauges read now.
+    fn metrics(&self) -> super::metrics::MetricsSnapshot {
+        super::metrics::MetricsSnapshot {
+            counters: self.counters,
+            agents: u64::try_from(self.agents.len() + self.ghosts.len()).unwrap_or(u64::MAX),
+            submitters: u64::try_from(self.submitters.len()).unwrap_or(u64::MAX),
+            load: self.load(),
+        }
+    }
+
+    /// Tasks queued and in flight per capability key.
+    fn load(&self) -> BTreeMap<String, super::metrics::Load> {
+        let mut load: BTreeMap<String, super::metrics::Load> = BTreeMap::new();
+        for (task, (_, spec)) in &self.specs {
+            let Ok(capability) = wire::capability("capability", spec.capability.as_ref()) else { continue };
+            let entry = load.entry(capability.key()).or_default();
+            match self.router.place(task) {
+                Some(TaskPlace::Queued { .. }) => entry.queued += 1,
+                Some(TaskPlace::InFlight { .. }) => entry.in_flight += 1,
+                None => {}
+            }
+        }
+        load
     }
 
     /// Whether the CAS still holds every output file of a cached result.
@@ -330,10 +528,17 @@ impl Core {
             && let Some((_, chain)) = &self.cache
         {
             let key = action_key(&job.request.capability, &spec);
-            match chain.check(&PreRoute { cacheable: Some(key) }, std::time::Instant::now()) {
-                // A hit whose output blobs were evicted meanwhile is a
-                // miss: the submitter could not fetch them.
-                Some((_, HookVerdict::Intercept(result))) if self.outputs_held(&result) => {
+            let verdict = chain.check(&PreRoute { cacheable: Some(key) }, std::time::Instant::now());
+            // A hit whose output blobs were evicted meanwhile is a miss: the
+            // submitter could not fetch them.
+            let hit = matches!(&verdict, Some((_, HookVerdict::Intercept(r))) if self.outputs_held(r));
+            if hit {
+                self.counters.cache_hits += 1;
+            } else {
+                self.counters.cache_misses += 1;
+            }
+            match verdict {
+                Some((_, HookVerdict::Intercept(result))) if hit => {
                     let ended = pb::TaskEnded {
                         success: true,
                         exit_code: Some(result.exit_code),
@@ -348,6 +553,7 @@ impl Core {
                                 digest: f.digest.as_ref().map(crate::blobs::to_pb),
                             })
                             .collect(),
+                        ..Default::default()
                     };
                     let reply = reply(&id, Delivery::Done(Outcome::Succeeded), Some(ended));
                     if let Err(e) = self.store.finish(id.as_str(), submitter.as_str(), &reply) {
@@ -362,7 +568,13 @@ impl Core {
                 Some((_, HookVerdict::Pass | HookVerdict::Intercept(_))) | None => {}
             }
         }
-        let (submitted, events) = self.router.submit(job.request);
+        let mut request = job.request;
+        // What its class took before beats what the submitter guessed.
+        let class = class_of(&request.capability, &spec);
+        if let Some(learned) = self.learned.estimate(&class).filter(|e| !e.duration.is_zero()) {
+            request.duration_ms = Some(u64::try_from(learned.duration.as_millis()).unwrap_or(u64::MAX));
+        }
+        let (submitted, events) = self.router.submit(request);
         if submitted == Submitted::Queued {
             if let Err(e) = self.store.insert(submitter.as_str(), &spec) {
                 error!("{e}");
@@ -404,6 +616,7 @@ impl Core {
                     ));
                 }
                 Event::Deliver { submitter, task, delivery } => {
+                    self.count(&delivery);
                     let result = match ended.take() {
                         Some((t, e)) if t == task => Some(e),
                         other => {
@@ -411,7 +624,20 @@ impl Core {
                             None
                         }
                     };
-                    let durable = !matches!(delivery, Delivery::NoExecutor);
+                    // A NoExecutor for a task that was queued (no agent
+                    // had the time for it) ends a stored task: durable.
+                    let durable = !matches!(delivery, Delivery::NoExecutor) || self.specs.contains_key(&task);
+                    let lesson = match (&result, self.specs.get(&task)) {
+                        (Some(ended), Some((_, spec))) if ended.success => {
+                            wire::capability("capability", spec.capability.as_ref())
+                                .ok()
+                                .map(|cap| (class_of(&cap, spec), ended.peak_memory, ended.wall_ms))
+                        }
+                        _ => None,
+                    };
+                    if let Some((class, peak, wall_ms)) = lesson {
+                        self.learn(&class, peak, wall_ms);
+                    }
                     if let (Some(ended), Some((cache, _)), Some((_, spec))) =
                         (&result, &self.cache, self.specs.get(&task))
                         && ended.success
@@ -451,6 +677,15 @@ impl Core {
         }
     }
 
+    /// Learns a success's measured peak and wall time for its class.
+    fn learn(&mut self, class: &str, peak: u64, wall_ms: u64) {
+        if self.learned.record(class, peak, wall_ms)
+            && let Err(e) = self.store.learn(class, peak, wall_ms)
+        {
+            error!("{e}");
+        }
+    }
+
     fn to_agent(&self, agent: &AgentId, kind: pb::broker_to_agent::Kind) {
         // A closed stream is noticed by its reader, whose AgentGone
         // re-queues what it held.
@@ -474,6 +709,10 @@ impl Core {
             .into_iter()
             .map(|a| pb::AgentStatus {
                 recovering: self.ghosts.contains_key(&a.agent),
+                draining: a.draining,
+                ends_at_unix_ms: a.ends_at_ms.and_then(|t| i64::try_from(t).ok()).unwrap_or(0),
+                optimizer_verdict: self.verdicts.get(&a.agent).map(|v| v.0.clone()).unwrap_or_default(),
+                optimizer_reason: self.verdicts.get(&a.agent).map(|v| v.1.clone()).unwrap_or_default(),
                 agent_id: a.agent.to_string(),
                 capabilities: a.capabilities,
                 tokens: a.tokens,
@@ -490,6 +729,15 @@ impl Core {
             in_flight: u64::try_from(self.router.in_flight_total()).unwrap_or(u64::MAX),
             finished: self.store.finished_count().unwrap_or(0),
             submitters: u32::try_from(self.submitters.len()).unwrap_or(u32::MAX),
+            routes: self
+                .load()
+                .into_iter()
+                .map(|(capability, l)| pb::RouteStatus {
+                    capability,
+                    queued: l.queued,
+                    in_flight: l.in_flight,
+                })
+                .collect(),
         }
     }
 }

@@ -46,6 +46,7 @@ fn hello(
         availability: Availability { memory: 1 << 34, cpu_millis: 64_000 },
         tokens: 4,
         running: running.iter().map(|t| TaskId::new(t).unwrap_or_else(|e| panic!("{e}"))).collect(),
+        ends_at_ms: None,
     };
     core.handle(Input::AgentHello { hello, conn, tx });
     rx
@@ -58,6 +59,7 @@ fn drain(rx: &mut mpsc::UnboundedReceiver<Result<pb::BrokerToAgent, tonic::Statu
             Some(pb::broker_to_agent::Kind::Assign(s)) => got.push(format!("assign {}", s.task_id)),
             Some(pb::broker_to_agent::Kind::Cancel(c)) => got.push(format!("cancel {}", c.task_id)),
             Some(pb::broker_to_agent::Kind::Ack(a)) => got.push(format!("ack {}", a.task_id)),
+            Some(pb::broker_to_agent::Kind::DrainAck(_)) => got.push("drain ack".to_owned()),
             Some(pb::broker_to_agent::Kind::Heartbeat(_)) | None => {}
         }
     }
@@ -110,4 +112,121 @@ fn an_agent_that_does_not_come_back_loses_its_task_to_another_at_the_end_of_the_
     assert_eq!(drain(&mut b), vec!["assign held".to_owned()]);
     let s = status(&mut core);
     assert_eq!((s.agents.len(), s.queued, s.in_flight), (1, 0, 2));
+}
+
+/// The broker's clock in these tests: a fixed instant.
+fn at_noon() -> u64 {
+    1_700_000_000_000
+}
+
+fn submit(core: &mut Core, id: &str, argv0: &str, expected_ms: u64) {
+    let submitter = SubmitterId::new("s").unwrap_or_else(|e| panic!("{e}"));
+    let spec = pb::TaskSpec { argv: vec![argv0.into()], expected_duration_ms: expected_ms, ..spec(id) };
+    let job = crate::wire::task_spec(spec, &submitter).unwrap_or_else(|e| panic!("{e}"));
+    core.handle(Input::Submit { submitter, job: Box::new(job) });
+}
+
+fn ended(core: &mut Core, agent: &str, conn: u64, task: &str, peak: u64, wall_ms: u64) {
+    let report = pb::TaskReport {
+        task_id: task.into(),
+        report: Some(pb::task_report::Report::Ended(pb::TaskEnded {
+            success: true,
+            exit_code: Some(0),
+            peak_memory: peak,
+            wall_ms,
+            ..Default::default()
+        })),
+    };
+    let (task, report, ended) = crate::wire::report(report).unwrap_or_else(|e| panic!("{e}"));
+    let agent = AgentId::new(agent).unwrap_or_else(|e| panic!("{e}"));
+    core.handle(Input::AgentReport { agent, conn, task, report, ended });
+}
+
+fn replies(rx: &mut mpsc::UnboundedReceiver<Result<pb::SubmitReply, tonic::Status>>) -> Vec<String> {
+    let mut got = Vec::new();
+    while let Ok(Ok(r)) = rx.try_recv() {
+        let what = match r.outcome {
+            Some(pb::submit_reply::Outcome::Done(_)) => "done",
+            Some(pb::submit_reply::Outcome::NoExecutor(_)) => "no executor",
+            Some(_) => "other",
+            None => continue,
+        };
+        got.push(format!("{} {what}", r.task_id));
+    }
+    got
+}
+
+#[test]
+fn what_a_class_took_is_learned_kept_across_a_restart_and_keeps_it_off_agents_that_end_too_soon() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let store = Store::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let (core, _) = Core::restore(store, 1, None).unwrap_or_else(|e| panic!("{e}"));
+    let mut core = core.with_clock(at_noon);
+    let (tx, mut answers) = mpsc::unbounded_channel();
+    let submitter = SubmitterId::new("s").unwrap_or_else(|e| panic!("{e}"));
+    core.handle(Input::SubmitterHello { submitter, conn: 1, tx });
+    // a1's allocation ends in 10 minutes.
+    let (tx, mut a1): (AgentTx, _) = mpsc::unbounded_channel();
+    let hello = Hello {
+        agent: AgentId::new("a1").unwrap_or_else(|e| panic!("{e}")),
+        capabilities: vec![Capability::parse("sh@1").unwrap_or_else(|e| panic!("{e}"))],
+        availability: Availability { memory: 1 << 34, cpu_millis: 64_000 },
+        tokens: 4,
+        running: Vec::new(),
+        ends_at_ms: Some(at_noon() + 600_000),
+    };
+    core.handle(Input::AgentHello { hello, conn: 7, tx });
+    // Nothing learned, nothing declared: it runs there, and took an hour.
+    submit(&mut core, "first", "/opt/render/bin/render", 0);
+    assert_eq!(drain(&mut a1), vec!["assign first".to_owned()]);
+    ended(&mut core, "a1", 7, "first", 3 << 30, 3_600_000);
+    assert_eq!(replies(&mut answers), vec!["first done".to_owned()]);
+    let class = "sh@1:*/render";
+    let learned = core.estimate(class).unwrap_or_else(|| panic!("{class} was learned"));
+    assert_eq!((learned.peak, learned.duration.as_secs()), (3 << 30, 3600));
+    // The next of its class (another path, same program) is never sent to
+    // a1's 10 minutes, even though its submitter guessed 1 minute: no
+    // agent could ever take it, so it is answered like no executor.
+    submit(&mut core, "second", "render", 60_000);
+    assert_eq!(drain(&mut a1), vec!["ack first".to_owned()]);
+    assert_eq!(replies(&mut answers), vec!["second no executor".to_owned()]);
+    // Another class with nothing learned still goes there.
+    submit(&mut core, "other", "true", 0);
+    assert_eq!(drain(&mut a1), vec!["assign other".to_owned()]);
+    // A restart keeps what was learned.
+    drop(core);
+    let store = Store::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let (core, _) = Core::restore(store, 1, None).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(core.estimate(class), Some(learned));
+}
+
+#[test]
+fn a_draining_agent_is_acknowledged_its_unstarted_tasks_go_elsewhere_and_status_says_so() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let store = Store::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let (mut core, _) = Core::restore(store, 1, None).unwrap_or_else(|e| panic!("{e}"));
+    let mut a1 = hello(&mut core, "a1", &[], 1);
+    for t in ["run", "u1"] {
+        submit(&mut core, t, "true", 0);
+    }
+    assert_eq!(drain(&mut a1), vec!["assign run".to_owned(), "assign u1".to_owned()]);
+    let mut b = hello(&mut core, "b", &[], 2);
+    let agent = AgentId::new("a1").unwrap_or_else(|e| panic!("{e}"));
+    let running = vec![TaskId::new("run").unwrap_or_else(|e| panic!("{e}"))];
+    core.handle(Input::AgentDraining { agent, conn: 1, running, reason: "SIGTERM".into() });
+    assert_eq!(drain(&mut a1), vec!["drain ack".to_owned()]);
+    assert_eq!(drain(&mut b), vec!["assign u1".to_owned()], "at once, not after a heartbeat timeout");
+    let s = status(&mut core);
+    assert!(s.agents.iter().any(|a| a.agent_id == "a1" && a.draining && a.in_flight == 1), "{s:?}");
+    // The optimizer's verdict shows in the status.
+    let agent = AgentId::new("b").unwrap_or_else(|e| panic!("{e}"));
+    let bound =
+        crate::wire::TokenBound { tokens: 1, verdict: "shrink".into(), reason: "throttled 30 %".into() };
+    core.handle(Input::AgentTokens { agent, conn: 2, bound });
+    let s = status(&mut core);
+    let b = s.agents.iter().find(|a| a.agent_id == "b").unwrap_or_else(|| panic!("{s:?}"));
+    assert_eq!(
+        (b.tokens, b.optimizer_verdict.as_str(), b.optimizer_reason.as_str()),
+        (1, "shrink", "throttled 30 %")
+    );
 }

@@ -15,6 +15,13 @@
 mod core;
 #[cfg(test)]
 mod core_tests;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod fault_tests;
+mod metrics;
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod metrics_tests;
 mod service;
 
 use std::future::Future;
@@ -31,7 +38,10 @@ use tonic::service::interceptor::InterceptedService;
 
 use crate::store::{Store, StoreError};
 
+pub use metrics::{MetricsBoard, serve_metrics};
 pub use service::BrokerService;
+
+pub(crate) use core::unix_ms;
 
 /// How a broker runs.
 #[derive(Debug, Clone)]
@@ -58,6 +68,26 @@ pub struct BrokerConfig {
     /// Publish the demand per capability here after every change (for the
     /// KEDA scaler).
     pub demand: Option<crate::keda::DemandBoard>,
+    /// Answer metrics scrapes through this board ([`serve_metrics`]).
+    pub metrics: Option<MetricsBoard>,
+    /// Drive this Provisioner (`None`: capacity is someone else's).
+    pub provision: Option<ProvisionLoop>,
+}
+
+/// A Provisioner shared by the provisioning loop and the explain RPC.
+pub type SharedProvisioner = Arc<Mutex<crate::provision::Provisioner>>;
+
+/// How the broker drives its Provisioner (docs/DESIGN.md §14).
+#[derive(Debug, Clone)]
+pub struct ProvisionLoop {
+    /// The Provisioner; its shapes' capabilities are provisionable (their
+    /// tasks wait for an allocation instead of "no executor").
+    pub provisioner: SharedProvisioner,
+    /// Time between ticks.
+    pub every: Duration,
+    /// One task's wall time, for sizing allocations (the broker learns no
+    /// durations yet: the configured estimate).
+    pub task_duration: Duration,
 }
 
 impl Default for BrokerConfig {
@@ -71,6 +101,8 @@ impl Default for BrokerConfig {
             token: None,
             cache_bytes: None,
             demand: None,
+            metrics: None,
+            provision: None,
         }
     }
 }
@@ -177,6 +209,15 @@ fn start_with_cache(config: &BrokerConfig, cache: Option<BrokerCache>) -> Result
     if let Some(cache) = cache {
         core = core.with_cache(cache);
     }
+    if let Some(board) = &config.metrics {
+        board.attach(tx.clone());
+    }
+    if let Some(p) = &config.provision {
+        let capabilities =
+            p.provisioner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).capabilities();
+        core.set_provisionable(&capabilities);
+        spawn_provisioning(&tx, p.clone());
+    }
     if restored {
         let tx = tx.clone();
         let window = config.recovery;
@@ -194,7 +235,56 @@ fn start_with_cache(config: &BrokerConfig, cache: Option<BrokerCache>) -> Result
             }
         }
     });
-    Ok(BrokerService::new(tx, config.heartbeat))
+    Ok(BrokerService::new(
+        tx,
+        config.heartbeat,
+        config.provision.as_ref().map(|p| Arc::clone(&p.provisioner)),
+    ))
+}
+
+/// The provisioning loop: at every tick, the core's queued demand and
+/// agents, then one [`Provisioner::tick`](crate::provision::Provisioner::tick)
+/// on a blocking thread (providers run commands such as `sbatch`).
+fn spawn_provisioning(tx: &mpsc::Sender<core::Input>, p: ProvisionLoop) {
+    let weak = tx.downgrade();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(p.every);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let Some(tx) = weak.upgrade() else { break };
+            let (reply, rx) = tokio::sync::oneshot::channel();
+            if tx.send(core::Input::ProvisionView { reply }).await.is_err() {
+                break;
+            }
+            drop(tx);
+            let Ok(view) = rx.await else { break };
+            let demand: Vec<crate::provision::Demand> = view
+                .queued
+                .into_iter()
+                .map(|(capability, (tasks, need))| crate::provision::Demand {
+                    capability,
+                    tasks,
+                    memory: need.memory,
+                    cpu_millis: need.cpu_millis,
+                    duration: p.task_duration,
+                })
+                .collect();
+            let shared = Arc::clone(&p.provisioner);
+            let agents = view.agents;
+            let ticked = tokio::task::spawn_blocking(move || {
+                shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner).tick(
+                    &demand,
+                    &agents,
+                    std::time::Instant::now(),
+                );
+            })
+            .await;
+            if let Err(e) = ticked {
+                tracing::error!("the provisioning tick failed: {e}");
+            }
+        }
+    });
 }
 
 /// Serves the broker on `listener` until `shutdown` resolves.

@@ -20,6 +20,10 @@ use tracing::{debug, warn};
 use super::core::Input;
 use crate::wire;
 
+/// Why the broker ends a stream it no longer reads.
+const GONE: &str =
+    "stream closed by the broker: the peer was silent for three heartbeats or its stream ended";
+
 /// How long a new stream has to send its hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -33,11 +37,16 @@ pub struct BrokerService {
     inputs: mpsc::Sender<Input>,
     heartbeat: Duration,
     next_conn: Arc<AtomicU64>,
+    provisioner: Option<super::SharedProvisioner>,
 }
 
 impl BrokerService {
-    pub(super) fn new(inputs: mpsc::Sender<Input>, heartbeat: Duration) -> Self {
-        BrokerService { inputs, heartbeat, next_conn: Arc::new(AtomicU64::new(1)) }
+    pub(super) fn new(
+        inputs: mpsc::Sender<Input>,
+        heartbeat: Duration,
+        provisioner: Option<super::SharedProvisioner>,
+    ) -> Self {
+        BrokerService { inputs, heartbeat, next_conn: Arc::new(AtomicU64::new(1)), provisioner }
     }
 
     async fn send(&self, input: Input) -> Result<(), Status> {
@@ -134,6 +143,24 @@ impl Broker for BrokerService {
                             break;
                         }
                     },
+                    Some(pb::agent_message::Kind::Draining(d)) => match wire::draining(&d) {
+                        Ok(running) => {
+                            let reason: String =
+                                d.reason.chars().filter(|c| !c.is_control()).take(wire::MAX_NOTE).collect();
+                            Input::AgentDraining { agent: agent.clone(), conn, running, reason }
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(Status::invalid_argument(e.to_string())));
+                            break;
+                        }
+                    },
+                    Some(pb::agent_message::Kind::Tokens(t)) => match wire::token_bound(&t) {
+                        Ok(bound) => Input::AgentTokens { agent: agent.clone(), conn, bound },
+                        Err(e) => {
+                            let _ = tx.send(Err(Status::invalid_argument(e.to_string())));
+                            break;
+                        }
+                    },
                     Some(pb::agent_message::Kind::Hello(_)) => {
                         let _ = tx.send(Err(Status::invalid_argument("hello: sent twice on one stream")));
                         break;
@@ -144,6 +171,11 @@ impl Broker for BrokerService {
                     return;
                 }
             }
+            // End our side too: the heartbeat task would otherwise keep
+            // the reply stream alive, and a peer that was only slow (a
+            // stall just past three heartbeats) would keep talking into a
+            // stream nobody reads instead of reconnecting.
+            let _ = tx.send(Err(Status::unavailable(GONE)));
             let _ = this.send(Input::AgentGone { agent, conn }).await;
         });
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
@@ -205,6 +237,7 @@ impl Broker for BrokerService {
                     return;
                 }
             }
+            let _ = tx.send(Err(Status::unavailable(GONE)));
             let _ = this.send(Input::SubmitterGone { submitter, conn }).await;
         });
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
@@ -218,5 +251,36 @@ impl Broker for BrokerService {
         self.send(Input::Status { reply }).await?;
         let status = rx.await.map_err(|_| Status::unavailable("the broker is stopping"))?;
         Ok(Response::new(status))
+    }
+
+    async fn provision_explain(
+        &self,
+        _request: Request<pb::ProvisionExplainRequest>,
+    ) -> Result<Response<pb::ProvisionExplainResponse>, Status> {
+        let Some(shared) = &self.provisioner else {
+            return Ok(Response::new(pb::ProvisionExplainResponse::default()));
+        };
+        let p = shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let allocations = p
+            .allocations()
+            .iter()
+            .map(|t| pb::AllocationStatus {
+                id: t.allocation.id.to_string(),
+                shape: t.allocation.shape.clone(),
+                state: match t.allocation.state {
+                    crate::provision::AllocState::Queued => "queued",
+                    crate::provision::AllocState::Running => "running",
+                    crate::provision::AllocState::Ended => "ended",
+                }
+                .to_owned(),
+                started: t.started,
+            })
+            .collect();
+        Ok(Response::new(pb::ProvisionExplainResponse {
+            provider: p.provider().to_owned(),
+            holds: p.explain(),
+            allocations,
+            paused: p.health().paused().unwrap_or_default().to_owned(),
+        }))
     }
 }

@@ -14,13 +14,23 @@
 //! after failed submissions, and a pause after 10 successive failed
 //! submissions or 3 successive allocations that failed to start.
 
+mod driver;
 mod health;
+pub mod kubernetes;
+mod launch;
+mod local;
 mod plan;
 mod provider;
+pub mod slurm;
 
+pub use driver::{Provisioner, Tracked};
 pub use health::{BACKOFF_LADDER, Health, MAX_START_FAILURES, MAX_SUBMIT_FAILURES};
+pub use kubernetes::{KubernetesConfig, KubernetesProvider};
+pub use launch::AgentLaunch;
+pub use local::LocalProvider;
 pub use plan::{Action, Hold, Plan, plan};
 pub use provider::{AllocState, AllocationId, Provider, ProviderError, StaticProvider};
+pub use slurm::{SlurmConfig, SlurmProvider, SlurmShape};
 
 use std::time::Duration;
 
@@ -32,10 +42,12 @@ use crate::capability::Capability;
 pub struct Shape {
     /// Its name in the provider's configuration.
     pub name: String,
-    /// Memory of one allocation, bytes.
+    /// Memory of each node of one allocation, bytes.
     pub memory: u64,
-    /// CPUs of one allocation, thousandths.
+    /// CPUs of each node of one allocation, thousandths.
     pub cpu_millis: u32,
+    /// Nodes of one allocation (one agent each; at least 1).
+    pub nodes: u32,
     /// How long an allocation may live.
     pub walltime: Duration,
     /// The capabilities its agent declares.
@@ -43,12 +55,12 @@ pub struct Shape {
 }
 
 impl Shape {
-    /// Tasks of `demand` one allocation runs at once (0 if one does not
-    /// fit).
+    /// Tasks of `demand` one allocation runs at once, over all its nodes
+    /// (0 if one does not fit on a node).
     fn slots(&self, demand: &Demand) -> u64 {
         let by_memory = self.memory.checked_div(demand.memory).unwrap_or(u64::MAX);
         let by_cpu = u64::from(self.cpu_millis).checked_div(u64::from(demand.cpu_millis)).unwrap_or(u64::MAX);
-        by_memory.min(by_cpu)
+        by_memory.min(by_cpu).saturating_mul(u64::from(self.nodes.max(1)))
     }
 
     /// Tasks of `demand` one allocation completes within its walltime.
@@ -119,5 +131,9 @@ fn format_minutes(d: Duration) -> String {
     if minutes < 120 { format!("{minutes} min") } else { format!("{:.1} h", minutes as f64 / 60.0) }
 }
 
+#[cfg(test)]
+mod driver_tests;
+#[cfg(test)]
+mod slurm_tests;
 #[cfg(test)]
 mod tests;

@@ -62,6 +62,12 @@ pub trait Provider: Send {
     /// # Errors
     /// The engine's refusal.
     fn cancel(&mut self, id: &AllocationId) -> Result<(), ProviderError>;
+    /// The id of the agent an allocation runs (`PREFIX`, or `PREFIX-N`
+    /// for node N of several): how the broker tells that an allocation
+    /// started.
+    fn agent_prefix(&self, id: &AllocationId) -> String {
+        id.0.clone()
+    }
 }
 
 /// Agents someone else runs (systemd units, a fixed Kubernetes

@@ -19,7 +19,14 @@ fn gcc() -> Capability {
 
 /// A shape offering gcc.
 fn shape(name: &str, memory: u64, cpus: u32, walltime: Duration) -> Shape {
-    Shape { name: name.into(), memory, cpu_millis: cpus * 1000, walltime, capabilities: vec![gcc()] }
+    Shape {
+        name: name.into(),
+        memory,
+        cpu_millis: cpus * 1000,
+        nodes: 1,
+        walltime,
+        capabilities: vec![gcc()],
+    }
 }
 
 /// `tasks` gcc tasks of 2 GiB, 1 CPU, 10 minutes each (learned).

@@ -76,6 +76,12 @@ impl Engine {
                     at(i)
                 )));
             }
+            if paused && spec.offload.is_some() {
+                return Err(ActionError::Invalid(format!(
+                    "{}capability: paused: a shippable task cannot be submitted paused",
+                    at(i)
+                )));
+            }
         }
         // To name the spec a missing dependency belongs to.
         let deps_of: Vec<Vec<TaskId>> =
@@ -136,6 +142,9 @@ impl Engine {
         if let Some(state) = self.slurm.as_ref().and_then(|s| s.cancel(id)) {
             return Ok(state);
         }
+        if let Some(state) = self.offload.as_ref().and_then(|o| o.cancel(id)) {
+            return Ok(state);
+        }
         if let Some(slot) = self.shared.existing_slot(id) {
             slot.cancel(grace.unwrap_or(self.shared.kill_grace));
         }
@@ -159,6 +168,11 @@ impl Engine {
         self.live(id)?;
         if self.task(id)?.is_some_and(|r| r.spec.engine == RunEngine::Slurm) {
             return Err(ActionError::Conflict(format!("task {id} runs in Slurm: it cannot be paused")));
+        }
+        if self.offload.as_ref().is_some_and(|o| o.is_out(id)) {
+            return Err(ActionError::Conflict(format!(
+                "task {id} runs at a cluster agent: it cannot be paused"
+            )));
         }
         // Twice at most: a pending task may start between the two queue calls.
         for _ in 0..2 {
@@ -370,6 +384,9 @@ fn check(spec: &TaskSpec) -> Result<(), String> {
     spec.validate().map_err(|e| e.to_string())?;
     if spec.engine == RunEngine::Slurm {
         crate::slurm::check(spec)?;
+    }
+    if spec.offload.is_some() {
+        crate::offload::check(spec)?;
     }
     // A missing directory is the submitter's mistake, not a failed run.
     if let Some(cwd) = &spec.cwd {

@@ -48,6 +48,8 @@ pub(crate) struct EngineConfig {
     pub(crate) enforce: Option<EnforceMode>,
     pub(crate) kill_grace: Duration,
     pub(crate) cgroup_root: HostRoot,
+    /// Offload to this broker (`--broker`); `None`: shippable tasks run here.
+    pub(crate) offload: Option<crate::offload::OffloadConfig>,
 }
 
 /// Facts fixed at start.
@@ -206,11 +208,13 @@ pub(crate) struct Wakeups {
 #[derive(Debug)]
 pub(crate) struct Engine {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) queue: TaskQueue,
+    pub(crate) queue: Arc<TaskQueue>,
     pump: Mutex<Option<JoinHandle<()>>>,
     /// Native Slurm mode; `None` when its thread could not start (its
     /// tasks then fail saying so).
     slurm: Option<crate::slurm::SlurmEngine>,
+    /// Offload to a broker; `None` without `--broker`.
+    pub(crate) offload: Option<crate::offload::OffloadEngine>,
 }
 
 pub(crate) fn qid(id: TaskId) -> lardon::TaskId {
@@ -240,9 +244,15 @@ impl Engine {
         // Jobs of native Slurm mode outlive the daemon: their tasks adopt
         // them again below (those recovery failed have them cancelled).
         let mut slurm_jobs: HashMap<TaskId, String> = HashMap::new();
+        // Tasks out at a broker: asked for again under the same id below.
+        let mut shipped: HashMap<TaskId, String> = HashMap::new();
         for (id, handle) in &report.orphans {
             if crate::slurm::job_of_handle(handle).is_some() {
                 slurm_jobs.insert(*id, handle.clone());
+                continue;
+            }
+            if let Some(remote) = crate::offload::remote_of_handle(handle) {
+                shipped.insert(*id, remote.to_owned());
                 continue;
             }
             let killed = orphans::kill_orphan(handle);
@@ -361,22 +371,31 @@ impl Engine {
         // The store is the durable bound on queued work; an in-memory cap
         // would make `Submit` block once that many tasks wait (a blocked RPC
         // with the task already stored), so the queue's is set out of reach.
-        let queue = TaskQueue::with_config(
+        let queue = Arc::new(TaskQueue::with_config(
             governor,
             lardon::QueueConfig { capacity: QUEUE_CAPACITY, ..lardon::QueueConfig::default() },
-        );
+        ));
         let pump = pump::spawn(Arc::clone(&shared), &queue)
             .map_err(|e| DaemonError::Runtime(format!("cannot start the event pump: {e}")))?;
         let slurm = crate::slurm::SlurmEngine::start(Arc::clone(&shared))
             .inspect_err(|e| tracing::error!("native Slurm mode unavailable: {e}"))
             .ok();
-        let engine = Engine { shared, queue, pump: Mutex::new(Some(pump)), slurm };
+        let offload = cfg.offload.as_ref().and_then(|c| {
+            crate::offload::OffloadEngine::start(c, Arc::clone(&shared), Arc::clone(&queue))
+                .inspect_err(|e| tracing::error!("offload unavailable, shippable tasks run here: {e}"))
+                .ok()
+        });
+        let engine = Engine { shared, queue, pump: Mutex::new(Some(pump)), slurm, offload };
         // Dependencies are resolved from this one read: a dependency has a
         // lower id, so it is queued (or found ended) before its dependents.
         let states: HashMap<TaskId, TaskState> = tasks.iter().map(|r| (r.id, r.state)).collect();
         for rec in tasks.into_iter().filter(|r| !r.state.is_terminal()) {
             if let (Some(handle), Some(slurm)) = (slurm_jobs.remove(&rec.id), &engine.slurm) {
                 slurm.adopt(rec.id, &rec.spec, &handle, rec.memory_retries > 0);
+                continue;
+            }
+            if let (Some(remote), Some(offload)) = (shipped.remove(&rec.id), &engine.offload) {
+                offload.adopt(rec.id, &rec.spec, &remote);
                 continue;
             }
             let paused = rec.state == TaskState::Paused;
@@ -430,74 +449,23 @@ impl Engine {
         if spec.engine == RunEngine::Slurm {
             match &self.slurm {
                 Some(slurm) => slurm.submit(id, spec),
-                None => {
-                    self.fail_unqueued(id, "native Slurm mode is unavailable (see the daemon's log)".into())
-                }
+                None => fail_unqueued(
+                    &self.shared,
+                    id,
+                    "native Slurm mode is unavailable (see the daemon's log)".into(),
+                ),
             }
             return Ok(());
         }
-        let callback = command_callback(Arc::clone(&self.shared), id, Arc::new(spec.clone()));
-        let mut task = Task::new(spec.display_name(), spec.estimate.to_estimate(), callback)
-            .with_id(qid(id))
-            .priority(spec.priority);
-        if let Some(probe) = self.probe_for(id, spec) {
-            task = task.after_any(qid(probe));
+        // Shippable tasks are never paused nor dependent (refused at submit).
+        if !paused
+            && deps.is_empty()
+            && let Some(offload) = &self.offload
+            && offload.offer(id, spec)
+        {
+            return Ok(());
         }
-        for dep in deps {
-            match dep.stored {
-                // Removed: it ended, and only terminal tasks can be removed.
-                None => continue,
-                Some(state) if !state.is_terminal() => {}
-                Some(state) if state == TaskState::Completed || dep.kind == DepKind::End => continue,
-                Some(state) => {
-                    self.fail_unqueued(id, format!("dependency {} ended {state}", dep.id));
-                    return Ok(());
-                }
-            }
-            task = match dep.kind {
-                DepKind::Success => task.after(qid(dep.id)),
-                DepKind::End => task.after_any(qid(dep.id)),
-            };
-        }
-        let submitted = if paused { self.queue.submit_paused(task) } else { self.queue.submit(task) };
-        match submitted {
-            Ok(_) => Ok(()),
-            Err(lardon::SubmitError::UnknownDependency(dep)) => {
-                self.fail_unqueued(id, format!("dependency {dep} is unknown"));
-                Ok(())
-            }
-            Err(e) => Err(e.to_string()),
-        }
-    }
-
-    /// The live probe `id` must be queued after when its class has learned
-    /// nothing from a completed run yet and it declares memory
-    /// ([`crate::runner::ClassProbes`]); `None` otherwise (it may become the
-    /// probe itself).
-    fn probe_for(&self, id: TaskId, spec: &TaskSpec) -> Option<TaskId> {
-        let e = &spec.estimate;
-        // Only a named class promises that its tasks are alike; the default
-        // class gathers unrelated commands, which must not queue behind one
-        // another.
-        if (e.memory_fixed == 0 && e.memory_per_item == 0) || e.class == lardon::Class::DEFAULT {
-            return None;
-        }
-        let proven = self.shared.governor.learned(&e.to_estimate()).is_some_and(|l| l.samples > 0);
-        if proven {
-            return None;
-        }
-        let live = |t: TaskId| self.queue.get(qid(t)).is_some_and(|v| !v.state.is_terminal());
-        self.shared.probes.probe_for(&e.class, id, live)
-    }
-
-    /// Ends a task that never reached the queue (durably, before it returns).
-    fn fail_unqueued(&self, id: TaskId, reason: String) {
-        let outcome = Outcome { state: TaskState::Failed, exit_code: None, reason: Some(reason) };
-        if let Err(e) = self.shared.writer.call(move |s| s.finish(id, &outcome)) {
-            tracing::error!("task {id}: cannot record failure: {e}");
-        }
-        self.shared.emit(DaemonEvent::TaskChanged(id));
-        self.shared.emit(DaemonEvent::TaskFinished(id));
+        queue_locally(&self.shared, &self.queue, id, spec, paused, deps)
     }
 
     /// Waits until every queue event emitted so far (those of a queue call
@@ -542,4 +510,81 @@ pub(crate) struct Dependency {
 fn next_instance() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Hands a stored task to the local queue with its id, priority and
+/// dependencies, resolved once by the caller from the store
+/// ([`Dependency`]): an ended one is satisfied (completed, or any end for
+/// `after_any`) or fails the task at once; a live one is left to the queue,
+/// which knows every live task and every end since it started.
+pub(crate) fn queue_locally(
+    shared: &Arc<Shared>,
+    queue: &TaskQueue,
+    id: TaskId,
+    spec: &TaskSpec,
+    paused: bool,
+    deps: &[Dependency],
+) -> Result<(), String> {
+    let callback = command_callback(Arc::clone(shared), id, Arc::new(spec.clone()));
+    let mut task = Task::new(spec.display_name(), spec.estimate.to_estimate(), callback)
+        .with_id(qid(id))
+        .priority(spec.priority);
+    if let Some(probe) = probe_for(shared, queue, id, spec) {
+        task = task.after_any(qid(probe));
+    }
+    for dep in deps {
+        match dep.stored {
+            // Removed: it ended, and only terminal tasks can be removed.
+            None => continue,
+            Some(state) if !state.is_terminal() => {}
+            Some(state) if state == TaskState::Completed || dep.kind == DepKind::End => continue,
+            Some(state) => {
+                fail_unqueued(shared, id, format!("dependency {} ended {state}", dep.id));
+                return Ok(());
+            }
+        }
+        task = match dep.kind {
+            DepKind::Success => task.after(qid(dep.id)),
+            DepKind::End => task.after_any(qid(dep.id)),
+        };
+    }
+    let submitted = if paused { queue.submit_paused(task) } else { queue.submit(task) };
+    match submitted {
+        Ok(_) => Ok(()),
+        Err(lardon::SubmitError::UnknownDependency(dep)) => {
+            fail_unqueued(shared, id, format!("dependency {dep} is unknown"));
+            Ok(())
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The live probe `id` must be queued after when its class has learned
+/// nothing from a completed run yet and it declares memory
+/// ([`crate::runner::ClassProbes`]); `None` otherwise (it may become the
+/// probe itself).
+fn probe_for(shared: &Shared, queue: &TaskQueue, id: TaskId, spec: &TaskSpec) -> Option<TaskId> {
+    let e = &spec.estimate;
+    // Only a named class promises that its tasks are alike; the default
+    // class gathers unrelated commands, which must not queue behind one
+    // another.
+    if (e.memory_fixed == 0 && e.memory_per_item == 0) || e.class == lardon::Class::DEFAULT {
+        return None;
+    }
+    let proven = shared.governor.learned(&e.to_estimate()).is_some_and(|l| l.samples > 0);
+    if proven {
+        return None;
+    }
+    let live = |t: TaskId| queue.get(qid(t)).is_some_and(|v| !v.state.is_terminal());
+    shared.probes.probe_for(&e.class, id, live)
+}
+
+/// Ends a task that never reached the queue (durably, before it returns).
+fn fail_unqueued(shared: &Shared, id: TaskId, reason: String) {
+    let outcome = Outcome { state: TaskState::Failed, exit_code: None, reason: Some(reason) };
+    if let Err(e) = shared.writer.call(move |s| s.finish(id, &outcome)) {
+        tracing::error!("task {id}: cannot record failure: {e}");
+    }
+    shared.emit(DaemonEvent::TaskChanged(id));
+    shared.emit(DaemonEvent::TaskFinished(id));
 }

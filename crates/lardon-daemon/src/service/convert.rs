@@ -126,9 +126,33 @@ pub(crate) fn spec_from_pb(spec: Option<pb::TaskSpec>) -> Result<TaskSpec, Statu
             .engine
             .parse()
             .map_err(|e: crate::spec::SpecError| Status::invalid_argument(e.to_string()))?,
+        offload: offload_from_pb(&spec.capability, spec.deadline_unix_ms)?,
     };
     // Validated once, by the engine's submit (`Engine::submit_many`).
     Ok(out)
+}
+
+/// A shippable task's capability (canonical key) and deadline; `None`
+/// without a capability. A deadline without a capability is refused: it
+/// is only enforced where the task ships.
+fn offload_from_pb(capability: &str, deadline_unix_ms: i64) -> Result<Option<crate::spec::Offload>, Status> {
+    if capability.is_empty() {
+        if deadline_unix_ms != 0 {
+            return Err(Status::invalid_argument(
+                "deadline_unix_ms: only a shippable task (with a capability) has a deadline",
+            ));
+        }
+        return Ok(None);
+    }
+    let cap = lardon_cluster::Capability::parse(capability)
+        .map_err(|e| Status::invalid_argument(format!("capability: {e}")))?;
+    if deadline_unix_ms < 0 {
+        return Err(Status::invalid_argument("deadline_unix_ms: must not be negative"));
+    }
+    Ok(Some(crate::spec::Offload {
+        capability: cap.key(),
+        deadline_unix_ms: (deadline_unix_ms > 0).then_some(deadline_unix_ms),
+    }))
 }
 
 pub(crate) fn estimate_to_pb(e: &EstimateSpec) -> pb::Estimate {
@@ -162,6 +186,8 @@ pub(crate) fn spec_to_pb(s: &TaskSpec) -> pb::TaskSpec {
         retry_on_interrupt: Some(s.retry_on_interrupt),
         oom_retry: Some(s.oom_retry),
         engine: if s.engine.is_local() { String::new() } else { s.engine.as_str().to_owned() },
+        capability: s.offload.as_ref().map(|o| o.capability.clone()).unwrap_or_default(),
+        deadline_unix_ms: s.offload.as_ref().and_then(|o| o.deadline_unix_ms).unwrap_or(0),
     }
 }
 

@@ -10,13 +10,19 @@ use crate::spec::TaskSpec;
 const MIB: u64 = 1 << 20;
 
 /// The memory a job asks for, bytes (a whole number of MiB, at least one):
-/// `max(declared, learned × (1 + slack_percent / 100))`, capped at `cap`
-/// when one is set; `None` when nothing was declared nor learned (no
-/// `--mem`: the site's default applies, never a made-up size). `learned` is the class's learned fixed size
-/// ([`lardon::Learned::learned_fixed`]): a measured peak, or after a run
-/// killed at its limit the lower bound that kill taught. A cap below the
-/// need wins: the job may then end OUT_OF_MEMORY, which is the policy's
-/// choice to make, not the daemon's.
+/// once the class has learned a size, `learned × (1 + slack_percent / 100)`
+/// — *replacing* the declaration, so an over-estimate shrinks as well as an
+/// under-estimate grows (each job is its own Slurm allocation: asking for
+/// more than the class uses only keeps other jobs off the node); before
+/// that, the declared size. Capped at `cap` when one is set; `None` when
+/// nothing was declared nor learned (no `--mem`: the site's default
+/// applies, never a made-up size). `learned` is the class's learned fixed
+/// size ([`lardon::Learned::learned_fixed`]): the worst of its recent
+/// measured peaks, or after a run killed at its limit the lower bound that
+/// kill taught. A task of the class that outgrows the learned size ends
+/// OUT_OF_MEMORY and is resubmitted once at the size that kill teaches. A
+/// cap below the need wins: the job may then end OUT_OF_MEMORY, which is
+/// the policy's choice to make, not the daemon's.
 pub fn memory_request(
     declared: u64,
     learned: Option<u64>,
@@ -26,11 +32,13 @@ pub fn memory_request(
     if declared == 0 && learned.is_none_or(|l| l == 0) {
         return None;
     }
-    let learned = learned.map_or(0, |l| {
-        let slack = u128::from(l) * u128::from(slack_percent) / 100;
-        u64::try_from(u128::from(l) + slack).unwrap_or(u64::MAX)
-    });
-    let want = declared.max(learned);
+    let want = match learned {
+        Some(l) if l > 0 => {
+            let slack = u128::from(l) * u128::from(slack_percent) / 100;
+            u64::try_from(u128::from(l) + slack).unwrap_or(u64::MAX)
+        }
+        _ => declared,
+    };
     let capped = cap.map_or(want, |c| want.min(c));
     Some(capped.div_ceil(MIB).max(1).saturating_mul(MIB))
 }
@@ -143,15 +151,17 @@ mod tests {
     const MB: u64 = 1 << 20;
 
     #[test]
-    fn memory_is_the_larger_of_declared_and_learned_with_slack() {
+    fn memory_is_the_learned_size_with_slack_else_the_declared_one() {
         // Nothing learned: the declared size, rounded up to whole MiB.
         assert_eq!(memory_request(100 * MB, None, 10, None), Some(100 * MB));
         assert_eq!(memory_request(100 * MB + 1, None, 10, None), Some(101 * MB));
         // Learned above declared: learned × 1.1.
         assert_eq!(memory_request(50 * MB, Some(200 * MB), 10, None), Some(220 * MB));
         assert_eq!(memory_request(0, Some(200 * MB), 10, None), Some(220 * MB));
-        // Learned below declared: the declaration stands.
-        assert_eq!(memory_request(500 * MB, Some(200 * MB), 10, None), Some(500 * MB));
+        // Learned below declared: the over-estimate shrinks to learned × 1.1.
+        assert_eq!(memory_request(500 * MB, Some(200 * MB), 10, None), Some(220 * MB));
+        // A learned zero teaches nothing: the declaration stands.
+        assert_eq!(memory_request(500 * MB, Some(0), 10, None), Some(500 * MB));
         // The policy's cap wins, even below the need.
         assert_eq!(memory_request(50 * MB, Some(200 * MB), 10, Some(128 * MB)), Some(128 * MB));
         // A tiny declaration is still a whole MiB.

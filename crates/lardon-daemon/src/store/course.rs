@@ -36,6 +36,11 @@ pub enum CourseKind {
     Rejected,
     /// A finished task was asked to run again (same spec, new attempt).
     Restarted,
+    /// Offload: shipped to the broker, or ended at an agent (which one).
+    Offloaded,
+    /// Offload: handed back to run here, and why (broker unreachable, no
+    /// agent for its capability, agents lost).
+    RanLocally,
 }
 
 impl CourseKind {
@@ -49,6 +54,8 @@ impl CourseKind {
             CourseKind::SoftOverrun => "soft_overrun",
             CourseKind::Rejected => "rejected",
             CourseKind::Restarted => "restarted",
+            CourseKind::Offloaded => "offloaded",
+            CourseKind::RanLocally => "ran_locally",
         }
     }
 }
@@ -70,6 +77,8 @@ impl FromStr for CourseKind {
             "soft_overrun" => CourseKind::SoftOverrun,
             "rejected" => CourseKind::Rejected,
             "restarted" => CourseKind::Restarted,
+            "offloaded" => CourseKind::Offloaded,
+            "ran_locally" => CourseKind::RanLocally,
             other => return Err(format!("`{other}` is not a course entry kind")),
         })
     }
@@ -305,6 +314,35 @@ impl Store {
             self.max_events,
         )?;
         tx.commit().ctx("commit soft overrun")
+    }
+
+    /// Offload: a course entry of `kind` ([`CourseKind::Offloaded`] or
+    /// [`CourseKind::RanLocally`]) and the same words as a note in the
+    /// task's events, one transaction. The task's state is not touched.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`]; SQLite errors.
+    pub fn note_offload(
+        &mut self,
+        id: TaskId,
+        kind: CourseKind,
+        reason_code: &str,
+        message: &str,
+    ) -> Result<(), StoreError> {
+        let now = self.now_ms();
+        let tx = self.conn.savepoint().ctx("begin offload note")?;
+        let exists: Option<i64> = tx
+            .prepare_cached("SELECT id FROM tasks WHERE id = ?1")
+            .ctx("note offload")?
+            .query_row([to_i64(id.0, "task id")?], |r| r.get(0))
+            .optional()
+            .ctx("note offload")?;
+        if exists.is_none() {
+            return Err(StoreError::NotFound(id));
+        }
+        push(&tx, id, kind, now, None, reason_code, message)?;
+        push_event(&tx, Some(id), EventKind::Note, message, now, self.max_events)?;
+        tx.commit().ctx("commit offload note")
     }
 
     /// The task's course, oldest first (empty for an unknown task).

@@ -11,7 +11,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use super::error::{Ctx, StoreError};
 
 /// Migration `i` (0-based) brings the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -177,6 +177,32 @@ INSERT INTO task_course_v5 SELECT seq, task_id, kind, from_ms, to_ms, batch, mem
     FROM task_course;
 DROP TABLE task_course;
 ALTER TABLE task_course_v5 RENAME TO task_course;
+CREATE INDEX task_course_by_task ON task_course (task_id, seq);
+";
+
+/// Version 6: offload (docs/DESIGN.md §14). A task's course says where it
+/// ran and why: `offloaded` (shipped to the broker, ended at agent X) and
+/// `ran_locally` (handed back: broker unreachable, no agent, agents lost).
+/// The course table is rebuilt as in version 5 to widen its CHECK.
+const V6: &str = r"
+CREATE TABLE task_course_v6 (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    task_id     INTEGER NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    kind        TEXT NOT NULL CHECK (kind IN
+                  ('admitted', 'waited', 'batch_changed', 'memory_retry', 'soft_overrun', 'rejected',
+                   'restarted', 'offloaded', 'ran_locally')),
+    from_ms     INTEGER NOT NULL,
+    to_ms       INTEGER,
+    batch       INTEGER,
+    memory      INTEGER,
+    cpu_millis  INTEGER,
+    reason_code TEXT NOT NULL DEFAULT '',
+    message     TEXT NOT NULL
+) STRICT;
+INSERT INTO task_course_v6 SELECT seq, task_id, kind, from_ms, to_ms, batch, memory, cpu_millis, reason_code, message
+    FROM task_course;
+DROP TABLE task_course;
+ALTER TABLE task_course_v6 RENAME TO task_course;
 CREATE INDEX task_course_by_task ON task_course (task_id, seq);
 ";
 

@@ -196,3 +196,34 @@ fn a_restart_reopens_only_a_finished_task_as_a_new_attempt() {
     assert_eq!(t.state_reason.as_deref(), Some("restarted (attempt 2)"));
     assert_eq!(store.start_attempt(id).unwrap(), 2, "a new attempt");
 }
+
+/// Offload: a shipped task (RUNNING there) handed back goes to PENDING with
+/// its handle cleared and the reason in its course; only a RUNNING task can
+/// be handed back, so a task that ended meanwhile stays ended.
+#[test]
+fn a_shipped_task_handed_back_is_pending_again_saying_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("db")).unwrap();
+    let id = store.insert_tasks(&[NewTask { spec: TaskSpec::command(["cc"]), paused: false }]).unwrap()[0];
+    assert!(matches!(
+        store.return_to_queue(id, "no_executor", "x"),
+        Err(StoreError::IllegalTransition { .. })
+    ));
+    assert_eq!(store.start_attempt(id).unwrap(), 1);
+    store.set_run_handle(id, Some("offload:h:t1:a1:r0")).unwrap();
+    store.note_offload(id, CourseKind::Offloaded, "shipped", "shipped to broker b").unwrap();
+    store.return_to_queue(id, "no_executor", "no agent for capability cc@*:*: ran locally").unwrap();
+    let t = store.get_task(id).unwrap().unwrap();
+    assert_eq!(t.state, crate::spec::TaskState::Pending);
+    assert_eq!((t.run_handle.as_deref(), t.started_ms), (None, None));
+    let course: Vec<(CourseKind, String)> =
+        store.course(id).unwrap().into_iter().map(|e| (e.kind, e.reason_code)).collect();
+    assert_eq!(
+        course,
+        [(CourseKind::Offloaded, "shipped".to_owned()), (CourseKind::RanLocally, "no_executor".to_owned())]
+    );
+    assert_eq!(store.start_attempt(id).unwrap(), 1, "nothing ran: the same attempt");
+    let done = Outcome { state: crate::spec::TaskState::Completed, exit_code: Some(0), reason: None };
+    store.finish(id, &done).unwrap();
+    assert!(matches!(store.return_to_queue(id, "x", "x"), Err(StoreError::IllegalTransition { .. })));
+}

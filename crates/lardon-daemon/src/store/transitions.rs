@@ -293,6 +293,40 @@ impl Store {
         Ok(from)
     }
 
+    /// Offload: a task shipped to the broker (RUNNING there) is handed
+    /// back to run here: RUNNING → PENDING with its run handle and start
+    /// time cleared, the attempt unchanged (nothing ran), a `ran_locally`
+    /// course entry saying why, one transaction.
+    ///
+    /// # Errors
+    /// [`StoreError::IllegalTransition`] unless the task is RUNNING.
+    pub fn return_to_queue(
+        &mut self,
+        id: TaskId,
+        reason_code: &str,
+        message: &str,
+    ) -> Result<(), StoreError> {
+        const OP: &str = "return task to the queue";
+        let now = self.now_ms();
+        let max_events = self.max_events;
+        let tx = self.conn.savepoint().ctx("begin return to queue")?;
+        let (from, _, _) = current(&tx, id)?;
+        if from != TaskState::Running {
+            return Err(StoreError::IllegalTransition { id, from, to: TaskState::Pending });
+        }
+        tx.prepare_cached(
+            "UPDATE tasks SET state = 'pending', state_reason = ?2, started_ms = NULL, run_handle = NULL,
+                    exit_code = NULL WHERE id = ?1",
+        )
+        .ctx(OP)?
+        .execute(params![to_i64(id.0, "task id")?, message])
+        .ctx(OP)?;
+        course::push(&tx, id, CourseKind::RanLocally, now, None, reason_code, message)?;
+        let event = state_event(from, TaskState::Pending, Some(message));
+        push_event(&tx, Some(id), EventKind::State, &event, now, max_events)?;
+        tx.commit().ctx("commit return to queue")
+    }
+
     /// Ends a live task with `outcome` (one transaction).
     ///
     /// # Errors

@@ -1,0 +1,254 @@
+//! Agent lifecycle with real processes on loopback (docs/DESIGN.md §14): a
+//! real `lardon broker` and `lardon agent`s (admitting against a simulated
+//! host) running real child processes. SIGTERM drains an agent: the tasks
+//! it was given but had not started run elsewhere at once, its running
+//! task finishes there once, and it exits 0; a second SIGTERM cancels what
+//! still runs, which runs again elsewhere. `lardon cluster status` shows
+//! each agent's allocation end and its optimizer's verdict, and a task
+//! longer than any allocation is answered like no executor.
+//!
+//! Waits poll the broker's status, the tasks' own log or the process, with
+//! a deadline that only fails.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+#[path = "support/procs.rs"]
+mod procs;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use lardon_cluster::agent::Backoff;
+use lardon_cluster::client::{self, Answer, RemoteTask, Submitter, SubmitterConfig, Ticket};
+use lardon_cluster::{Capability, SubmitterId, TaskId};
+use lardon_proto::cluster::ClusterStatusResponse;
+
+use procs::{Proc, free_port, logs};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn broker(dir: &Path, addr: &str) -> Proc {
+    // Heartbeats of 2 s: an agent stopped (SIGSTOP) for a moment is not
+    // taken as lost (that takes three).
+    Proc::start(dir, "broker", &["broker", "--listen", addr, "--heartbeat", "2s"])
+}
+
+fn agent(dir: &Path, addr: &str, id: &str, tokens: &str, extra: &[&str]) -> Proc {
+    let mut args = vec![
+        "agent",
+        "--broker",
+        addr,
+        "--id",
+        id,
+        "--capability",
+        "sh@1",
+        "--tokens",
+        tokens,
+        "--heartbeat",
+        "2s",
+        "--simulate-host",
+        "8GiB,8",
+    ];
+    args.extend(extra);
+    Proc::start(dir, id, &args)
+}
+
+/// Polls the broker's status until `ok` holds.
+async fn until(addr: &str, what: &str, procs: &[&Proc], ok: impl Fn(&ClusterStatusResponse) -> bool) {
+    let start = Instant::now();
+    loop {
+        if let Ok(s) = client::status(addr, &Default::default()).await
+            && ok(&s)
+        {
+            return;
+        }
+        assert!(start.elapsed() < WAIT, "timed out waiting for {what}\n{}", logs(procs));
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Polls until the file holds `line`.
+async fn until_line(path: &Path, line: &str, procs: &[&Proc]) {
+    let start = Instant::now();
+    while !std::fs::read_to_string(path).unwrap_or_default().lines().any(|l| l == line) {
+        assert!(start.elapsed() < WAIT, "timed out waiting for `{line}`\n{}", logs(procs));
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+fn submitter(addr: &str) -> Submitter {
+    Submitter::start(SubmitterConfig {
+        broker: addr.to_owned(),
+        submitter: SubmitterId::new("test").unwrap(),
+        heartbeat: Duration::from_secs(1),
+        backoff: Backoff { initial: Duration::from_millis(50), max: Duration::from_millis(500) },
+        unreachable_after: None,
+        dial: Default::default(),
+    })
+    .unwrap()
+}
+
+fn sh(id: &str, script: &str) -> RemoteTask {
+    let argv = vec!["sh".into(), "-c".into(), script.into()];
+    RemoteTask::new(TaskId::new(id).unwrap(), Capability::parse("sh@1").unwrap(), argv)
+}
+
+async fn done(ticket: Ticket, procs: &[&Proc]) {
+    match tokio::time::timeout(WAIT, ticket.answer()).await {
+        Ok(Ok(Answer::Done(ended))) => assert!(ended.success, "{ended:?}\n{}", logs(procs)),
+        Ok(other) => panic!("{other:?}\n{}", logs(procs)),
+        Err(_) => panic!("no answer\n{}", logs(procs)),
+    }
+}
+
+fn count(path: &Path, line: &str) -> usize {
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter(|l| *l == line).count()
+}
+
+/// A task that logs its start, runs until `gate` exists, and logs its end.
+fn gated(dir: &Path, name: &str) -> String {
+    format!(
+        "cd '{}'; echo start {name} >> log; while [ ! -e gate ]; do sleep 0.05; done; echo end {name} >> log",
+        dir.display()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_sends_unstarted_tasks_elsewhere_at_once_finishes_the_running_one_and_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let log = d.join("log");
+    let addr = free_port();
+    let b = broker(d, &addr);
+    let mut a1 = agent(d, &addr, "a1", "4", &["--drain-grace", "120s", "--no-optimizer"]);
+    until(&addr, "a1", &[&b, &a1], |s| s.agents.len() == 1).await;
+    let s = submitter(&addr);
+    let run = s.submit(&sh("run", &gated(d, "run")));
+    until_line(&log, "start run", &[&b, &a1]).await;
+
+    // a1 is stopped for a moment, so the next three are assigned to it but
+    // not started when the SIGTERM comes (the assignments are in its
+    // socket; the signal is seen first when it resumes).
+    a1.signal("STOP");
+    let unstarted: Vec<Ticket> = (1..=3)
+        .map(|i| s.submit(&sh(&format!("u{i}"), &format!("cd '{}'; echo ran u{i} >> log", d.display()))))
+        .collect();
+    until(&addr, "four tasks assigned to a1", &[&b, &a1], |st| {
+        st.agents.iter().any(|a| a.agent_id == "a1" && a.in_flight == 4)
+    })
+    .await;
+    let a2 = agent(d, &addr, "a2", "4", &["--no-optimizer"]);
+    until(&addr, "a2", &[&b, &a1, &a2], |st| st.agents.len() == 2).await;
+    a1.signal("TERM");
+    a1.signal("CONT");
+
+    // The unstarted ones run at a2 while `run` still runs at a1: at once,
+    // not after a heartbeat timeout (a1 stays connected throughout).
+    for ticket in unstarted {
+        done(ticket, &[&b, &a1, &a2]).await;
+    }
+    assert_eq!(count(&log, "end run"), 0, "the running task is still running");
+    until(&addr, "a1 draining, holding only `run`", &[&b, &a1, &a2], |st| {
+        st.agents.iter().any(|a| a.agent_id == "a1" && a.draining && a.in_flight == 1)
+    })
+    .await;
+    assert_eq!(a1.wait_exit(Duration::ZERO), None, "a1 waits for its running task");
+    std::fs::write(d.join("gate"), "").unwrap();
+    done(run, &[&b, &a1, &a2]).await;
+    assert_eq!(a1.wait_exit(WAIT), Some(Some(0)), "a1 exits 0 once drained\n{}", logs(&[&a1]));
+    let lines = std::fs::read_to_string(&log).unwrap();
+    for line in ["start run", "end run", "ran u1", "ran u2", "ran u3"] {
+        assert_eq!(count(&log, line), 1, "`{line}` once:\n{lines}");
+    }
+    let a1_log = std::fs::read_to_string(&a1.log).unwrap();
+    assert!(a1_log.contains("draining") && a1_log.contains("drained"), "{a1_log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_cancels_the_running_task_which_runs_again_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let log = d.join("log");
+    let addr = free_port();
+    let b = broker(d, &addr);
+    let mut a1 = agent(d, &addr, "a1", "1", &["--drain-grace", "120s", "--no-optimizer"]);
+    until(&addr, "a1", &[&b, &a1], |st| st.agents.len() == 1).await;
+    let s = submitter(&addr);
+    let run = s.submit(&sh("run", &gated(d, "run")));
+    until_line(&log, "start run", &[&b, &a1]).await;
+    let a2 = agent(d, &addr, "a2", "1", &["--no-optimizer"]);
+    until(&addr, "a2", &[&b, &a1, &a2], |st| st.agents.len() == 2).await;
+
+    a1.signal("TERM");
+    until(&addr, "a1 draining", &[&b, &a1, &a2], |st| {
+        st.agents.iter().any(|a| a.agent_id == "a1" && a.draining)
+    })
+    .await;
+    assert_eq!(count(&log, "start run"), 1, "the drain lets it run");
+    a1.signal("TERM");
+    assert_eq!(a1.wait_exit(WAIT), Some(Some(0)), "a1 exits 0 on the second SIGTERM\n{}", logs(&[&a1]));
+    // Cancelled there, queued again at the broker, started at a2.
+    until_line(&log, "start run", &[&b, &a2]).await;
+    let start = Instant::now();
+    while count(&log, "start run") < 2 {
+        assert!(start.elapsed() < WAIT, "not started again\n{}", logs(&[&b, &a1, &a2]));
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    std::fs::write(d.join("gate"), "").unwrap();
+    done(run, &[&b, &a1, &a2]).await;
+    assert_eq!((count(&log, "start run"), count(&log, "end run")), (2, 1), "cut at a1, finished at a2");
+}
+
+fn cli_status(addr: &str, json: bool) -> String {
+    let mut args = vec!["cluster", "status", "--broker", addr];
+    if json {
+        args.push("--json");
+    }
+    let out = Command::new(common::bin()).args(&args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_allocation_end_and_the_optimizers_verdict_and_too_long_a_task_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let addr = free_port();
+    let b = broker(d, &addr);
+    // The optimizer reads this agent's own cgroup CPU counters every 200 ms.
+    let a1 = agent(d, &addr, "a1", "3", &["--walltime", "1h", "--optimize-every", "200ms"]);
+    until(&addr, "a verdict from a1's optimizer", &[&b, &a1], |st| {
+        st.agents.iter().any(|a| !a.optimizer_verdict.is_empty())
+    })
+    .await;
+    let st = client::status(&addr, &Default::default()).await.unwrap();
+    let a = &st.agents[0];
+    assert!(["grow", "shrink", "hold"].contains(&a.optimizer_verdict.as_str()), "{a:?}");
+    assert!(a.optimizer_reason.contains("tokens busy"), "{a:?}");
+    assert!((1..=3).contains(&a.tokens), "within 1..=--tokens: {a:?}");
+    assert!(a.ends_at_unix_ms > 0, "{a:?}");
+
+    let json: serde_json::Value = serde_json::from_str(&cli_status(&addr, true)).unwrap();
+    let agent = &json["agents"][0];
+    assert!(agent["optimizer"]["verdict"].is_string() && agent["optimizer"]["reason"].is_string(), "{json}");
+    assert!(agent["ends_at_unix_ms"].is_u64() && agent["draining"] == false, "{json}");
+    let text = cli_status(&addr, false);
+    assert!(text.contains("allocation ends in 59m") || text.contains("allocation ends in 1h00m"), "{text}");
+    assert!(text.contains("    optimizer: "), "{text}");
+
+    // Two hours expected, one hour left: no agent could take it.
+    let out = Command::new(common::bin())
+        .args(["cluster", "submit", "--broker", &addr, "--capability", "sh@1", "--expected-duration", "2h"])
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("no agent runs sh@1"), "{stderr}");
+    let out = Command::new(common::bin())
+        .args(["cluster", "submit", "--broker", &addr, "--capability", "sh@1", "--expected-duration", "1m"])
+        .args(["--", "echo", "fits"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "fits\n", "{}", String::from_utf8_lossy(&out.stderr));
+}

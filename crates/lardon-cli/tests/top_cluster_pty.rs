@@ -1,0 +1,135 @@
+//! `lardon top --cluster` in a real pseudo-terminal against a real broker
+//! and agent (docs/DESIGN.md §14): the view shows the agent's row with its
+//! capability, tokens and availability, `q` exits with status 0 and the
+//! terminal is restored; an unreachable broker is refused before the
+//! terminal is touched, with exit code 3.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+#[path = "support/procs.rs"]
+mod procs;
+
+use std::io::{Read, Write};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+use procs::{Proc, free_port, logs};
+
+fn wait_until(what: &str, procs: &[&Proc], mut ok: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < Duration::from_secs(30), "timed out waiting for {what}\n{}", logs(procs));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn top_cluster_shows_the_agent_row_then_quits_and_restores_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let addr = free_port();
+    let broker = Proc::start(d, "broker", &["broker", "--listen", &addr, "--heartbeat", "1s"]);
+    let agent = Proc::start(
+        d,
+        "pty-agent",
+        &[
+            "agent",
+            "--broker",
+            &addr,
+            "--id",
+            "pty-agent",
+            "--capability",
+            "sh@1",
+            "--tokens",
+            "3",
+            "--heartbeat",
+            "1s",
+            "--simulate-host",
+            "8GiB,8",
+        ],
+    );
+    let procs = [&broker, &agent];
+    wait_until("the agent to connect", &procs, || {
+        let out = Command::new(common::bin())
+            .args(["cluster", "status", "--broker", &addr, "--json"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).contains("pty-agent")
+    });
+
+    let pty = native_pty_system()
+        .openpty(PtySize { rows: 30, cols: 120, pixel_width: 0, pixel_height: 0 })
+        .expect("openpty");
+    let flags_before = pty.master.get_termios().map(|t| format!("{:?}", t.local_flags));
+    let mut cmd = CommandBuilder::new(common::bin());
+    cmd.args(["top", "--cluster", "--broker", &addr]);
+    cmd.env("TERM", "xterm-256color");
+    let mut child = pty.slave.spawn_command(cmd).expect("spawn lardon top --cluster");
+    drop(pty.slave);
+    let screen = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let mut reader = pty.master.try_clone_reader().expect("reader");
+    let sink = Arc::clone(&screen);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    let seen = |needle: &str| String::from_utf8_lossy(&screen.lock().unwrap()).contains(needle);
+    let start = Instant::now();
+    while !(seen("pty-agent") && seen("available") && seen("sh@1") && seen("Agents (1)")) {
+        let text = String::from_utf8_lossy(&screen.lock().unwrap()).to_string();
+        assert!(start.elapsed() < Duration::from_secs(30), "no agent row in {text:?}\n{}", logs(&procs));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let mut keys = pty.master.take_writer().expect("writer");
+    keys.write_all(b"q").unwrap();
+    keys.flush().unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "`q` did not end `lardon top --cluster`");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "lardon top --cluster exited with {status:?}");
+    let out = String::from_utf8_lossy(&screen.lock().unwrap()).to_string();
+    let entered = out.find("\x1b[?1049h").expect("entered the alternate screen");
+    let left = out.rfind("\x1b[?1049l").expect("left the alternate screen");
+    assert!(left > entered);
+    assert!(out.rfind("\x1b[?25h").is_some_and(|shown| shown > entered), "cursor shown again");
+    let flags_after = pty.master.get_termios().map(|t| format!("{:?}", t.local_flags));
+    assert_eq!(flags_before, flags_after, "the pty's local flags are restored");
+
+    // No broker there: refused at once, exit code 3, terminal untouched.
+    let pty = native_pty_system()
+        .openpty(PtySize { rows: 30, cols: 120, pixel_width: 0, pixel_height: 0 })
+        .expect("openpty");
+    let mut cmd = CommandBuilder::new(common::bin());
+    cmd.args(["top", "--cluster", "--broker", &free_port()]);
+    let mut child = pty.slave.spawn_command(cmd).expect("spawn");
+    drop(pty.slave);
+    let mut reader = pty.master.try_clone_reader().expect("reader");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "an unreachable broker did not end it");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.exit_code(), 3, "{status:?}");
+    drop(pty.master);
+    let mut text = Vec::new();
+    let _ = reader.read_to_end(&mut text);
+    let text = String::from_utf8_lossy(&text);
+    assert!(text.contains("cannot reach the broker"), "{text}");
+    assert!(!text.contains("\x1b[?1049h"), "the terminal was taken over: {text:?}");
+}

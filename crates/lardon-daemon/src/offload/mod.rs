@@ -1,0 +1,444 @@
+//! Offload (docs/DESIGN.md §14): a daemon started with a broker address
+//! is a submitter of the cluster, as kubecc's consumerd is. A shippable
+//! task (one with a capability) runs at an agent when the policy prefers
+//! remote, or when this host's Governor would not admit it now; otherwise
+//! here. While out, the task is RUNNING with the run handle
+//! `offload:<remote id>`; its answer comes back into the store exactly as
+//! a local run's would (exit code, stdout and stderr into its log, the
+//! agent's id in its course). Every infrastructure failure — an unreachable
+//! broker, no agent for the capability, agents lost beyond
+//! `offload_max_retries`, a refused request — hands the task back to run
+//! here, saying why in its course: never a hang, never a loss.
+//!
+//! The answers arrive on the daemon's Tokio runtime; each is judged on a
+//! blocking thread (the store writer is synchronous).
+
+mod route;
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use lardon::TaskQueue;
+use lardon_cluster::Need;
+use lardon_cluster::agent::Backoff;
+use lardon_cluster::client::{Answer, RemoteTask, Submitter, SubmitterConfig};
+use lardon_cluster::{Capability, SubmitterId};
+
+pub(crate) use route::remote_of_handle;
+use route::{Out, Registry, Route, Verdict};
+
+use crate::engine::{DaemonEvent, Shared, queue_locally};
+use crate::spec::{Offload, TaskId, TaskSpec, TaskState};
+use crate::store::{CourseKind, Outcome};
+
+/// What a shippable task cannot be, refused at submit naming the field:
+/// batched, dependent, GPU, scratch and Slurm tasks are local-only (an
+/// agent runs one argv with its environment, nothing more).
+///
+/// # Errors
+/// One line naming the first offending field.
+pub fn check(spec: &TaskSpec) -> Result<(), String> {
+    let e = &spec.estimate;
+    let refused = if spec.items.is_some() {
+        Some("items: batched tasks run here only")
+    } else if !spec.after.is_empty() || !spec.after_any.is_empty() {
+        Some("after: a task with dependencies runs here only")
+    } else if e.gpu_slots > 0 || e.gpu_memory_fixed > 0 {
+        Some("gpu_mem: GPU tasks run here only")
+    } else if e.scratch_bytes > 0 {
+        Some("scratch: scratch volumes are local")
+    } else if spec.engine == crate::spec::RunEngine::Slurm {
+        Some("engine: a Slurm task is not shippable")
+    } else {
+        None
+    };
+    refused.map_or(Ok(()), |m| Err(format!("shippable: {m}")))
+}
+
+/// How a daemon reaches its broker (`lardon daemon --broker`).
+#[derive(Debug, Clone)]
+pub struct OffloadConfig {
+    /// The broker (`HOST:PORT` or a URI).
+    pub broker: String,
+    /// TLS and join token to dial with.
+    pub dial: lardon_cluster::dial::Dial,
+    /// Heartbeat interval (at most the broker's).
+    pub heartbeat: Duration,
+    /// Tasks waiting while no broker has answered for this long run here.
+    pub unreachable_after: Duration,
+}
+
+impl OffloadConfig {
+    /// A config for `broker`: plain connection, 5 s heartbeats, tasks run
+    /// here after 10 s without a broker.
+    pub fn new(broker: impl Into<String>) -> Self {
+        OffloadConfig {
+            broker: broker.into(),
+            dial: lardon_cluster::dial::Dial::default(),
+            heartbeat: Duration::from_secs(5),
+            unreachable_after: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The daemon's submitter identity: the host name and a digest of the state
+/// dir, so that two daemons on one host differ and a restarted one is the
+/// same submitter (its remote ids survive the restart).
+fn submitter_id(host: &str, state_dir: &Path) -> String {
+    let clean: String = host
+        .chars()
+        .take(64)
+        .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '-' })
+        .collect();
+    // FNV-1a: stable across builds, unlike the std hasher.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in state_dir.as_os_str().as_encoded_bytes() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{}-{:08x}", if clean.is_empty() { "host" } else { &clean }, h as u32)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub(crate) struct OffloadEngine {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    shared: Arc<Shared>,
+    queue: Arc<TaskQueue>,
+    submitter: Submitter,
+    submitter_id: String,
+    broker: String,
+    rt: tokio::runtime::Handle,
+    out: Mutex<Registry>,
+    /// The specs of the tasks out, to run them here on a fallback.
+    specs: Mutex<HashMap<TaskId, Arc<TaskSpec>>>,
+}
+
+impl OffloadEngine {
+    /// Starts the submitter on the current Tokio runtime.
+    ///
+    /// # Errors
+    /// One line: no runtime, or a bad broker address.
+    pub(crate) fn start(
+        config: &OffloadConfig,
+        shared: Arc<Shared>,
+        queue: Arc<TaskQueue>,
+    ) -> Result<OffloadEngine, String> {
+        let rt =
+            tokio::runtime::Handle::try_current().map_err(|e| format!("offload needs a runtime: {e}"))?;
+        let submitter_id = submitter_id(&shared.info.host, &shared.info.state_dir);
+        let id = SubmitterId::new(&submitter_id).map_err(|e| e.to_string())?;
+        let submitter = {
+            let _guard = rt.enter();
+            Submitter::start(SubmitterConfig {
+                broker: config.broker.clone(),
+                submitter: id,
+                heartbeat: config.heartbeat,
+                backoff: Backoff::default(),
+                unreachable_after: Some(config.unreachable_after),
+                dial: config.dial.clone(),
+            })
+            .map_err(|e| format!("--broker: {e}"))?
+        };
+        tracing::info!("offloading to broker {} as submitter {submitter_id}", config.broker);
+        Ok(OffloadEngine {
+            inner: Arc::new(Inner {
+                shared,
+                queue,
+                submitter,
+                submitter_id,
+                broker: config.broker.clone(),
+                rt,
+                out: Mutex::default(),
+                specs: Mutex::default(),
+            }),
+        })
+    }
+
+    /// Routes a stored, PENDING shippable task: ships it, or returns false
+    /// for the caller to queue it here.
+    pub(crate) fn offer(&self, id: TaskId, spec: &TaskSpec) -> bool {
+        let Some(offload) = &spec.offload else { return false };
+        let shared = &self.inner.shared;
+        let prefer = shared.settings().offload.prefer;
+        let refused = || {
+            let estimate = spec.estimate.to_estimate();
+            let decision = match shared.governor.sample() {
+                Ok(snapshot) => shared.governor.decide(&estimate, &snapshot),
+                Err(e) => return Some(format!("the host probe failed: {e}")),
+            };
+            match &decision {
+                lardon::Decision::Wait(_) | lardon::Decision::Reject(_) => {
+                    Some(format!("{}: {}", decision.reason().as_str(), decision.message()))
+                }
+                lardon::Decision::Admit(_) | lardon::Decision::ReduceBatch(..) => None,
+            }
+        };
+        match route::route(prefer, refused) {
+            Route::Local => false,
+            Route::Remote(why) => {
+                self.inner.ship(id, Arc::new(spec.clone()), offload, &why, Ship::Fresh);
+                true
+            }
+        }
+    }
+
+    /// Takes back a task a previous daemon had shipped as `remote` (recovery
+    /// put it back to PENDING): it is RUNNING again and asked for under the
+    /// same id, so the broker answers a finished one from its store and
+    /// drops a live one as a duplicate — it never runs twice.
+    pub(crate) fn adopt(&self, id: TaskId, spec: &TaskSpec, remote: &str) {
+        let Some(offload) = &spec.offload else { return };
+        let why = "asked for again after a daemon restart";
+        self.inner.ship(id, Arc::new(spec.clone()), offload, why, Ship::Adopt(remote.to_owned()));
+    }
+
+    /// Cancels a task out at the broker: it ends CANCELLED now and the
+    /// broker is told (an agent running it kills it). `None` when the task
+    /// is not out.
+    pub(crate) fn cancel(&self, id: TaskId) -> Option<TaskState> {
+        let out = lock(&self.inner.out).take_any(id)?;
+        lock(&self.inner.specs).remove(&id);
+        match lardon_cluster::TaskId::new(&out.remote) {
+            Ok(remote) => self.inner.submitter.cancel(&remote),
+            Err(e) => tracing::warn!("task {id}: cannot cancel {}: {e}", out.remote),
+        }
+        let reason = format!("cancelled by user (and at the broker as {})", out.remote);
+        self.inner
+            .finish(id, &Outcome { state: TaskState::Cancelled, exit_code: None, reason: Some(reason) });
+        Some(TaskState::Cancelled)
+    }
+
+    /// Whether `id` is out at the broker now.
+    pub(crate) fn is_out(&self, id: TaskId) -> bool {
+        lock(&self.inner.out).contains(id)
+    }
+}
+
+/// How a task is shipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Ship {
+    /// A new attempt (PENDING → RUNNING), retry 0.
+    Fresh,
+    /// Again after the broker handed it back (it stays RUNNING).
+    Retry(u32),
+    /// A previous daemon's shipment, under its remote id.
+    Adopt(String),
+}
+
+impl Inner {
+    fn ship(self: &Arc<Self>, id: TaskId, spec: Arc<TaskSpec>, offload: &Offload, why: &str, how: Ship) {
+        if let Some(deadline) = offload.deadline_unix_ms
+            && deadline <= crate::now_ms()
+        {
+            let reason = "deadline passed before it shipped".to_owned();
+            let outcome = Outcome { state: TaskState::Failed, exit_code: None, reason: Some(reason) };
+            self.finish(id, &outcome);
+            return;
+        }
+        let (submitter, broker) = (self.submitter_id.clone(), self.broker.clone());
+        let (retry, how2) = match &how {
+            Ship::Fresh | Ship::Adopt(_) => (0, how.clone()),
+            Ship::Retry(n) => (*n, how.clone()),
+        };
+        let note = why.to_owned();
+        let recorded = self.shared.writer.call(move |s| {
+            let remote = match &how2 {
+                Ship::Fresh => {
+                    let attempt = s.start_attempt(id)?;
+                    route::remote_id(&submitter, id, attempt, 0)
+                }
+                Ship::Retry(n) => {
+                    let attempt = s.get_task(id)?.map_or(1, |t| t.attempts.saturating_add(1));
+                    route::remote_id(&submitter, id, attempt, *n)
+                }
+                Ship::Adopt(remote) => {
+                    s.start_attempt(id)?;
+                    remote.clone()
+                }
+            };
+            s.set_run_handle(id, Some(&route::handle(&remote)))?;
+            let message = format!("shipped to broker {broker} as {remote}: {note}");
+            s.note_offload(id, CourseKind::Offloaded, "shipped", &message)?;
+            Ok(remote)
+        });
+        let remote = match recorded {
+            Ok(r) => r,
+            Err(e) => {
+                // Cancelled or removed meanwhile: nothing to ship.
+                tracing::warn!("task {id}: not shipped: {e}");
+                return;
+            }
+        };
+        self.shared.emit(DaemonEvent::TaskChanged(id));
+        let capability = match Capability::parse(&offload.capability) {
+            Ok(c) => c,
+            Err(e) => {
+                return self.fall_back(
+                    id,
+                    &spec,
+                    "broker_rejected",
+                    &format!("capability: {e}: ran locally"),
+                );
+            }
+        };
+        let task_id = match lardon_cluster::TaskId::new(&remote) {
+            Ok(t) => t,
+            Err(e) => return self.fall_back(id, &spec, "broker_rejected", &format!("{e}: ran locally")),
+        };
+        let mut task = RemoteTask::new(task_id, capability, spec.argv.clone());
+        task.need = Need { memory: spec.estimate.memory_fixed, cpu_millis: spec.estimate.cpu_millis };
+        task.env = spec.env.iter().map(|e| (e.key.clone(), e.value.clone())).collect();
+        task.deadline_unix_ms = offload.deadline_unix_ms;
+        lock(&self.out).put(id, Out { remote: remote.clone(), retry });
+        lock(&self.specs).insert(id, Arc::clone(&spec));
+        tracing::info!("task {id}: shipped as {remote} ({why})");
+        let ticket = self.submitter.submit(&task);
+        let me = Arc::clone(self);
+        self.rt.spawn(async move {
+            let answer = ticket.answer().await;
+            let _ = tokio::task::spawn_blocking(move || me.answered(id, &remote, answer)).await;
+        });
+    }
+
+    /// Judges the answer for `id` shipped as `remote`; a duplicate or stale
+    /// one (the task is no longer out under that id) is dropped.
+    fn answered(
+        self: &Arc<Self>,
+        id: TaskId,
+        remote: &str,
+        answer: Result<Answer, lardon_cluster::client::Stopped>,
+    ) {
+        let Ok(answer) = answer else {
+            // The submitter stopped: the daemon is stopping. The task stays
+            // RUNNING with its handle; the next start asks for it again.
+            return;
+        };
+        let Some(out) = lock(&self.out).take(id, remote) else {
+            tracing::debug!("task {id}: a second or stale answer for {remote} dropped");
+            return;
+        };
+        let Some(spec) = lock(&self.specs).remove(&id) else { return };
+        let capability = spec.offload.as_ref().map_or("", |o| o.capability.as_str()).to_owned();
+        let max_retries = self.shared.settings().offload.max_retries;
+        match route::verdict(&answer, out.retry, max_retries, &self.broker, &capability) {
+            Verdict::Ran => {
+                if let Answer::Done(ended) = answer {
+                    self.record_run(id, remote, ended);
+                }
+            }
+            Verdict::End { cancelled, reason } => {
+                let state = if cancelled { TaskState::Cancelled } else { TaskState::Failed };
+                self.finish(id, &Outcome { state, exit_code: None, reason: Some(reason) });
+            }
+            Verdict::Reship(why) => {
+                if let Some(offload) = spec.offload.clone() {
+                    self.ship(id, spec, &offload, &why, Ship::Retry(out.retry + 1));
+                }
+            }
+            Verdict::Local { code, message } => {
+                if answer == Answer::Unreachable
+                    && let Ok(r) = lardon_cluster::TaskId::new(remote)
+                {
+                    // A broker that comes back must not run it too.
+                    self.submitter.cancel(&r);
+                }
+                self.fall_back(id, &spec, code, &message);
+            }
+        }
+    }
+
+    /// Records a run at an agent as a local run would be: output into the
+    /// log, exit code and end in the store, the agent in the course.
+    fn record_run(&self, id: TaskId, remote: &str, ended: lardon_proto::cluster::TaskEnded) {
+        let log = self.shared.log_path(id);
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .and_then(|mut f| f.write_all(&ended.stdout).and_then(|()| f.write_all(&ended.stderr)));
+        if let Err(e) = written {
+            tracing::warn!("task {id}: cannot write its output to {}: {e}", log.display());
+        }
+        let exit = match (ended.exit_code, ended.reason.as_str()) {
+            (Some(code), _) => format!("exit {code}"),
+            (None, "") => "no exit code".to_owned(),
+            (None, reason) => reason.to_owned(),
+        };
+        let message = if ended.agent_id.is_empty() {
+            format!("answered from the broker's cache as {remote} ({exit})")
+        } else {
+            format!("ran on agent {} as {remote} ({exit})", ended.agent_id)
+        };
+        let outcome = if ended.success {
+            Outcome { state: TaskState::Completed, exit_code: ended.exit_code.or(Some(0)), reason: None }
+        } else {
+            let reason = if ended.reason.is_empty() { exit } else { ended.reason.clone() };
+            let reason = match ended.agent_id.as_str() {
+                "" => reason,
+                agent => format!("{reason} (on agent {agent})"),
+            };
+            Outcome { state: TaskState::Failed, exit_code: ended.exit_code, reason: Some(reason) }
+        };
+        tracing::info!("task {id}: {message}");
+        let result = self.shared.writer.call(move |s| {
+            s.note_offload(id, CourseKind::Offloaded, "ran_remotely", &message)?;
+            s.finish(id, &outcome)
+        });
+        if let Err(e) = result {
+            tracing::warn!("task {id}: its remote run not recorded: {e}");
+        }
+        self.shared.emit(DaemonEvent::TaskChanged(id));
+        self.shared.emit(DaemonEvent::TaskFinished(id));
+    }
+
+    /// Hands the task back to run here: RUNNING → PENDING with the reason
+    /// in its course, then into the local queue.
+    fn fall_back(&self, id: TaskId, spec: &TaskSpec, code: &str, message: &str) {
+        tracing::info!("task {id}: {message}");
+        let (code, text) = (code.to_owned(), message.to_owned());
+        if let Err(e) = self.shared.writer.call(move |s| s.return_to_queue(id, &code, &text)) {
+            tracing::warn!("task {id}: not handed back: {e}");
+            return;
+        }
+        self.shared.emit(DaemonEvent::TaskChanged(id));
+        if let Err(e) = queue_locally(&self.shared, &self.queue, id, spec, false, &[]) {
+            // The queue is closing: the next start queues it again.
+            tracing::warn!("task {id}: handed back but not queued: {e}");
+        }
+    }
+
+    fn finish(&self, id: TaskId, outcome: &Outcome) {
+        let end = outcome.clone();
+        if let Err(e) = self.shared.writer.call(move |s| s.finish(id, &end)) {
+            tracing::warn!("task {id}: cannot record its end: {e}");
+        }
+        self.shared.emit(DaemonEvent::TaskChanged(id));
+        self.shared.emit(DaemonEvent::TaskFinished(id));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_submitter_id_is_stable_per_state_dir_and_valid() {
+        let a = submitter_id("build host!", Path::new("/var/lib/a"));
+        assert_eq!(a, submitter_id("build host!", Path::new("/var/lib/a")));
+        assert_ne!(a, submitter_id("build host!", Path::new("/var/lib/b")));
+        assert!(a.starts_with("build-host--"), "{a}");
+        assert!(SubmitterId::new(&a).is_ok());
+        assert!(SubmitterId::new(&submitter_id("", Path::new("/x"))).is_ok());
+    }
+}
