@@ -108,6 +108,21 @@ fn compiles_go_through_the_cluster_are_cached_and_everything_else_runs_here() {
         common::stderr(&out),
         ctx(&agent)
     );
+    // Two compiles at once (as `make -j2`): each is its own submitter.
+    let spawn = |file: &str| {
+        let mut cmd = Command::new(common::bin());
+        cmd.current_dir(&src).env("LARDON_BROKER", &addr).env("LARDON_CC_VERBOSE", "1");
+        cmd.args(["cc", "gcc", "-c", file, "-o", &format!("{file}.twin.o")]);
+        cmd.stderr(std::process::Stdio::piped()).spawn().unwrap()
+    };
+    let mut twins = [spawn("main.c"), spawn("fib.c")];
+    common::wait_until("both concurrent compiles to end", WAIT, || {
+        twins.iter_mut().all(|c| c.try_wait().unwrap().is_some())
+    });
+    for twin in twins {
+        let out = twin.wait_with_output().unwrap();
+        assert!(common::stderr(&out).contains("compiled through the broker"), "{}", common::stderr(&out));
+    }
     // The same object a local compile makes (without -g: with it, gcc's
     // line tables differ between compiling the source and its
     // preprocessed text, though the code is the same).

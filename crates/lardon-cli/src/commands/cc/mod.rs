@@ -154,10 +154,21 @@ fn write_atomically(path: &str, data: &[u8]) -> std::io::Result<()> {
     })
 }
 
+/// `text` cut to a valid id: 1-128 of A-Z a-z 0-9 . _ : -.
+fn id_of(text: &str) -> String {
+    text.chars().filter(|c| c.is_ascii_alphanumeric() || "._:-".contains(*c)).take(128).collect()
+}
+
 fn task_id(host: &str) -> String {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let id = format!("cc-{host}-{}-{nanos}", std::process::id());
-    id.chars().filter(|c| c.is_ascii_alphanumeric() || "._:-".contains(*c)).take(128).collect()
+    id_of(&format!("cc-{host}-{}-{nanos}", std::process::id()))
+}
+
+/// One submitter per process: the broker keeps one stream per submitter
+/// id, so two compiles of one `make -j` sharing an id would take each
+/// other's stream (and answers).
+fn submitter_id(host: &str) -> String {
+    id_of(&format!("{host}-cc-{}", std::process::id()))
 }
 
 async fn remote(c: &Compile, broker: &str, dial: lardon_cluster::dial::Dial) -> Result<Remote> {
@@ -177,8 +188,8 @@ async fn remote(c: &Compile, broker: &str, dial: lardon_cluster::dial::Dial) -> 
     }
     let host = super::broker::host_id();
     let Ok(id) = TaskId::new(&task_id(&host)) else { return fallback("no valid task id".into()) };
-    let Ok(submitter) = SubmitterId::new(&host) else {
-        return fallback(format!("`{host}` is no submitter id"));
+    let Ok(submitter) = SubmitterId::new(&submitter_id(&host)) else {
+        return fallback(format!("`{host}` makes no submitter id"));
     };
     let client = match Submitter::start(SubmitterConfig {
         dial,

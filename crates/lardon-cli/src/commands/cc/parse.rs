@@ -182,6 +182,11 @@ pub(crate) fn plan(argv: &[String]) -> Plan {
             dep_file |= a.starts_with("-MF");
             dep_target |= a.starts_with("-MT") || a.starts_with("-MQ");
             preprocess.push(a.to_owned());
+        } else if a.starts_with("-l")
+            || a.starts_with("-L")
+            || matches!(a, "-shared" | "-static" | "-rdynamic")
+        {
+            // Link flags: a compile (-c) ignores them; linking is local.
         } else if a == "-" || a.starts_with('@') {
             return local(format!("`{a}` (stdin or a response file)"));
         } else if a.starts_with('-') {
@@ -276,6 +281,8 @@ mod tests {
     #[test]
     fn everything_else_runs_locally_and_says_why() {
         assert!(local("gcc x.o y.o -o prog").contains("linking"));
+        assert!(local("gcc -O2 x.o y.o -o prog -lm -L/opt/lib").contains("linking"));
+        assert_eq!(remote("gcc -c x.c -lm").compile, Vec::<String>::new(), "ignored by a compile");
         assert!(local("gcc x.c -o prog").contains("no -c"));
         assert!(local("gcc -c x.c y.c").contains("2 source files"));
         assert!(local("gcc -M x.c").contains("-M"));
