@@ -478,7 +478,8 @@ pub(crate) struct ClusterSubmitArgs {
     /// [default: HOSTNAME-PID-MILLIS]
     #[arg(long, value_name = "ID")]
     pub(crate) id: Option<String>,
-    /// Who submits (fair share is between submitters) [default: HOSTNAME]
+    /// Who submits (fair share is between submitters; two submits running
+    /// at once need different ids) [default: HOSTNAME-PID]
     #[arg(long, value_name = "ID")]
     pub(crate) submitter: Option<String>,
     /// Memory it needs (e.g. 2GiB)
