@@ -84,7 +84,7 @@ pub(crate) fn evaluate(
                 let cpus_ok = !alt.ramp_cpus || u64::from(contract.cpu_millis) >= l.cpus * 1000;
                 let batch_ok = !alt.ramp_batch || contract.batch >= l.batch;
                 contract.ramp_ticket =
-                    Some(RampTicket { key, epoch, exercised: cpus_ok && batch_ok && !pressured });
+                    Some(Box::new(RampTicket { key, epoch, exercised: cpus_ok && batch_ok && !pressured }));
             }
         }
         return decision;
