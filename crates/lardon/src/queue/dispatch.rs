@@ -120,7 +120,8 @@ impl Blocked {
     }
 }
 
-/// Pending tasks read per descent of the pending order during a scan.
+/// Most pending tasks read per descent of the pending order during a scan
+/// (the first descents read fewer, see `scan_locked`).
 const WALK_BATCH: usize = 64;
 
 /// A task a scan moved to RUNNING, to launch once every lock is dropped.
@@ -358,6 +359,10 @@ fn scan_locked(
     // batch, and is skipped below as started or gone.
     let mut cursor: Option<(i64, u64)> = None;
     let mut batch: Vec<TaskId> = Vec::new();
+    // Batches grow from 2: a hand-off's scan usually stops after one or
+    // two tasks (the first admitted, the next blocked queue-wide), so
+    // copying 64 keys out of the pending order would be wasted.
+    let mut batch_size = 2;
     let mut fresh = fresh.into_iter();
     loop {
         let id = if blocked.all {
@@ -368,10 +373,11 @@ fn scan_locked(
         } else {
             if batch.is_empty() {
                 let from = cursor.map_or(Bound::Unbounded, Bound::Excluded);
-                for (key, id) in st.pending.range((from, Bound::Unbounded)).take(WALK_BATCH) {
+                for (key, id) in st.pending.range((from, Bound::Unbounded)).take(batch_size) {
                     cursor = Some(*key);
                     batch.push(*id);
                 }
+                batch_size = (batch_size * 2).min(WALK_BATCH);
                 batch.reverse();
             }
             match batch.pop() {
@@ -401,7 +407,7 @@ fn scan_locked(
                 }
                 let (kind, reason) = (reservation.kind(), reservation.reason());
                 let message = admitted_message(&reservation);
-                st.record_decision(id, kind, reason, &message, now);
+                st.record_decision(id, kind, reason, message, now);
                 match start(st, id, &reservation, now) {
                     Some(callback) => {
                         #[cfg(test)]
@@ -454,7 +460,7 @@ fn scan_locked(
     if let Some(generation) = gov_scan.generation() {
         st.scanned_generation = st.scanned_generation.max(generation);
     }
-    if !starts.is_empty() || !dropped.is_empty() {
+    if (!starts.is_empty() || !dropped.is_empty()) && st.blocked_submits > 0 {
         inner.not_full.notify_all();
     }
     Outcome { starts, host_wait, dropped, unused }
