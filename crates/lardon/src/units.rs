@@ -202,17 +202,25 @@ pub fn format_bytes(bytes: u64) -> String {
 
 /// Formats millicpus as a CPU count: `2000` → `"2"`, `250` → `"0.25"`.
 pub fn format_cpus(millis: u32) -> String {
+    let mut out = String::new();
+    write_cpus(&mut out, millis);
+    out
+}
+
+/// Appends what [`format_cpus`] returns to `out` (admission messages are
+/// written under the queue's locks on every grant: no temporary string).
+pub(crate) fn write_cpus(out: &mut String, millis: u32) {
+    use std::fmt::Write;
     if millis.is_multiple_of(1000) {
-        format!("{}", millis / 1000)
+        let _ = write!(out, "{}", millis / 1000);
     } else {
-        // The thousandths without their trailing zeros, in one allocation
-        // (admission messages format CPUs on every grant).
+        // The thousandths without their trailing zeros.
         let (mut frac, mut width) = (millis % 1000, 3);
         while frac.is_multiple_of(10) {
             frac /= 10;
             width -= 1;
         }
-        format!("{}.{frac:0width$}", millis / 1000)
+        let _ = write!(out, "{}.{frac:0width$}", millis / 1000);
     }
 }
 

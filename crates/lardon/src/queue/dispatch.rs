@@ -474,11 +474,9 @@ fn admitted_message(r: &Reservation) -> String {
     let mut m = String::with_capacity(48);
     let _ = write!(m, "batch {}, ", c.batch);
     write_bytes(&mut m, c.memory);
-    if c.cpu_millis.is_multiple_of(crate::MILLIS_PER_CPU) {
-        let _ = write!(m, " memory, {} CPUs", c.cpu_millis / crate::MILLIS_PER_CPU);
-    } else {
-        let _ = write!(m, " memory, {} CPUs", crate::units::format_cpus(c.cpu_millis));
-    }
+    m.push_str(" memory, ");
+    crate::units::write_cpus(&mut m, c.cpu_millis);
+    m.push_str(" CPUs");
     m
 }
 
@@ -573,8 +571,30 @@ pub(crate) fn run_chain(inner: &Arc<Inner>, start: Start) {
 }
 
 #[cfg(all(test, not(loom)))]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
-    use super::write_bytes;
+    use super::{admitted_message, write_bytes};
+
+    /// A grant's recorded message says what `format_bytes` and
+    /// `format_cpus` say, whole and fractional CPUs alike.
+    #[test]
+    fn admitted_message_matches_the_formatters() {
+        use crate::{Estimate, FakeProbe, Governor, HostPolicy, HostProfile, format_bytes, format_cpus};
+        let profile = HostProfile::new(64 << 30, 16);
+        let governor = Governor::new(HostPolicy::default_for(&profile), FakeProbe::new(profile)).unwrap();
+        for (memory, millis) in [(1u64 << 20, 100u32), (3 << 30, 1000), (1536, 2500), (5 << 30, 1005)] {
+            let estimate = Estimate::builder().memory(memory).cpu_millis(millis).build();
+            let r = governor.reserve_available(&estimate).expect("admitted");
+            let c = r.contract();
+            let expected = format!(
+                "batch {}, {} memory, {} CPUs",
+                c.batch,
+                format_bytes(c.memory),
+                format_cpus(c.cpu_millis)
+            );
+            assert_eq!(admitted_message(&r), expected);
+        }
+    }
 
     /// The integer writer says exactly what `format_bytes` says: unit
     /// boundaries, ties (1280 B = 1.25 KiB), and a spread of other values.
