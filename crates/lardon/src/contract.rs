@@ -33,7 +33,9 @@ pub struct Contract {
     /// Host RAM charged (memory, plus GPU bytes on unified-memory hosts).
     pub(crate) charged_memory: u64,
     /// Ramp trial this sequence belongs to, for throughput feedback.
-    pub(crate) ramp_ticket: Option<crate::envelope::RampTicket>,
+    /// Boxed: only adaptive alternatives have one, and every admission
+    /// moves the contract several times (a smaller one moves cheaper).
+    pub(crate) ramp_ticket: Option<Box<crate::envelope::RampTicket>>,
 }
 
 impl Contract {

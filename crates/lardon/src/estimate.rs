@@ -45,9 +45,24 @@ pub enum EstimateError {
 ///
 /// Construction does not validate (so an estimate read from outside can
 /// carry a bad class to admission, which rejects it); [`Class::is_valid`]
-/// answers. Cloning is cheap (shared), since every contract carries one.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Class(Arc<str>);
+/// answers. Cloning is cheap, since every contract carries one: a key of
+/// up to 22 bytes (the usual case) is stored in place and copied without
+/// touching any shared count, a longer one is shared.
+#[derive(Clone)]
+pub struct Class(Repr);
+
+/// Bytes a key may have to be stored in place (the enum then takes 24
+/// bytes, the size of a `String`).
+const INLINE: usize = 22;
+
+#[derive(Clone)]
+enum Repr {
+    /// The first `len` bytes of `bytes` hold the key (valid UTF-8: copied
+    /// from a `str`).
+    Inline { len: u8, bytes: [u8; INLINE] },
+    /// A key too long to store in place.
+    Shared(Arc<str>),
+}
 
 impl Class {
     /// The class used when a task names none.
@@ -55,17 +70,37 @@ impl Class {
 
     /// Wraps a class key (validated at admission).
     pub fn new(name: impl Into<String>) -> Self {
-        Class(Arc::from(name.into()))
+        let name = name.into();
+        match u8::try_from(name.len()) {
+            Ok(len) if name.len() <= INLINE => {
+                let mut bytes = [0; INLINE];
+                bytes[..name.len()].copy_from_slice(name.as_bytes());
+                Class(Repr::Inline { len, bytes })
+            }
+            _ => Class(Repr::Shared(Arc::from(name))),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            Repr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Repr::Shared(s) => s.as_bytes(),
+        }
     }
 
     /// The key as text.
     pub fn as_str(&self) -> &str {
-        &self.0
+        match &self.0 {
+            // Copied from a `str` and cut at its own length, so always
+            // valid; the fallback is unreachable but keeps this total.
+            Repr::Inline { .. } => std::str::from_utf8(self.as_bytes()).unwrap_or_default(),
+            Repr::Shared(s) => s,
+        }
     }
 
     /// Whether the key matches `[a-z0-9][a-z0-9._-]{0,63}`.
     pub fn is_valid(&self) -> bool {
-        let bytes = self.0.as_bytes();
+        let bytes = self.as_bytes();
         let first_ok = bytes.first().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
         first_ok
             && bytes.len() <= 64
@@ -75,15 +110,53 @@ impl Class {
     }
 }
 
+// Equality, order and hash are the key's text's, whichever way it is
+// stored (a key is stored in place exactly when it is short enough, so
+// equal keys are stored alike, but nothing below relies on it).
+impl PartialEq for Class {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for Class {}
+
+impl PartialOrd for Class {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Class {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // Byte order is `str` order.
+        self.as_bytes().cmp(other.as_bytes())
+    }
+}
+
+impl std::hash::Hash for Class {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // What `str`'s `Hash` writes, without re-checking UTF-8.
+        state.write(self.as_bytes());
+        state.write_u8(0xff);
+    }
+}
+
+impl fmt::Debug for Class {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Class").field(&self.as_str()).finish()
+    }
+}
+
 impl Default for Class {
     fn default() -> Self {
-        Class(Arc::from(Self::DEFAULT))
+        Class::new(Self::DEFAULT)
     }
 }
 
 impl fmt::Display for Class {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
@@ -217,7 +290,7 @@ impl Estimate {
             return Err(EstimateError::GpuMemoryWithoutSlot);
         }
         if !self.class.is_valid() {
-            return Err(EstimateError::BadClass(self.class.0.to_string()));
+            return Err(EstimateError::BadClass(self.class.as_str().to_owned()));
         }
         if self.memory_for(self.batch_max).is_none() {
             return Err(EstimateError::Overflow("memory"));
@@ -308,6 +381,33 @@ impl EstimateBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Short keys are stored in place and long ones shared; either way a
+    /// class is its text: equality, order, hash, display and validity
+    /// agree with the `str`'s, across the 22-byte boundary too.
+    #[test]
+    fn a_class_is_its_text_however_it_is_stored() {
+        use std::hash::BuildHasher;
+        let keys = ["", "a", "bench", &"x".repeat(21), &"x".repeat(22), &"x".repeat(23), &"y".repeat(64)];
+        for a in keys {
+            let c = Class::new(a);
+            assert_eq!(c.as_str(), a);
+            assert_eq!(c.to_string(), a);
+            assert_eq!(format!("{c:?}"), format!("Class({a:?})"));
+            assert_eq!(c.clone(), c);
+            assert_eq!(c.is_valid(), !a.is_empty(), "{a:?}");
+            let state = std::hash::RandomState::new();
+            assert_eq!(state.hash_one(&c), state.hash_one(Class::new(a.to_owned())));
+            for b in keys {
+                let d = Class::new(b);
+                assert_eq!(c == d, a == b, "{a:?} vs {b:?}");
+                assert_eq!(c.cmp(&d), a.cmp(b), "{a:?} vs {b:?}");
+            }
+        }
+        assert!(!Class::new("x".repeat(65)).is_valid());
+        assert!(!Class::new("Bench").is_valid());
+        assert_eq!(Class::default().as_str(), Class::DEFAULT);
+    }
 
     #[test]
     fn defaults_are_valid() {

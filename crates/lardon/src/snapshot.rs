@@ -119,6 +119,19 @@ impl Snapshot {
     /// # Errors
     /// [`SnapshotError::Invalid`] naming the first such field.
     pub fn validate(&self) -> Result<(), SnapshotError> {
+        // Admission validates the snapshot on every evaluation: check the
+        // six figures first, and name the bad one only when there is one.
+        let ok = |v: f64| v.is_finite() && v >= 0.0;
+        let (l, p) = (&self.load, &self.pressure);
+        if ok(l.one)
+            && ok(l.five)
+            && ok(l.fifteen)
+            && p.cpu.is_none_or(ok)
+            && p.memory.is_none_or(ok)
+            && p.io.is_none_or(ok)
+        {
+            return Ok(());
+        }
         let figures = [
             ("load.one", Some(self.load.one)),
             ("load.five", Some(self.load.five)),

@@ -202,11 +202,25 @@ pub fn format_bytes(bytes: u64) -> String {
 
 /// Formats millicpus as a CPU count: `2000` → `"2"`, `250` → `"0.25"`.
 pub fn format_cpus(millis: u32) -> String {
+    let mut out = String::new();
+    write_cpus(&mut out, millis);
+    out
+}
+
+/// Appends what [`format_cpus`] returns to `out` (admission messages are
+/// written under the queue's locks on every grant: no temporary string).
+pub(crate) fn write_cpus(out: &mut String, millis: u32) {
+    use std::fmt::Write;
     if millis.is_multiple_of(1000) {
-        format!("{}", millis / 1000)
+        let _ = write!(out, "{}", millis / 1000);
     } else {
-        let s = format!("{}.{:03}", millis / 1000, millis % 1000);
-        s.trim_end_matches('0').to_owned()
+        // The thousandths without their trailing zeros.
+        let (mut frac, mut width) = (millis % 1000, 3);
+        while frac.is_multiple_of(10) {
+            frac /= 10;
+            width -= 1;
+        }
+        let _ = write!(out, "{}.{frac:0width$}", millis / 1000);
     }
 }
 
@@ -307,5 +321,22 @@ mod tests {
         assert_eq!(format_cpus(2000), "2");
         assert_eq!(format_cpus(250), "0.25");
         assert_eq!(format_cpus(1500), "1.5");
+    }
+
+    /// CPUs print as the shortest decimal of the thousandths: no trailing
+    /// zeros, no point for whole CPUs, leading zeros of the fraction kept.
+    #[test]
+    fn cpus_print_without_trailing_zeros() {
+        for (millis, text) in
+            [(0, "0"), (5, "0.005"), (100, "0.1"), (999, "0.999"), (1050, "1.05"), (12_340, "12.34")]
+        {
+            assert_eq!(format_cpus(millis), text);
+        }
+        for millis in (0..100_000).chain([u32::MAX - 1, u32::MAX]) {
+            let text = format_cpus(millis);
+            let back = parse_cpus(&text).ok();
+            assert_eq!(back, Some(millis), "{millis} -> {text}");
+            assert!(!text.contains('.') || !text.ends_with('0'), "{millis} -> {text}");
+        }
     }
 }

@@ -27,17 +27,20 @@ pub(crate) fn evaluate(
         let ramped = Ramp::ramps(alt);
         let key = (alt.estimate.class.clone(), index);
         let pool = ledger.policy.compute_cpus(&ledger.profile);
+        // Borrowed unless a ramp rewrites it: every queued task is an
+        // envelope, evaluated on every scan that reaches it.
         let estimate = if ramped {
-            ledger.ramp_for(&key, || Ramp::new(alt, pool)).operational_estimate(alt)
+            std::borrow::Cow::Owned(ledger.ramp_for(&key, || Ramp::new(alt, pool)).operational_estimate(alt))
         } else {
-            alt.estimate.clone()
+            std::borrow::Cow::Borrowed(&alt.estimate)
         };
         let mut decision = evaluate_estimate(ledger, &estimate, snap, now, running, hold);
         match decision.kind() {
             DecisionKind::Wait => {
-                waits.push(format!("{}: {}", alt.name, decision.message()));
                 // Stale snapshots and RED pressure stop every alternative
-                // alike, and a lone alternative's reason is the reason.
+                // alike, and a lone alternative's reason is the reason (so
+                // its message is not copied into a combined one nobody
+                // reads).
                 let single = envelope.alternatives.len() == 1;
                 if single
                     || matches!(
@@ -47,6 +50,7 @@ pub(crate) fn evaluate(
                 {
                     return decision;
                 }
+                waits.push(format!("{}: {}", alt.name, decision.message()));
                 continue;
             }
             DecisionKind::Reject => {
@@ -84,7 +88,7 @@ pub(crate) fn evaluate(
                 let cpus_ok = !alt.ramp_cpus || u64::from(contract.cpu_millis) >= l.cpus * 1000;
                 let batch_ok = !alt.ramp_batch || contract.batch >= l.batch;
                 contract.ramp_ticket =
-                    Some(RampTicket { key, epoch, exercised: cpus_ok && batch_ok && !pressured });
+                    Some(Box::new(RampTicket { key, epoch, exercised: cpus_ok && batch_ok && !pressured }));
             }
         }
         return decision;

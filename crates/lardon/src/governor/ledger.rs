@@ -88,6 +88,10 @@ pub(crate) struct Ledger {
     totals: Totals,
     next_id: u64,
     generation: u64,
+    /// The generation last mirrored to `Shared::generation` (only ever
+    /// written under this lock, so comparing here replaces a read-modify-
+    /// write of the atomic on every publish).
+    published: u64,
     pub(crate) pressure: PressureMachine,
     last_sample: Option<Snapshot>,
     budget_fingerprint: Option<Fingerprint>,
@@ -130,6 +134,7 @@ impl Ledger {
             totals: Totals { gpu_memory: vec![0; gpus], gpu_slots: vec![0; gpus], ..Totals::default() },
             next_id: 1,
             generation: 0,
+            published: 0,
             pressure: PressureMachine::default(),
             last_sample: None,
             budget_fingerprint: None,
@@ -157,6 +162,16 @@ impl Ledger {
     /// The generation (every change up to it is in this ledger).
     pub(crate) fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// The generation to mirror to the lock-free reader, if it moved since
+    /// the last call (which it then records as published).
+    pub(crate) fn unpublished(&mut self) -> Option<u64> {
+        if self.published == self.generation {
+            return None;
+        }
+        self.published = self.generation;
+        Some(self.generation)
     }
 
     /// Reservations active now.

@@ -77,20 +77,27 @@ impl Shared {
     /// under the same lock hold, and waking it would only send it to scan
     /// again for nothing. It stays registered for the next change.
     fn publish_except(&self, mut guard: MutexGuard<'_, Ledger>, scanner: Option<&Waker>) {
-        let generation = guard.generation();
-        // One read-modify-write rather than load + store (same effect: the
-        // atomic is only written under the lock); loom misses interleavings
-        // after a redundant load (tokio-rs/loom#166).
-        let changed = self.generation.swap(generation, Ordering::SeqCst) != generation;
+        // The ledger remembers what it last mirrored, so an unchanged
+        // generation (a WAIT) costs no atomic, and a changed one a plain
+        // release store rather than a locked read-modify-write: the mirror
+        // is only written under the lock. Readers only use it as a hint
+        // that they re-check under the lock (`register_waker`,
+        // `wait_for_change`), so acquire/release suffices; the loom models
+        // check that no wake-up is lost.
+        let Some(generation) = guard.unpublished() else {
+            drop(guard);
+            return;
+        };
+        self.generation.store(generation, Ordering::Release);
         // Waiters register under the lock, so this count is exact; skipping
         // the notify when nobody waits saves a futex syscall per change.
-        if changed && guard.waiters() > 0 {
+        if guard.waiters() > 0 {
             self.changed.notify_all();
         }
         // Wakers register under this lock too, so taking them here misses
         // none, and with none registered (the common case outside a
         // queue) this costs nothing more. They are woken after the unlock.
-        let fire = if changed { guard.take_wakers(scanner) } else { Vec::new() };
+        let fire = guard.take_wakers(scanner);
         drop(guard);
         for w in fire {
             w.wake();
@@ -492,7 +499,7 @@ impl Governor {
     /// policy change, and host sample that changes any budget. WAIT and
     /// REJECT never move it.
     pub fn generation(&self) -> u64 {
-        self.shared.generation.load(Ordering::SeqCst)
+        self.shared.generation.load(Ordering::Acquire)
     }
 
     /// Blocks until the generation differs from `seen` or `timeout`

@@ -120,7 +120,8 @@ impl Blocked {
     }
 }
 
-/// Pending tasks read per descent of the pending order during a scan.
+/// Most pending tasks read per descent of the pending order during a scan
+/// (the first descents read fewer, see `scan_locked`).
 const WALK_BATCH: usize = 64;
 
 /// A task a scan moved to RUNNING, to launch once every lock is dropped.
@@ -358,6 +359,10 @@ fn scan_locked(
     // batch, and is skipped below as started or gone.
     let mut cursor: Option<(i64, u64)> = None;
     let mut batch: Vec<TaskId> = Vec::new();
+    // Batches grow from 2: a hand-off's scan usually stops after one or
+    // two tasks (the first admitted, the next blocked queue-wide), so
+    // copying 64 keys out of the pending order would be wasted.
+    let mut batch_size = 2;
     let mut fresh = fresh.into_iter();
     loop {
         let id = if blocked.all {
@@ -368,10 +373,11 @@ fn scan_locked(
         } else {
             if batch.is_empty() {
                 let from = cursor.map_or(Bound::Unbounded, Bound::Excluded);
-                for (key, id) in st.pending.range((from, Bound::Unbounded)).take(WALK_BATCH) {
+                for (key, id) in st.pending.range((from, Bound::Unbounded)).take(batch_size) {
                     cursor = Some(*key);
                     batch.push(*id);
                 }
+                batch_size = (batch_size * 2).min(WALK_BATCH);
                 batch.reverse();
             }
             match batch.pop() {
@@ -401,7 +407,7 @@ fn scan_locked(
                 }
                 let (kind, reason) = (reservation.kind(), reservation.reason());
                 let message = admitted_message(&reservation);
-                st.record_decision(id, kind, reason, &message, now);
+                st.record_decision(id, kind, reason, message, now);
                 match start(st, id, &reservation, now) {
                     Some(callback) => {
                         #[cfg(test)]
@@ -454,7 +460,7 @@ fn scan_locked(
     if let Some(generation) = gov_scan.generation() {
         st.scanned_generation = st.scanned_generation.max(generation);
     }
-    if !starts.is_empty() || !dropped.is_empty() {
+    if (!starts.is_empty() || !dropped.is_empty()) && st.blocked_submits > 0 {
         inner.not_full.notify_all();
     }
     Outcome { starts, host_wait, dropped, unused }
@@ -468,11 +474,9 @@ fn admitted_message(r: &Reservation) -> String {
     let mut m = String::with_capacity(48);
     let _ = write!(m, "batch {}, ", c.batch);
     write_bytes(&mut m, c.memory);
-    if c.cpu_millis.is_multiple_of(crate::MILLIS_PER_CPU) {
-        let _ = write!(m, " memory, {} CPUs", c.cpu_millis / crate::MILLIS_PER_CPU);
-    } else {
-        let _ = write!(m, " memory, {} CPUs", crate::units::format_cpus(c.cpu_millis));
-    }
+    m.push_str(" memory, ");
+    crate::units::write_cpus(&mut m, c.cpu_millis);
+    m.push_str(" CPUs");
     m
 }
 
@@ -567,8 +571,30 @@ pub(crate) fn run_chain(inner: &Arc<Inner>, start: Start) {
 }
 
 #[cfg(all(test, not(loom)))]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
-    use super::write_bytes;
+    use super::{admitted_message, write_bytes};
+
+    /// A grant's recorded message says what `format_bytes` and
+    /// `format_cpus` say, whole and fractional CPUs alike.
+    #[test]
+    fn admitted_message_matches_the_formatters() {
+        use crate::{Estimate, FakeProbe, Governor, HostPolicy, HostProfile, format_bytes, format_cpus};
+        let profile = HostProfile::new(64 << 30, 16);
+        let governor = Governor::new(HostPolicy::default_for(&profile), FakeProbe::new(profile)).unwrap();
+        for (memory, millis) in [(1u64 << 20, 100u32), (3 << 30, 1000), (1536, 2500), (5 << 30, 1005)] {
+            let estimate = Estimate::builder().memory(memory).cpu_millis(millis).build();
+            let r = governor.reserve_available(&estimate).expect("admitted");
+            let c = r.contract();
+            let expected = format!(
+                "batch {}, {} memory, {} CPUs",
+                c.batch,
+                format_bytes(c.memory),
+                format_cpus(c.cpu_millis)
+            );
+            assert_eq!(admitted_message(&r), expected);
+        }
+    }
 
     /// The integer writer says exactly what `format_bytes` says: unit
     /// boundaries, ties (1280 B = 1.25 KiB), and a spread of other values.

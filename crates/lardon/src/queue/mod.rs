@@ -263,15 +263,9 @@ impl TaskQueue {
             if !block {
                 return Err(SubmitError::Full(Box::new(task)));
             }
-            #[cfg(test)]
-            {
-                st.blocked_submits += 1;
-            }
+            st.blocked_submits += 1;
             st = self.inner.not_full.wait(st).unwrap_or_else(PoisonError::into_inner);
-            #[cfg(test)]
-            {
-                st.blocked_submits -= 1;
-            }
+            st.blocked_submits -= 1;
         }
         let id = match task.id {
             Some(id) => {
@@ -367,7 +361,9 @@ impl TaskQueue {
             }
         };
         let dropped = if started { Vec::new() } else { st.finish(id, TaskState::Cancelled, None, now) };
-        self.inner.not_full.notify_all();
+        if st.blocked_submits > 0 {
+            self.inner.not_full.notify_all();
+        }
         drop(st);
         drop(dropped);
         self.inner.tasks.bump();

@@ -12,9 +12,20 @@ use std::time::Duration;
 
 use crate::sync::{self, Condvar, Mutex};
 
+/// The epoch and the threads asleep on it, under one lock.
+#[derive(Debug, Default)]
+struct State {
+    epoch: u64,
+    /// Threads in `wait` now. They count themselves in and out under the
+    /// lock `bump` takes, so `bump` knows exactly whether anyone sleeps:
+    /// a condition variable's notify is a futex system call even with no
+    /// sleeper, and the queue bumps on every submit and every task end.
+    sleepers: usize,
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Signal {
-    epoch: Mutex<u64>,
+    state: Mutex<State>,
     cv: Condvar,
     /// Threads asleep in `wait` now, without and with a timeout (a test
     /// hook: lets a test see whether the dispatcher sleeps untimed, i.e.
@@ -29,50 +40,63 @@ pub(crate) struct Signal {
 
 impl Signal {
     pub(crate) fn epoch(&self) -> u64 {
-        *sync::lock(&self.epoch)
+        sync::lock(&self.state).epoch
     }
 
     pub(crate) fn bump(&self) {
-        let mut e = sync::lock(&self.epoch);
-        *e = e.wrapping_add(1);
-        self.cv.notify_all();
+        let mut st = sync::lock(&self.state);
+        st.epoch = st.epoch.wrapping_add(1);
+        if st.sleepers > 0 {
+            self.cv.notify_all();
+        }
     }
 
     /// Sleeps while the epoch equals `seen`, at most `timeout` (`None`:
     /// no limit). Returns whether it changed.
     pub(crate) fn wait(&self, seen: u64, timeout: Option<Duration>) -> bool {
-        let e = sync::lock(&self.epoch);
+        let mut st = sync::lock(&self.state);
         #[cfg(test)]
         let _parked = {
             self.seen.store(seen, std::sync::atomic::Ordering::SeqCst);
             Parked::new(&self.parked[usize::from(timeout.is_some())])
         };
-        self.wait_locked(e, seen, timeout)
+        st.sleepers += 1;
+        let (mut st, changed) = self.wait_locked(st, seen, timeout);
+        st.sleepers -= 1;
+        changed
     }
 
-    fn wait_locked(&self, mut e: sync::MutexGuard<'_, u64>, seen: u64, timeout: Option<Duration>) -> bool {
+    fn wait_locked<'a>(
+        &self,
+        mut st: sync::MutexGuard<'a, State>,
+        seen: u64,
+        timeout: Option<Duration>,
+    ) -> (sync::MutexGuard<'a, State>, bool) {
         match timeout {
             None => {
-                while *e == seen {
-                    e = self.cv.wait(e).unwrap_or_else(std::sync::PoisonError::into_inner);
+                while st.epoch == seen {
+                    st = self.cv.wait(st).unwrap_or_else(std::sync::PoisonError::into_inner);
                 }
-                true
+                (st, true)
             }
             #[cfg(not(loom))]
             Some(timeout) => {
                 let deadline = std::time::Instant::now() + timeout;
-                while *e == seen {
+                while st.epoch == seen {
                     let left = deadline.saturating_duration_since(std::time::Instant::now());
                     if left.is_zero() {
-                        return false;
+                        return (st, false);
                     }
-                    e = self.cv.wait_timeout(e, left).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+                    st = self.cv.wait_timeout(st, left).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
                 }
-                true
+                (st, true)
             }
             // loom has no time: a timed wait is a spurious wake-up.
             #[cfg(loom)]
-            Some(_) => *e != seen,
+            Some(_) => {
+                let changed = st.epoch != seen;
+                (st, changed)
+            }
         }
     }
 
@@ -83,9 +107,9 @@ impl Signal {
     #[cfg(all(test, not(loom)))]
     pub(crate) fn asleep(&self) -> Option<bool> {
         use std::sync::atomic::Ordering::SeqCst;
-        let epoch = sync::lock(&self.epoch);
+        let st = sync::lock(&self.state);
         let (untimed, timed) = (self.parked[0].load(SeqCst), self.parked[1].load(SeqCst));
-        (untimed + timed == 1 && self.seen.load(SeqCst) == *epoch).then_some(timed == 1)
+        (untimed + timed == 1 && self.seen.load(SeqCst) == st.epoch).then_some(timed == 1)
     }
 }
 

@@ -119,9 +119,11 @@ pub(crate) struct QueueState {
     /// A hand-off left a task waiting on host state since the dispatcher's
     /// last scan (it then sleeps timed).
     pub(crate) hand_off_host_wait: bool,
-    /// Callers blocked in `submit` on a full queue (a test hook: lets a
-    /// test see a submitter asleep before it makes room).
-    #[cfg(test)]
+    /// Callers blocked in `submit` on a full queue. They count themselves
+    /// in and out under this lock, so whoever makes room knows whether to
+    /// notify `not_full` (a futex system call even with no sleeper, which
+    /// every scan that starts a task would otherwise pay). Tests also read
+    /// it to see a submitter asleep before they make room.
     pub(crate) blocked_submits: usize,
     /// Tasks submitted since the last scan (evaluated even when a
     /// queue-wide reason stops the scan early).
@@ -159,20 +161,26 @@ impl QueueState {
         id: TaskId,
         kind: DecisionKind,
         reason: ReasonCode,
-        message: &str,
+        message: impl AsRef<str> + Into<String>,
         now: MonoTime,
     ) {
         let Some(e) = self.entries.get_mut(&id) else { return };
         let changed = e.last_decision.as_ref().is_none_or(|d| d.kind != kind || d.reason != reason);
+        // Copied for the event only when someone subscribes: an owned
+        // message (a grant's, written for this record) is moved in.
+        let event_message = (changed && !self.subscribers.is_empty()).then(|| message.as_ref().to_owned());
         match e.last_decision.as_mut() {
             // Same decision again (a waiting task re-evaluated): no allocation.
-            Some(d) if !changed && d.message == message => d.at = now,
-            _ => {
-                e.last_decision = Some(DecisionRecord { kind, reason, message: message.to_owned(), at: now })
-            }
+            Some(d) if !changed && d.message == message.as_ref() => d.at = now,
+            _ => e.last_decision = Some(DecisionRecord { kind, reason, message: message.into(), at: now }),
         }
         if changed {
-            self.emit(|| QueueEvent::Decision { id, kind, reason, message: message.to_owned() });
+            self.emit(|| QueueEvent::Decision {
+                id,
+                kind,
+                reason,
+                message: event_message.unwrap_or_default(),
+            });
         }
     }
 
