@@ -23,9 +23,7 @@
 //! made (ask for several allocations instead).
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -69,24 +67,9 @@ pub struct KubernetesConfig {
 /// What went wrong talking to Kubernetes, or in the configuration.
 #[derive(Debug, Error)]
 pub enum KubernetesError {
-    /// `kubectl` could not be run at all.
-    #[error("cannot run {program}: {source}")]
-    Spawn {
-        /// The command.
-        program: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// `kubectl` ran and failed.
-    #[error("{command} failed ({status}): {stderr}")]
-    Failed {
-        /// The command line.
-        command: String,
-        /// Its exit status.
-        status: String,
-        /// Its standard error, trimmed.
-        stderr: String,
-    },
+    /// `kubectl` could not run, or failed.
+    #[error(transparent)]
+    Command(#[from] super::command::CommandError),
     /// `kubectl create -o name` answered something that is not a Job name.
     #[error("kubectl create -o name: expected job.batch/NAME, got `{0}`")]
     BadName(String),
@@ -141,7 +124,7 @@ impl KubernetesProvider {
         }
         all.push(format!("--namespace={}", self.config.namespace));
         all.extend(args.iter().map(|a| (*a).to_owned()));
-        run(&self.config.kubectl.to_string_lossy(), &all, stdin)
+        Ok(super::command::run(&self.config.kubectl.to_string_lossy(), &all, stdin)?)
     }
 
     fn manifest(&self, shape: &Shape) -> Result<String, ProviderError> {
@@ -153,29 +136,6 @@ impl KubernetesProvider {
 
 fn err(message: String) -> ProviderError {
     ProviderError { provider: "kubernetes".into(), message }
-}
-
-fn run(program: &str, args: &[String], stdin: Option<&str>) -> Result<String, KubernetesError> {
-    let spawn = |source| KubernetesError::Spawn { program: program.to_owned(), source };
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(spawn)?;
-    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(text.as_bytes()).map_err(spawn)?;
-    }
-    let out = child.wait_with_output().map_err(spawn)?;
-    if !out.status.success() {
-        return Err(KubernetesError::Failed {
-            command: format!("{program} {}", args.join(" ")),
-            status: out.status.to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// An RFC 1123 label, as namespaces and name parts must be.

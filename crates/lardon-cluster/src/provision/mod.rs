@@ -14,6 +14,7 @@
 //! after failed submissions, and a pause after 10 successive failed
 //! submissions or 3 successive allocations that failed to start.
 
+pub mod command;
 mod driver;
 mod health;
 pub mod kubernetes;

@@ -14,9 +14,7 @@
 //!   versions; both are read.
 //! * **Cancel**: `scancel JOBID`.
 
-use std::io::Write as _;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use thiserror::Error;
@@ -54,24 +52,9 @@ pub struct SlurmConfig {
 /// What went wrong talking to Slurm.
 #[derive(Debug, Error)]
 pub enum SlurmError {
-    /// The command could not be run at all.
-    #[error("cannot run {program}: {source}")]
-    Spawn {
-        /// The command.
-        program: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The command ran and failed.
-    #[error("{program} failed ({status}): {stderr}")]
-    Failed {
-        /// The command.
-        program: String,
-        /// Its exit status.
-        status: String,
-        /// Its standard error, trimmed.
-        stderr: String,
-    },
+    /// The engine's tool could not run, or failed.
+    #[error(transparent)]
+    Command(#[from] super::command::CommandError),
     /// `sbatch --parsable` answered something that is not a job id.
     #[error("sbatch --parsable: expected JOBID or JOBID;CLUSTER, got `{0}`")]
     BadJobId(String),
@@ -124,31 +107,6 @@ fn err(message: String) -> ProviderError {
     ProviderError { provider: "slurm".into(), message }
 }
 
-/// Runs `program args…` with `stdin`, returning its standard output; a
-/// failure carries its standard error.
-fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Result<String, SlurmError> {
-    let spawn = |source| SlurmError::Spawn { program: program.to_owned(), source };
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(spawn)?;
-    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(text.as_bytes()).map_err(spawn)?;
-    }
-    let out = child.wait_with_output().map_err(spawn)?;
-    if !out.status.success() {
-        return Err(SlurmError::Failed {
-            program: format!("{program} {}", args.join(" ")),
-            status: out.status.to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 impl Provider for SlurmProvider {
     fn name(&self) -> &str {
         "slurm"
@@ -160,7 +118,9 @@ impl Provider for SlurmProvider {
 
     fn dry_run(&mut self, shape: &Shape) -> Result<(), ProviderError> {
         let script = self.script(shape)?;
-        run("sbatch", &["--test-only"], Some(&script)).map(drop).map_err(|e| err(e.to_string()))
+        super::command::run("sbatch", &["--test-only"], Some(&script))
+            .map(drop)
+            .map_err(|e| err(e.to_string()))
     }
 
     /// One `sbatch` per allocation. When a later one fails after earlier
@@ -170,7 +130,9 @@ impl Provider for SlurmProvider {
         let script = self.script(shape)?;
         let mut ids = Vec::new();
         for _ in 0..count {
-            let granted = run("sbatch", &["--parsable"], Some(&script)).and_then(|out| parse_job_id(&out));
+            let granted = super::command::run("sbatch", &["--parsable"], Some(&script))
+                .map_err(SlurmError::from)
+                .and_then(|out| parse_job_id(&out));
             match granted {
                 Ok(id) => ids.push(id),
                 Err(e) if ids.is_empty() => return Err(err(e.to_string())),
@@ -187,12 +149,13 @@ impl Provider for SlurmProvider {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let out = run("squeue", &["--json", "--states=all"], None).map_err(|e| err(e.to_string()))?;
+        let out = super::command::run("squeue", &["--json", "--states=all"], None)
+            .map_err(|e| err(e.to_string()))?;
         parse_squeue_json(&out, ids).map_err(|e| err(e.to_string()))
     }
 
     fn cancel(&mut self, id: &AllocationId) -> Result<(), ProviderError> {
-        run("scancel", &[id.0.as_str()], None).map(drop).map_err(|e| err(e.to_string()))
+        super::command::run("scancel", &[id.0.as_str()], None).map(drop).map_err(|e| err(e.to_string()))
     }
 
     fn agent_prefix(&self, id: &AllocationId) -> String {
