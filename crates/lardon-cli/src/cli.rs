@@ -356,6 +356,12 @@ pub(crate) struct BrokerArgs {
     /// deploy/slurm/provision.toml): ask the engine for agents while tasks wait
     #[arg(long, value_name = "FILE")]
     pub(crate) provision: Option<PathBuf>,
+    /// A capability whose agents an outside scaler starts from this broker's
+    /// demand, NAME[@VERSION][:TARGET] (repeat it; KEDA through
+    /// --keda-listen): its tasks wait for an agent instead of being answered
+    /// "no executor" while none is connected, so KEDA can scale from zero
+    #[arg(long, value_name = "CAPABILITY")]
+    pub(crate) scaled_capability: Vec<String>,
     #[command(flatten)]
     pub(crate) security: ClusterSecurity,
     /// Log level or filter [default: info]

@@ -84,6 +84,19 @@ fn manifests_are_consistent_with_each_other_and_with_the_cli() {
             deployments.push(name.to_owned());
         }
     }
+    // What the broker is told KEDA scales (tasks of these wait for an agent).
+    let mut scaled = Vec::new();
+    for (_, d) in &docs {
+        let Some(spec) = pod_spec(d) else { continue };
+        for c in spec["containers"].as_sequence().unwrap() {
+            let args: Vec<String> = serde_yaml_ng::from_value(c["args"].clone()).unwrap();
+            if args.first().map(String::as_str) == Some("broker") {
+                scaled.extend(flag(&args, "scaled-capability").into_iter().map(|c| {
+                    lardon_cluster::Capability::parse(c).unwrap_or_else(|e| panic!("broker: {e}")).key()
+                }));
+            }
+        }
+    }
     let mut checked = 0;
     for (file, d) in &docs {
         let Some(spec) = pod_spec(d) else { continue };
@@ -112,7 +125,14 @@ fn manifests_are_consistent_with_each_other_and_with_the_cli() {
                     "{file}: scalerAddress {addr}"
                 );
                 let cap = s(t, &["metadata", "capability"]).unwrap();
-                lardon_cluster::Capability::parse(cap).unwrap_or_else(|e| panic!("{file}: {e}"));
+                let cap = lardon_cluster::Capability::parse(cap).unwrap_or_else(|e| panic!("{file}: {e}"));
+                // Without it the broker answers "no executor" while no agent
+                // runs, so KEDA would never see demand to scale from zero.
+                assert!(
+                    scaled.contains(&cap.key()),
+                    "{file}: KEDA scales {} but the broker has no --scaled-capability for it",
+                    cap.key()
+                );
             }
         }
         if s(d, &["kind"]) == Some("ScaledObject") {

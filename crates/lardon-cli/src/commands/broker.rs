@@ -30,6 +30,16 @@ pub(crate) fn run(args: &BrokerArgs) -> Result<u8> {
         .as_deref()
         .map(|f| crate::provision::load(f).map_err(|e| usage(format!("--provision: {e}"))))
         .transpose()?;
+    let scaled = args
+        .scaled_capability
+        .iter()
+        .map(|c| lardon_cluster::Capability::parse(c).map_err(|e| usage(format!("--scaled-capability: {e}"))))
+        .collect::<Result<Vec<_>>>()?;
+    if !scaled.is_empty() && args.keda_listen.is_none() {
+        return Err(usage(
+            "--scaled-capability: nothing would scale its agents; also give --keda-listen ADDR for KEDA's scaler",
+        ));
+    }
     let config = BrokerConfig {
         state: args.state.clone(),
         recovery: Duration::from_millis(args.recovery),
@@ -40,6 +50,7 @@ pub(crate) fn run(args: &BrokerArgs) -> Result<u8> {
         demand: demand.clone(),
         metrics: metrics.clone(),
         provision: provision.map(|p| p.config),
+        scaled,
         ..BrokerConfig::default()
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -84,6 +95,10 @@ pub(crate) fn run(args: &BrokerArgs) -> Result<u8> {
             let p = p.provisioner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let caps: Vec<String> = p.capabilities().iter().map(lardon_cluster::Capability::key).collect();
             tracing::info!("provisioning with {} for: {}", p.provider(), caps.join(" "));
+        }
+        if !config.scaled.is_empty() {
+            let caps: Vec<String> = config.scaled.iter().map(lardon_cluster::Capability::key).collect();
+            tracing::info!("scaled from zero by KEDA (tasks wait for an agent): {}", caps.join(" "));
         }
         if config.tls.is_some() {
             tracing::info!("mutual TLS: clients need a certificate from the cluster CA");

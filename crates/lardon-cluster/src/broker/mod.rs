@@ -73,6 +73,11 @@ pub struct BrokerConfig {
     pub metrics: Option<MetricsBoard>,
     /// Drive this Provisioner (`None`: capacity is someone else's).
     pub provision: Option<ProvisionLoop>,
+    /// Capabilities whose agents an outside engine starts from this
+    /// broker's demand (KEDA through the external scaler): a task of one
+    /// waits for an agent, as a provisionable one does, instead of being
+    /// answered "no executor" while none is connected (scale from zero).
+    pub scaled: Vec<crate::Capability>,
 }
 
 /// A Provisioner shared by the provisioning loop and the explain RPC.
@@ -105,6 +110,7 @@ impl Default for BrokerConfig {
             demand: None,
             metrics: None,
             provision: None,
+            scaled: Vec::new(),
         }
     }
 }
@@ -214,12 +220,14 @@ fn start_with_cache(config: &BrokerConfig, cache: Option<BrokerCache>) -> Result
     if let Some(board) = &config.metrics {
         board.attach(tx.clone());
     }
+    let mut waiting_for_agents = config.scaled.clone();
     if let Some(p) = &config.provision {
         let capabilities =
             p.provisioner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).capabilities();
-        core.set_provisionable(&capabilities);
+        waiting_for_agents.extend(capabilities);
         provisioning::spawn(&tx, p.clone());
     }
+    core.set_provisionable(&waiting_for_agents);
     if restored {
         let tx = tx.clone();
         let window = config.recovery;
