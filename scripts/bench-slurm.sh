@@ -53,7 +53,7 @@ while [ $# -gt 0 ]; do
 done
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # The newer of the release and debug builds, unless LARDON names one.
-LARDON=${LARDON:-$(ls -t "$ROOT/target/release/lardon" "$ROOT/target/debug/lardon" 2>/dev/null | head -n 1)}
+LARDON=${LARDON:-$({ ls -t "$ROOT/target/release/lardon" "$ROOT/target/debug/lardon" 2>/dev/null || true; } | head -n 1)}
 [ -n "$LARDON" ] || { echo "bench-slurm: build lardon first (cargo build --release -p lardon-cli)" >&2; exit 1; }
 say() { printf 'bench-slurm: %s\n' "$*" >&2; }
 

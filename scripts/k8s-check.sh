@@ -226,7 +226,7 @@ wait_for "agent pods gone after scaling 3 -> 0" agent_pods_are 0
 #    the Job's args and limits are checked). Needs a built lardon (LARDON, else the newer
 #    of target/release and target/debug).
 # The newer of the release and debug builds, unless LARDON names one.
-LARDON=${LARDON:-$(ls -t "$ROOT/target/release/lardon" "$ROOT/target/debug/lardon" 2>/dev/null | head -n 1)}
+LARDON=${LARDON:-$({ ls -t "$ROOT/target/release/lardon" "$ROOT/target/debug/lardon" 2>/dev/null || true; } | head -n 1)}
 [ -n "$LARDON" ] || die "no lardon binary: build one (cargo build -p lardon-cli) or set LARDON"
 BROKER_PORT=${K8S_BROKER_PORT:-27700}
 cat >"$RUN/provision.toml" <<EOF
