@@ -215,9 +215,9 @@ fn start_with_cache(config: &BrokerConfig, cache: Option<BrokerCache>) -> Result
         board.attach(tx.clone());
     }
     if let Some(p) = &config.provision {
-        let capabilities =
-            p.provisioner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).capabilities();
-        core.set_provisionable(&capabilities);
+        let shapes =
+            p.provisioner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).shapes().to_vec();
+        core.set_shapes(shapes);
         provisioning::spawn(&tx, p.clone());
     }
     if restored {
