@@ -259,7 +259,7 @@ wait_for "the provider created an agent Job for the waiting task" agent_job
 job=$(k -n lardon get jobs -l lardon.io/shape=sh -o jsonpath='{.items[0].metadata.name}')
 args=$(k -n lardon get job "$job" -o jsonpath='{.spec.template.spec.containers[0].args}')
 case "$args" in
-*'"--capability","sh@1'*'"--id","$(LARDON_JOB_NAME)"'*) ;;
+*'"--capability","sh@1'*'"--ends-at","'*'"--id","$(LARDON_JOB_NAME)"'*) ;;
 *) die "agent Job $job runs unexpected args: $args" ;;
 esac
 lim=$(k -n lardon get job "$job" -o jsonpath='{.spec.template.spec.containers[0].resources.limits.memory}')

@@ -414,6 +414,14 @@ pub(crate) struct AgentArgs {
     /// and ignoring the host's load average (other jobs' work)
     #[arg(long)]
     pub(crate) allocation: bool,
+    /// How each task is held to the memory it declared: auto (with
+    /// --allocation, a cgroup of its own where this agent can make one, else
+    /// the soft watchdog; without it, nothing), cgroup (fail at start if none
+    /// can be made), soft (sample the task's processes' RSS every 100ms and
+    /// SIGKILL them past the declaration + 5 %, at least 8 MiB: the engine's
+    /// limit stays the backstop), none. The agent logs its choice and why
+    #[arg(long, value_enum, value_name = "HOW", default_value = "auto")]
+    pub(crate) enforcement: AgentEnforcement,
     /// Exit (status 0, closing the stream) after this long with nothing
     /// assigned or running, e.g. 5m: an allocation's agent gives it back
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
@@ -429,6 +437,20 @@ pub(crate) struct AgentArgs {
     /// Log level or filter [default: info]
     #[arg(long, value_name = "LEVEL")]
     pub(crate) log_level: Option<String>,
+}
+
+/// `lardon agent --enforcement`: how tasks are held to their declared memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum AgentEnforcement {
+    /// A cgroup per task in an allocation where one can be made, else the
+    /// soft watchdog; nothing outside an allocation.
+    Auto,
+    /// A cgroup per task, or the agent does not start.
+    Cgroup,
+    /// The soft memory watchdog (RSS sampling), even where cgroups work.
+    Soft,
+    /// Nothing: the engine's limit, if any.
+    None,
 }
 
 #[derive(Debug, Subcommand)]

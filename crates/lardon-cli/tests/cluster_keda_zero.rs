@@ -57,6 +57,20 @@ async fn a_scaled_capability_waits_for_the_agent_keda_starts() {
         ],
     );
 
+    // The broker answers before anything is submitted (a submit to a
+    // broker not yet listening is answered "unreachable").
+    let start = Instant::now();
+    while !Command::new(common::bin())
+        .args(["cluster", "status", "--broker", &addr])
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        assert!(start.elapsed() < WAIT, "the broker never answered\n{}", logs(&[&b]));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
     // No agent yet: the task waits, and KEDA sees demand for it.
     let child = Command::new(common::bin())
         .args(["cluster", "submit", "--broker", &addr, "--capability", "sh@1", "--", "sh", "-c", "echo ran"])

@@ -1,8 +1,8 @@
 //! Pilot mode without an engine: a real `lardon broker --provision` with
 //! the `local` provider, whose allocations are `lardon agent` child
 //! processes (docs/DESIGN.md §14). Scale from zero: a task of a capability
-//! a shape offers waits while an allocation comes, one no shape offers is
-//! answered "no executor" at once; the allocation's agent exits when idle
+//! a shape offers waits while an allocation comes, one no shape offers (or
+//! no shape can hold) is answered "no executor" at once; the allocation's agent exits when idle
 //! and the Provisioner sees it over.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -35,7 +35,17 @@ async fn a_local_allocation_comes_for_queued_work_runs_it_and_ends_when_idle() {
     let s = submitter(&addr);
     // No agent anywhere: a capability no shape offers is answered at once...
     match pilot::answer(s.submit(&sh("clang", "clang@17", "true")), &[&b]).await {
-        Answer::NoExecutor => {}
+        Answer::NoExecutor(why) => assert_eq!(why, "", "no shape offers clang: no reason beyond that"),
+        other => panic!("{other:?}\n{}", logs(&[&b])),
+    }
+    // One whose capability a shape offers but that no shape can hold is
+    // answered at once too, with the Provisioner's reason.
+    let mut huge = sh("huge", "sh@1", "true");
+    huge.need.memory = 4 << 30;
+    match pilot::answer(s.submit(&huge), &[&b]).await {
+        Answer::NoExecutor(why) => {
+            assert_eq!(why, "sh@1:*: no shape fits 4.0 GiB and 1 CPUs (largest: 1.0 GiB and 2 CPUs)");
+        }
         other => panic!("{other:?}\n{}", logs(&[&b])),
     }
     // ...while one a shape offers waits for the allocation and runs there.

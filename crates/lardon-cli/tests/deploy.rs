@@ -114,6 +114,17 @@ fn manifests_are_consistent_with_each_other_and_with_the_cli() {
                     "{what}: --broker {broker} is no Service's grpc port"
                 );
             }
+            // A Job that Kubernetes ends at a deadline tells its agent
+            // (walltime-aware dispatch), as the kubernetes provider's do.
+            let deadline = match s(d, &["kind"]) {
+                Some("Job") => d["spec"]["activeDeadlineSeconds"].as_u64(),
+                Some("ScaledJob") => d["spec"]["jobTargetRef"]["activeDeadlineSeconds"].as_u64(),
+                _ => None,
+            };
+            if let Some(deadline) = deadline {
+                let told = flag(&args, "walltime").len() + flag(&args, "ends-at").len();
+                assert_eq!(told, 1, "{what}: ends at {deadline} s but its agent is not told (--walltime)");
+            }
             checked += 1;
         }
         if let Some(triggers) = d.get("spec").and_then(|s| s.get("triggers")).and_then(Value::as_sequence) {

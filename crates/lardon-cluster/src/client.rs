@@ -135,8 +135,11 @@ impl RemoteTask {
 pub enum Answer {
     /// It ran at an agent and ended so (success, exit code, output).
     Done(pb::TaskEnded),
-    /// No connected agent declares its capability: run it locally.
-    NoExecutor,
+    /// No executor: run it locally. The reason is empty when no connected
+    /// agent declares its capability; otherwise it says why none ever will
+    /// (a provisionable capability no allocation shape can hold: "…: no
+    /// shape fits 64.0 GiB and 1 CPUs (largest: 16.0 GiB and 8 CPUs)").
+    NoExecutor(String),
     /// Infrastructure failed (its agents were lost): run it locally.
     RunLocally(String),
     /// Cancelled before it started anywhere.
@@ -330,7 +333,7 @@ fn answer(reply: pb::SubmitReply) -> Option<Answer> {
     use pb::submit_reply::Outcome as O;
     Some(match reply.outcome? {
         O::Done(ended) => Answer::Done(ended),
-        O::NoExecutor(_) => Answer::NoExecutor,
+        O::NoExecutor(n) => Answer::NoExecutor(n.reason),
         O::RunLocally(r) => Answer::RunLocally(r.reason),
         O::Cancelled(_) => Answer::Cancelled,
         O::Rejected(r) => Answer::Rejected(r.reason),

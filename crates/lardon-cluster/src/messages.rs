@@ -96,6 +96,11 @@ pub enum Delivery {
     Done(Outcome),
     /// No connected agent declares its capability: run it locally.
     NoExecutor,
+    /// Its capability is provisionable, but no allocation shape can ever
+    /// hold it and no connected agent could run it: run it locally. The
+    /// reason is the Provisioner's ("…: no shape fits 64.0 GiB and 1 CPUs
+    /// (largest: 16.0 GiB and 8 CPUs)"); it travels as a "no executor".
+    NoShapeFits(String),
     /// Infrastructure failed (agents lost, the last agent gone): run it
     /// locally.
     RunLocally(String),

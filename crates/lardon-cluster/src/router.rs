@@ -29,7 +29,9 @@
 //! * **Failure.** A submission with no agent for its capability is answered
 //!   [`Delivery::NoExecutor`] at once (the submitter runs it locally),
 //!   unless the capability is provisionable ([`Router::set_provisionable`]):
-//!   then it waits for the allocation a Provisioner brings. An
+//!   then it waits for the allocation a Provisioner brings (the broker,
+//!   which knows the shapes, answers one no shape can hold before routing
+//!   it, or takes it back with [`Router::hand_back_queued`]). An
 //!   agent's WAIT puts the task back at the head of its submitter's queue
 //!   and empties that agent's mirror until its next update.
 //!   A lost agent's tasks are queued again with one more attempt; past
@@ -50,6 +52,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 mod check;
+mod handback;
 mod parts;
 
 use crate::capability::Capability;

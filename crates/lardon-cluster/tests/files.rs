@@ -192,7 +192,7 @@ async fn a_cache_hit_restores_the_outputs_with_no_agent() {
         "the cached output"
     );
     // Other input content is another action: not in the cache.
-    assert_eq!(answer(&s, &task("other", b"int other;")).await, Answer::NoExecutor);
+    assert_eq!(answer(&s, &task("other", b"int other;")).await, Answer::NoExecutor(String::new()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

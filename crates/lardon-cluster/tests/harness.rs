@@ -169,7 +169,7 @@ async fn tasks_run_only_on_agents_that_declared_their_capability() {
 async fn no_executor_is_answered_at_once() {
     let c = cluster(&[("gcc-1", &["gcc@12"], 4)], true).await;
     let s = c.submitter("s1");
-    assert_eq!(answer(s.submit(&task("t1", "clang@17"))).await, Answer::NoExecutor);
+    assert_eq!(answer(s.submit(&task("t1", "clang@17"))).await, Answer::NoExecutor(String::new()));
     // A malformed request is refused naming the field, also at once.
     let mut bad = task("t2", "gcc@12");
     bad.argv.clear();
@@ -322,7 +322,7 @@ async fn a_cached_success_is_answered_with_no_agent_connected() {
     }
     assert!(started.try_recv().is_err(), "nothing ran");
     assert!(
-        matches!(answer(s.submit(&task("plain", false))).await, Answer::NoExecutor),
+        matches!(answer(s.submit(&task("plain", false))).await, Answer::NoExecutor(_)),
         "only cacheable tasks"
     );
 }
@@ -378,7 +378,7 @@ async fn a_class_learned_to_take_longer_than_any_agent_has_left_is_answered_like
     // Declared longer than the ten minutes left: never sent there.
     let mut long = task("declared-long", "gcc@12");
     long.expected_duration = Some(Duration::from_secs(3600));
-    assert_eq!(answer(s.submit(&long)).await, Answer::NoExecutor);
+    assert_eq!(answer(s.submit(&long)).await, Answer::NoExecutor(String::new()));
     // Nothing known of `cc1plus` yet: it runs, and is measured at an hour.
     let mut first = task("first", "gcc@12");
     first.argv = vec!["/usr/lib/gcc/cc1plus".into()];
@@ -388,7 +388,7 @@ async fn a_class_learned_to_take_longer_than_any_agent_has_left_is_answered_like
     let mut second = task("second", "gcc@12");
     second.argv = vec!["cc1plus".into(), "-O2".into()];
     second.expected_duration = Some(Duration::from_secs(60));
-    assert_eq!(answer(s.submit(&second)).await, Answer::NoExecutor);
+    assert_eq!(answer(s.submit(&second)).await, Answer::NoExecutor(String::new()));
     // A class of its own (named by the submitter) starts from nothing.
     let mut named = task("named", "gcc@12");
     named.argv = vec!["cc1plus".into()];

@@ -228,7 +228,10 @@ async fn scrapes_show_the_figures_move_as_tasks_are_routed() {
         Capability::parse("clang@17").unwrap(),
         vec!["clang".into()],
     ));
-    assert_eq!(tokio::time::timeout(WAIT, nobody.answer()).await.unwrap().unwrap(), Answer::NoExecutor);
+    assert_eq!(
+        tokio::time::timeout(WAIT, nobody.answer()).await.unwrap().unwrap(),
+        Answer::NoExecutor(String::new())
+    );
     let m = metrics(&maddr).await;
     assert_eq!(get(&m, "lardon_broker_cache_hits_total"), 1.0);
     assert_eq!(get(&m, "lardon_broker_no_executor_total"), 1.0);

@@ -10,6 +10,9 @@
 //!   `/proc/self/mountinfo` and `/proc/self/cgroup`, with the reason; every
 //!   backend implements [`Enforcer`], whose [`TaskCgroup`] handles limit,
 //!   measure and kill one task's processes.
+//! * [`ProcessTree`] follows one task's processes through `/proc` and sums
+//!   their resident memory (the none backend's and the cluster agent's
+//!   soft watchdogs).
 //!
 //! Every path is rooted in a [`HostRoot`] so parsers and detection run on
 //! fixtures; every parser is a pure `parse_*` function.
@@ -43,6 +46,7 @@ mod meminfo;
 mod mountinfo;
 mod parse;
 mod probe;
+mod proctree;
 mod psi;
 mod root;
 mod scratch;
@@ -62,6 +66,7 @@ pub use meminfo::{MemInfo, parse_meminfo};
 pub use mountinfo::{CgroupMembership, CgroupMount, own_dir, parse_mountinfo, parse_proc_cgroup};
 pub use parse::ParseError;
 pub use probe::HostProbe;
+pub use proctree::{ProcessTree, TreeRss};
 pub use psi::parse_psi_some_avg10;
 pub use root::HostRoot;
 pub use scratch::DirVolume;

@@ -8,11 +8,11 @@ use anyhow::{Context, Result};
 use lardon::{FakeClock, FakeProbe, Governor, HostProfile, MonoTime, Probe};
 use lardon_cluster::agent::{
     Agent, AgentConfig, Backoff, ConfinedExecutor, Confinement, Confiner, CpuSource, Executor,
-    ProcessExecutor, Tuning, default_tokens,
+    ProcessExecutor, RssSampler, RssSource, Tuning, WatchedExecutor, default_tokens,
 };
 use lardon_cluster::{AgentId, Capability};
 
-use crate::cli::AgentArgs;
+use crate::cli::{AgentArgs, AgentEnforcement};
 use crate::error::usage;
 use crate::logging::{self, LogSink};
 
@@ -99,7 +99,7 @@ pub(crate) fn run(args: &AgentArgs) -> Result<u8> {
         .build()
         .context("starting the runtime")?;
     rt.block_on(async move {
-        let executor = executor(args.allocation && args.simulate_host.is_none());
+        let executor = executor(args)?;
         let mut agent = Agent::new(config, governor, executor).map_err(|e| usage(e.to_string()))?;
         if let Some(ms) = args.idle_exit {
             if ms == 0 {
@@ -174,22 +174,82 @@ fn stop_requests() -> std::io::Result<lardon_cluster::agent::StopRequests> {
     Ok(Box::pin(term.merge(int)))
 }
 
-/// How tasks run: inside an allocation (`--allocation`) where this process
-/// may create child cgroups, each task that declared its memory runs in
-/// one limited to it, so a task using more is killed there and not the
-/// whole allocation at the engine's limit; elsewhere (or where no cgroup
-/// is writable: the engine's limit is the backstop) as plain processes.
-fn executor(allocation: bool) -> Arc<dyn Executor> {
-    if !allocation {
-        return Arc::new(ProcessExecutor);
+/// How tasks are held to their declared memory (`--enforcement`), and
+/// why, which the agent logs at start:
+/// * `auto` inside an allocation (`--allocation`, on the real host): a
+///   child cgroup per task where this process may make them, so a task
+///   using more is killed there and not the whole allocation at the
+///   engine's limit; else the soft watchdog. Elsewhere (no allocation, or
+///   `--simulate-host`): nothing, as the host is not the agent's to police.
+/// * `cgroup`: child cgroups, or an error naming why none can be made.
+/// * `soft`: the soft memory watchdog ([`WatchedExecutor`]) on the task's
+///   process tree, even where cgroups work (and in tests, which force it).
+/// * `none`: plain process groups; the engine's limit, if any.
+fn executor(args: &AgentArgs) -> Result<Arc<dyn Executor>> {
+    let soft = |why: &str| -> Arc<dyn Executor> {
+        tracing::info!(
+            "enforcement: soft memory watchdog ({why}): each task's processes are sampled every {} ms \
+             and killed past their declared memory + 5 % (at least 8 MiB); the engine's limit on the \
+             allocation is the backstop",
+            lardon_cluster::agent::watchdog::SOFT_EVERY.as_millis()
+        );
+        Arc::new(WatchedExecutor::new(Arc::new(HostRss(lardon_host::HostRoot::default()))))
+    };
+    let cgroups = || {
+        let detection = lardon_host::cgroup::detect_enforcer(&lardon_host::HostRoot::default());
+        detection.limits_apply().then_some(detection.enforcer.clone()).ok_or(detection.reason)
+    };
+    let confined = |enforcer, why: &str| -> Arc<dyn Executor> {
+        tracing::info!("enforcement: a cgroup per task, limited to its declared memory ({why})");
+        Arc::new(ConfinedExecutor::new(Arc::new(Cgroups(enforcer))))
+    };
+    Ok(match args.enforcement {
+        AgentEnforcement::None => {
+            tracing::info!("enforcement: none (--enforcement none): tasks run as plain process groups");
+            Arc::new(ProcessExecutor)
+        }
+        AgentEnforcement::Soft => soft("--enforcement soft"),
+        AgentEnforcement::Cgroup => match cgroups() {
+            Ok(enforcer) => confined(enforcer, "--enforcement cgroup"),
+            Err(why) => {
+                return Err(usage(format!("--enforcement cgroup: this agent cannot make cgroups: {why}")));
+            }
+        },
+        AgentEnforcement::Auto if !args.allocation || args.simulate_host.is_some() => {
+            tracing::info!(
+                "enforcement: none (not --allocation, or --simulate-host): tasks run as plain process groups"
+            );
+            Arc::new(ProcessExecutor)
+        }
+        AgentEnforcement::Auto => match cgroups() {
+            Ok(enforcer) => confined(enforcer, "--allocation and cgroups are writable"),
+            Err(why) => soft(&format!("--allocation and no writable cgroup: {why}")),
+        },
+    })
+}
+
+/// The soft watchdog's sampler: the task's process tree under `/proc`.
+#[derive(Debug)]
+struct HostRss(lardon_host::HostRoot);
+
+struct TreeSampler(lardon_host::ProcessTree);
+
+impl RssSource for HostRss {
+    fn watch(&self, pid: u32) -> Result<Box<dyn RssSampler>, String> {
+        let mut tree = lardon_host::ProcessTree::new(&self.0);
+        tree.watch(pid).map_err(|e| e.to_string())?;
+        Ok(Box::new(TreeSampler(tree)))
     }
-    let detection = lardon_host::cgroup::detect_enforcer(&lardon_host::HostRoot::default());
-    if !detection.limits_apply() {
-        tracing::warn!("tasks run unconfined: {}", detection.reason);
-        return Arc::new(ProcessExecutor);
+}
+
+impl RssSampler for TreeSampler {
+    fn sample(&mut self) -> Result<u64, String> {
+        Ok(self.0.sample().rss)
     }
-    tracing::info!("each task runs in a cgroup limited to its declared memory: {}", detection.reason);
-    Arc::new(ConfinedExecutor::new(Arc::new(Cgroups(detection.enforcer))))
+
+    fn kill_strays(&mut self) {
+        self.0.kill_running();
+    }
 }
 
 /// Task cgroups from the host's enforcement backend.

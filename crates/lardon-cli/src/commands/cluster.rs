@@ -189,7 +189,10 @@ async fn submit(args: &ClusterSubmitArgs) -> Result<u8> {
             eprintln!("error: task {} failed at its agent: {}", task.id, ended.reason);
             Ok(ended.exit_code.and_then(|c| u8::try_from(c).ok()).filter(|c| *c != 0).unwrap_or(1))
         }
-        Answer::NoExecutor => Err(anyhow::anyhow!("no agent runs {}: run it locally", task.capability)),
+        Answer::NoExecutor(why) if !why.is_empty() => {
+            Err(anyhow::anyhow!("no executor for {}: {why}: run it locally", task.capability))
+        }
+        Answer::NoExecutor(_) => Err(anyhow::anyhow!("no agent runs {}: run it locally", task.capability)),
         Answer::RunLocally(why) => Err(anyhow::anyhow!("the cluster gave it back ({why}): run it locally")),
         Answer::Cancelled => Err(anyhow::anyhow!("task {} was cancelled", task.id)),
         Answer::DeadlinePassed => {

@@ -52,11 +52,11 @@ pub struct ProcessExecutor;
 
 impl Executor for ProcessExecutor {
     fn run(&self, spec: pb::TaskSpec, cancel: oneshot::Receiver<()>) -> Running {
-        Box::pin(run_process(spec, None, cancel, None))
+        Box::pin(run_process(spec, None, cancel, Limit::None))
     }
 
     fn run_in(&self, spec: pb::TaskSpec, dir: &Path, cancel: oneshot::Receiver<()>) -> Running {
-        Box::pin(run_process(spec, Some(dir.to_path_buf()), cancel, None))
+        Box::pin(run_process(spec, Some(dir.to_path_buf()), cancel, Limit::None))
     }
 }
 
@@ -126,14 +126,24 @@ impl ConfinedExecutor {
 
 impl Executor for ConfinedExecutor {
     fn run(&self, spec: pb::TaskSpec, cancel: oneshot::Receiver<()>) -> Running {
-        let confinement = self.confinement(&spec);
-        Box::pin(run_process(spec, None, cancel, confinement))
+        let limit = self.confinement(&spec).map_or(Limit::None, |(c, m)| Limit::Confined(c, m));
+        Box::pin(run_process(spec, None, cancel, limit))
     }
 
     fn run_in(&self, spec: pb::TaskSpec, dir: &Path, cancel: oneshot::Receiver<()>) -> Running {
-        let confinement = self.confinement(&spec);
-        Box::pin(run_process(spec, Some(dir.to_path_buf()), cancel, confinement))
+        let limit = self.confinement(&spec).map_or(Limit::None, |(c, m)| Limit::Confined(c, m));
+        Box::pin(run_process(spec, Some(dir.to_path_buf()), cancel, limit))
     }
+}
+
+/// What holds a running task to its declared memory.
+pub(super) enum Limit {
+    /// Nothing (the engine's limit on the allocation, if any).
+    None,
+    /// A cgroup of its own limited to the declared bytes.
+    Confined(Box<dyn Confinement>, u64),
+    /// The soft memory watchdog.
+    Soft(super::watchdog::SoftLimit),
 }
 
 fn failed(reason: String) -> pb::TaskEnded {
@@ -168,11 +178,12 @@ async fn capture(pipe: Option<impl AsyncRead + Unpin>) -> (Vec<u8>, bool) {
     (kept, cut)
 }
 
-async fn run_process(
+/// Runs `spec` to its end (see [`ProcessExecutor`]), held by `limit`.
+pub(super) async fn run_process(
     spec: pb::TaskSpec,
     dir: Option<PathBuf>,
     cancel: oneshot::Receiver<()>,
-    confinement: Option<(Box<dyn Confinement>, u64)>,
+    limit: Limit,
 ) -> pb::TaskEnded {
     let Some((program, args)) = spec.argv.split_first() else {
         return failed("argv: empty".to_owned());
@@ -202,11 +213,22 @@ async fn run_process(
     let group = i32::try_from(child.id()).ok().map(Pid::from_raw);
     // Killed with its group if this future is dropped before the reap.
     let mut guard = GroupGuard(group);
-    if let Some((c, _)) = &confinement
-        && let Err(e) = c.adopt(child.id())
-    {
-        tracing::warn!("task {}: runs unconfined: {e}", spec.task_id);
-    }
+    let (confinement, soft) = match limit {
+        Limit::None => (None, None),
+        Limit::Confined(c, memory) => {
+            if let Err(e) = c.adopt(child.id()) {
+                tracing::warn!("task {}: runs unconfined: {e}", spec.task_id);
+            }
+            (Some((c, memory)), None)
+        }
+        Limit::Soft(soft) => match soft.source.watch(child.id()) {
+            Ok(sampler) => (None, Some((sampler, soft.declared, soft.every))),
+            Err(e) => {
+                tracing::warn!("task {}: runs unwatched: {e}", spec.task_id);
+                (None, None)
+            }
+        },
+    };
     if let Some(stdin) = child.stdin.take().and_then(|s| tokio::process::ChildStdin::from_std(s).ok()) {
         let bytes = spec.stdin;
         let mut stdin = stdin;
@@ -228,17 +250,36 @@ async fn run_process(
             None => std::future::pending().await,
         }
     };
-    let mut stopped = None;
+    let mut soft = soft;
+    let task_id = spec.task_id.clone();
+    let watchdog = async {
+        match soft.as_mut() {
+            Some((sampler, declared, every)) => {
+                let used = super::watchdog::watch(sampler.as_mut(), *declared, *every, &task_id).await;
+                (used, *declared)
+            }
+            None => std::future::pending().await,
+        }
+    };
+    let mut stopped: Option<String> = None;
     let exit = tokio::select! {
         exit = reaped.as_mut() => exit,
         Ok(()) = cancel => {
-            stopped = Some("cancelled");
+            stopped = Some("cancelled".to_owned());
             kill_group(group);
             reaped.as_mut().await
         }
         () = deadline => {
-            stopped = Some("deadline passed");
+            stopped = Some("deadline passed".to_owned());
             kill_group(group);
+            reaped.as_mut().await
+        }
+        (used, declared) = watchdog => {
+            stopped = Some(super::watchdog::killed_reason(used, declared));
+            kill_group(group);
+            if let Some((sampler, _, _)) = soft.as_mut() {
+                sampler.kill_strays();
+            }
             reaped.as_mut().await
         }
     };
@@ -254,7 +295,7 @@ async fn run_process(
                 success: status.success() && stopped.is_none(),
                 exit_code: status.code(),
                 reason: match (stopped, status.code(), status.signal()) {
-                    (Some(why), _, _) => why.to_owned(),
+                    (Some(why), _, _) => why,
                     (None, Some(0), _) => String::new(),
                     (None, Some(code), _) => format!("exit {code}"),
                     (None, None, Some(sig)) => format!("killed by signal {sig}"),

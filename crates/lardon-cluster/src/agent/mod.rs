@@ -9,6 +9,10 @@
 //! * **Only what it declared.** An assignment for a capability the agent
 //!   did not declare, or that does not validate, ends failed; tasks run
 //!   from argv, never through a shell ([`ProcessExecutor`]).
+//! * **Memory.** In an allocation, each task that declared its memory is
+//!   held to it: in a cgroup of its own where the agent can make one
+//!   ([`ConfinedExecutor`]), else by the soft memory watchdog
+//!   ([`WatchedExecutor`], [`watchdog`]).
 //! * **Availability** is pushed whenever the Governor's generation moves
 //!   (its own reservations, and host samples taken every second), and at
 //!   the next sample after a WAIT (the broker emptied its mirror then).
@@ -36,6 +40,7 @@ mod exec;
 mod files;
 mod tokens;
 pub mod tuning;
+pub mod watchdog;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -56,6 +61,7 @@ use crate::wire;
 pub use exec::{ConfinedExecutor, Confinement, Confiner, Executor, MAX_OUTPUT, ProcessExecutor, Running};
 pub use tokens::default_tokens;
 pub use tuning::{CpuSource, Tuner, Tuning};
+pub use watchdog::{RssSampler, RssSource, WatchedExecutor};
 
 use drain::{Drain, Step, grace_from_end};
 

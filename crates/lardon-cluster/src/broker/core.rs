@@ -23,6 +23,9 @@ use crate::wire::{self, Job};
 
 pub(crate) use super::provisioning::ProvisionView;
 
+#[path = "core_provision.rs"]
+mod provision;
+
 /// Messages to one peer's stream.
 pub(crate) type AgentTx = mpsc::UnboundedSender<Result<pb::BrokerToAgent, Status>>;
 pub(crate) type SubmitTx = mpsc::UnboundedSender<Result<pb::SubmitReply, Status>>;
@@ -86,7 +89,8 @@ pub(crate) enum Input {
         reply: oneshot::Sender<pb::ClusterStatusResponse>,
     },
     /// The Provisioner's view: queued demand per capability (with the
-    /// largest declared need) and the connected agents' ids.
+    /// largest declared need) and the connected agents' ids. Queued tasks
+    /// no shape can ever hold are handed back first.
     ProvisionView {
         reply: oneshot::Sender<ProvisionView>,
     },
@@ -139,6 +143,9 @@ pub(crate) struct Core {
     verdicts: HashMap<AgentId, (String, String)>,
     /// The wall clock, Unix milliseconds (walltime checks).
     clock: fn() -> u64,
+    /// The Provisioner's allocation shapes (empty: none): a provisionable
+    /// task none of them can hold is handed back (see [`Core::unfit`]).
+    shapes: Vec<crate::provision::Shape>,
 }
 
 /// The system's wall clock, Unix milliseconds.
@@ -171,6 +178,7 @@ impl Core {
             learned: Learned::new(),
             verdicts: HashMap::new(),
             clock: unix_ms,
+            shapes: Vec::new(),
         };
         core.learned = core.store.learned()?;
         core.router.set_now((core.clock)());
@@ -230,12 +238,6 @@ impl Core {
         let chain = HookChain::new().with(Box::new(CacheHook::new(std::sync::Arc::clone(&cache.actions))));
         self.cache = Some((cache, chain));
         self
-    }
-
-    /// Lets tasks of `capabilities` wait for an allocation (scale from
-    /// zero).
-    pub(crate) fn set_provisionable(&mut self, capabilities: &[crate::Capability]) {
-        self.router.set_provisionable(capabilities);
     }
 
     /// Tasks queued or in flight, per capability.
@@ -378,6 +380,7 @@ impl Core {
                 let _ = reply.send(self.check());
             }
             Input::ProvisionView { reply } => {
+                self.hand_back_unfit();
                 let view = self.provision_view();
                 let _ = reply.send(view);
             }
@@ -444,7 +447,7 @@ impl Core {
         match delivery {
             Delivery::Done(Outcome::Succeeded) => c.done += 1,
             Delivery::Done(Outcome::Failed(_)) => c.failed += 1,
-            Delivery::NoExecutor => c.no_executor += 1,
+            Delivery::NoExecutor | Delivery::NoShapeFits(_) => c.no_executor += 1,
             Delivery::RunLocally(_) => c.run_locally += 1,
             Delivery::Cancelled => c.cancelled += 1,
             Delivery::Expired => c.expired += 1,
@@ -489,33 +492,6 @@ impl Core {
             }
         }
         load
-    }
-
-    /// What the provisioning loop sizes allocations with: per capability,
-    /// its queued tasks, the largest need among them — each raised to what
-    /// its class measured (docs/DESIGN.md §14: learned peaks and wall
-    /// times, kept in the store) — and the longest learned or declared
-    /// duration; and the agents connected.
-    fn provision_view(&self) -> ProvisionView {
-        let mut queued = self.router.queued_demand();
-        let mut durations: BTreeMap<String, std::time::Duration> = BTreeMap::new();
-        for (task, (_, spec)) in &self.specs {
-            if !matches!(self.router.place(task), Some(TaskPlace::Queued { .. })) {
-                continue;
-            }
-            let Ok(capability) = wire::capability("capability", spec.capability.as_ref()) else { continue };
-            let learned = self.learned.estimate(&class_of(&capability, spec));
-            let declared = std::time::Duration::from_millis(spec.expected_duration_ms);
-            let duration = learned.map_or(declared, |l| l.duration.max(declared));
-            if !duration.is_zero() {
-                let longest = durations.entry(capability.key()).or_default();
-                *longest = (*longest).max(duration);
-            }
-            if let (Some(l), Some((_, need))) = (learned, queued.get_mut(&capability)) {
-                need.memory = need.memory.max(l.peak);
-            }
-        }
-        ProvisionView { queued, agents: self.agents.keys().map(ToString::to_string).collect(), durations }
     }
 
     /// Whether the CAS still holds every output file of a cached result.
@@ -592,6 +568,14 @@ impl Core {
         let class = class_of(&request.capability, &spec);
         if let Some(learned) = self.learned.estimate(&class).filter(|e| !e.duration.is_zero()) {
             request.duration_ms = Some(u64::try_from(learned.duration.as_millis()).unwrap_or(u64::MAX));
+        }
+        // Provisionable, but no shape could ever hold it and no agent here
+        // could run it: waiting would only end at its deadline.
+        if let Some(reason) = self.unfit(&request.capability, &spec, request.duration_ms) {
+            info!("task {id}: no executor: {reason}");
+            let delivery = Delivery::NoShapeFits(reason);
+            self.count(&delivery);
+            return self.to_submitter(&submitter, reply(&id, delivery, None));
         }
         let (submitted, events) = self.router.submit(request);
         if submitted == Submitted::Queued {
@@ -792,7 +776,8 @@ fn reply(task: &TaskId, delivery: Delivery, ended: Option<pb::TaskEnded>) -> pb:
             Outcome::Succeeded => pb::TaskEnded { success: true, ..Default::default() },
             Outcome::Failed(reason) => pb::TaskEnded { success: false, reason, ..Default::default() },
         })),
-        Delivery::NoExecutor => O::NoExecutor(pb::NoExecutor {}),
+        Delivery::NoExecutor => O::NoExecutor(pb::NoExecutor { reason: String::new() }),
+        Delivery::NoShapeFits(reason) => O::NoExecutor(pb::NoExecutor { reason }),
         Delivery::RunLocally(reason) => O::RunLocally(pb::RunLocally { reason }),
         Delivery::Cancelled => O::Cancelled(pb::Cancelled {}),
         Delivery::Expired => O::DeadlinePassed(pb::DeadlinePassed {}),

@@ -243,7 +243,7 @@ fn the_provisioner_sees_what_the_queued_tasks_classes_measured() {
     let (core, _) = Core::restore(store, 1, None).unwrap_or_else(|e| panic!("{e}"));
     let mut core = core.with_clock(at_noon);
     let capability = Capability::parse("sh@1").unwrap_or_else(|e| panic!("{e}"));
-    core.set_provisionable(std::slice::from_ref(&capability));
+    core.set_shapes(vec![sh_shape(8 << 30, 4 * 3600)], &[]);
     let (tx, _answers) = mpsc::unbounded_channel();
     let submitter = SubmitterId::new("s").unwrap_or_else(|e| panic!("{e}"));
     core.handle(Input::SubmitterHello { submitter, conn: 1, tx });
@@ -267,4 +267,147 @@ fn the_provisioner_sees_what_the_queued_tasks_classes_measured() {
         "the longest of render's learned hour and true's declared 2 minutes"
     );
     assert!(view.agents.is_empty());
+}
+
+/// A shape offering sh@1: `memory` bytes, 2 CPUs, `walltime_s` seconds.
+fn sh_shape(memory: u64, walltime_s: u64) -> crate::provision::Shape {
+    crate::provision::Shape {
+        name: "small".into(),
+        memory,
+        cpu_millis: 2000,
+        nodes: 1,
+        walltime: std::time::Duration::from_secs(walltime_s),
+        capabilities: vec![Capability::parse("sh@1").unwrap_or_else(|e| panic!("{e}"))],
+    }
+}
+
+fn submit_needing(core: &mut Core, id: &str, argv0: &str, memory: u64) {
+    let submitter = SubmitterId::new("s").unwrap_or_else(|e| panic!("{e}"));
+    let spec = pb::TaskSpec {
+        argv: vec![argv0.into()],
+        need: Some(pb::Need { memory, cpu_millis: 1000 }),
+        ..spec(id)
+    };
+    let job = crate::wire::task_spec(spec, &submitter).unwrap_or_else(|e| panic!("{e}"));
+    core.handle(Input::Submit { submitter, job: Box::new(job) });
+}
+
+/// The "no executor" answers with their reasons; any other answer fails.
+fn no_executors(rx: &mut mpsc::UnboundedReceiver<Result<pb::SubmitReply, tonic::Status>>) -> Vec<String> {
+    let mut got = Vec::new();
+    while let Ok(Ok(r)) = rx.try_recv() {
+        match r.outcome {
+            Some(pb::submit_reply::Outcome::NoExecutor(n)) => {
+                got.push(format!("{}: {}", r.task_id, n.reason))
+            }
+            other => panic!("{}: {other:?}", r.task_id),
+        }
+    }
+    got
+}
+
+/// A provisionable task that no allocation shape can ever hold is answered
+/// "no executor" with the Provisioner's reason at once (and a queued one
+/// at the next provisioning tick), not left to wait for its deadline —
+/// unless a connected agent could run it. Break it: drop the `unfit`
+/// check in `submit` and "huge" waits, unanswered.
+#[test]
+fn a_provisionable_task_no_shape_can_hold_is_handed_back_unless_an_agent_could_run_it() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let store = Store::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let (core, _) = Core::restore(store, 1, None).unwrap_or_else(|e| panic!("{e}"));
+    let mut core = core.with_clock(at_noon);
+    core.set_shapes(vec![sh_shape(1 << 30, 3600)], &[]);
+    let (tx, mut answers) = mpsc::unbounded_channel();
+    let submitter = SubmitterId::new("s").unwrap_or_else(|e| panic!("{e}"));
+    core.handle(Input::SubmitterHello { submitter, conn: 1, tx });
+
+    // No agent, 4 GiB, the only shape 1 GiB: answered at once, saying why.
+    submit_needing(&mut core, "huge", "big", 4 << 30);
+    assert_eq!(
+        no_executors(&mut answers),
+        ["huge: sh@1:*: no shape fits 4.0 GiB and 1 CPUs (largest: 1.0 GiB and 2 CPUs)"]
+    );
+    // One that fits waits for its allocation.
+    submit_needing(&mut core, "fits", "small", 512 << 20);
+    assert!(no_executors(&mut answers).is_empty());
+    assert_eq!(status(&mut core).queued, 1);
+
+    // A connected agent serving sh@1 could run the big one: routed to it.
+    let mut a1 = hello(&mut core, "a1", &[], 1);
+    submit_needing(&mut core, "huge2", "big", 4 << 30);
+    assert_eq!(drain(&mut a1), ["assign fits", "assign huge2"]);
+    assert!(no_executors(&mut answers).is_empty());
+
+    // Its class learns a 2 GiB peak: a later one declaring nothing is
+    // answered from what it learned.
+    ended(&mut core, "a1", 1, "huge2", 2 << 30, 1000);
+    let _ = answers.try_recv(); // huge2's result
+    // No room at a1 now: the next one queues while a1 could still run it.
+    let agent = AgentId::new("a1").unwrap_or_else(|e| panic!("{e}"));
+    core.handle(Input::AgentUpdate { agent: agent.clone(), conn: 1, availability: Availability::default() });
+    submit_needing(&mut core, "queued", "big", 0);
+    assert!(no_executors(&mut answers).is_empty(), "a1 could run it: it waits");
+    core.handle(Input::AgentGone { agent, conn: 1 });
+    assert!(no_executors(&mut answers).is_empty(), "provisionable: it still waits");
+    // At the next provisioning tick it is handed back, with the reason.
+    let (reply, mut rx) = oneshot::channel();
+    core.handle(Input::ProvisionView { reply });
+    let view = rx.try_recv().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        no_executors(&mut answers),
+        ["queued: sh@1:*: no shape fits 2.0 GiB and 1 CPUs (largest: 1.0 GiB and 2 CPUs)"]
+    );
+    // Only `fits` (back from the lost agent) is left to provision for.
+    let sh = Capability::parse("sh@1").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(view.queued.get(&sh).map(|(n, need)| (*n, need.memory)), Some((1, 512 << 20)), "{view:?}");
+    let (reply, mut rx) = oneshot::channel();
+    core.handle(Input::Check { reply });
+    assert_eq!(rx.try_recv().unwrap_or_else(|e| panic!("{e}")), Ok(()));
+    // Answered for good: asked again, the store answers the same.
+    submit_needing(&mut core, "queued", "big", 0);
+    assert_eq!(
+        no_executors(&mut answers),
+        ["queued: sh@1:*: no shape fits 2.0 GiB and 1 CPUs (largest: 1.0 GiB and 2 CPUs)"]
+    );
+}
+
+/// A capability an outside scaler starts agents for (`--scaled-capability`,
+/// KEDA) waits for an agent even with no agent and a Provisioner whose
+/// shapes do not offer it — never "no executor", never handed back as
+/// "no shape fits". Another capability is still answered at once. Break
+/// it: drop `scaled` from `set_shapes` and "big-py" is answered at once.
+#[test]
+fn a_scaled_capability_waits_for_an_agent_and_is_never_handed_back() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let store = Store::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let (core, _) = Core::restore(store, 1, None).unwrap_or_else(|e| panic!("{e}"));
+    let mut core = core.with_clock(at_noon);
+    let py = Capability::parse("py@3").unwrap_or_else(|e| panic!("{e}"));
+    core.set_shapes(vec![sh_shape(1 << 30, 3600)], std::slice::from_ref(&py));
+    let (tx, mut answers) = mpsc::unbounded_channel();
+    let submitter = SubmitterId::new("s").unwrap_or_else(|e| panic!("{e}"));
+    core.handle(Input::SubmitterHello { submitter: submitter.clone(), conn: 1, tx });
+    let submit = |core: &mut Core, id: &str, name: &str, memory: u64| {
+        let spec = pb::TaskSpec {
+            capability: Some(pb::Capability {
+                name: name.into(),
+                version: "3".into(),
+                target: String::new(),
+            }),
+            need: Some(pb::Need { memory, cpu_millis: 1000 }),
+            ..spec(id)
+        };
+        let job = crate::wire::task_spec(spec, &submitter).unwrap_or_else(|e| panic!("{e}"));
+        core.handle(Input::Submit { submitter: submitter.clone(), job: Box::new(job) });
+    };
+    submit(&mut core, "big-py", "py", 64 << 30);
+    assert!(no_executors(&mut answers).is_empty(), "a scaled capability waits for its agent");
+    let (reply, mut rx) = oneshot::channel();
+    core.handle(Input::ProvisionView { reply });
+    let _ = rx.try_recv();
+    assert!(no_executors(&mut answers).is_empty(), "nor is it handed back at a tick");
+    assert_eq!(status(&mut core).queued, 1);
+    submit(&mut core, "rb", "ruby", 0);
+    assert_eq!(no_executors(&mut answers), ["rb: "], "an unscaled capability with no agent: at once");
 }

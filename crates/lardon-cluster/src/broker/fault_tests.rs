@@ -362,7 +362,7 @@ async fn a_thousand_random_faults_lose_nothing_and_complete_nothing_twice() {
                 durable += 1;
             }
             Answer::RunLocally(_) => durable += 1,
-            Answer::NoExecutor => no_executor += 1,
+            Answer::NoExecutor(_) => no_executor += 1,
             other => fail(format!("{id}: unexpected answer {other:?}")),
         }
     }

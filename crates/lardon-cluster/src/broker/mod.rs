@@ -220,14 +220,12 @@ fn start_with_cache(config: &BrokerConfig, cache: Option<BrokerCache>) -> Result
     if let Some(board) = &config.metrics {
         board.attach(tx.clone());
     }
-    let mut waiting_for_agents = config.scaled.clone();
+    let mut shapes = Vec::new();
     if let Some(p) = &config.provision {
-        let capabilities =
-            p.provisioner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).capabilities();
-        waiting_for_agents.extend(capabilities);
+        shapes = p.provisioner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).shapes().to_vec();
         provisioning::spawn(&tx, p.clone());
     }
-    core.set_provisionable(&waiting_for_agents);
+    core.set_shapes(shapes, &config.scaled);
     if restored {
         let tx = tx.clone();
         let window = config.recovery;

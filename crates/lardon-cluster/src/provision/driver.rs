@@ -74,6 +74,12 @@ impl Provisioner {
         caps
     }
 
+    /// The shapes its provider offers.
+    #[must_use]
+    pub fn shapes(&self) -> &[Shape] {
+        &self.shapes
+    }
+
     /// The allocations alive after the last tick.
     #[must_use]
     pub fn allocations(&self) -> &[Tracked] {

@@ -3,7 +3,10 @@
 //! broker and exiting after its idle time, which completes the Job. The
 //! pod's requests equal its limits (the shape's memory and CPUs), so the
 //! agent's budget, read from its cgroup, is the shape; the Job's
-//! `activeDeadlineSeconds` is the shape's walltime.
+//! `activeDeadlineSeconds` is the shape's walltime, and the agent is told
+//! the same end (`--ends-at`: the submission's time plus the walltime,
+//! never later than the deadline Kubernetes counts from the Job's start),
+//! so walltime-aware dispatch works on pods as on Slurm jobs.
 //!
 //! It talks to the API server through `kubectl` (the way the `slurm`
 //! provider uses `sbatch`), so the kubeconfig, contexts and credentials are
@@ -104,7 +107,7 @@ impl KubernetesProvider {
             )));
         }
         for shape in &config.shapes {
-            job_manifest(shape, &config)?;
+            job_manifest(shape, &config, unix_now())?;
         }
         Ok(KubernetesProvider { config })
     }
@@ -129,9 +132,14 @@ impl KubernetesProvider {
 
     fn manifest(&self, shape: &Shape) -> Result<String, ProviderError> {
         let shape = self.shape(&shape.name)?;
-        let job = job_manifest(shape, &self.config).map_err(|e| err(e.to_string()))?;
+        let job = job_manifest(shape, &self.config, unix_now()).map_err(|e| err(e.to_string()))?;
         Ok(job.to_string())
     }
+}
+
+/// The wall clock, Unix seconds.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 fn err(message: String) -> ProviderError {
@@ -150,12 +158,21 @@ fn is_dns_label(s: &str) -> bool {
 /// The Job that runs one allocation of `shape`: one pod, never restarted
 /// (a failed agent is a failed allocation, which the Provisioner counts),
 /// requests equal to limits, the agent's id taken from the Job's name so
-/// the broker can tell the allocation started.
+/// the broker can tell the allocation started. Created at
+/// `submitted_unix_s`, its pod's agent is told its allocation ends
+/// (`--ends-at`) a walltime later: Kubernetes counts
+/// `activeDeadlineSeconds` from the Job's start, which is no earlier, so
+/// the agent never takes a task that would outlive its pod (the pod's
+/// wait for a node only makes the agent's end early, never late).
 ///
 /// # Errors
 /// [`KubernetesError::BadConfig`] for a shape that cannot be one pod, or a
 /// TLS directory or token file without its Secret.
-pub fn job_manifest(shape: &Shape, config: &KubernetesConfig) -> Result<Value, KubernetesError> {
+pub fn job_manifest(
+    shape: &Shape,
+    config: &KubernetesConfig,
+    submitted_unix_s: u64,
+) -> Result<Value, KubernetesError> {
     let bad = |why: String| KubernetesError::BadConfig(format!("shape {}: {why}", shape.name));
     if shape.nodes > 1 {
         return Err(bad(format!(
@@ -178,6 +195,9 @@ pub fn job_manifest(shape: &Shape, config: &KubernetesConfig) -> Result<Value, K
     let (command, args) =
         argv.split_first().ok_or_else(|| bad("the agent's command line is empty".into()))?;
     let mut args: Vec<Value> = args.iter().map(|a| json!(a)).collect();
+    let walltime = shape.walltime.as_secs().max(1);
+    args.push(json!("--ends-at"));
+    args.push(json!(submitted_unix_s.saturating_add(walltime).to_string()));
     // Kubernetes expands $(VAR) in args: the agent's id is its Job's name,
     // which the Job controller puts on the pod as the `job-name` label.
     args.push(json!("--id"));
@@ -218,7 +238,7 @@ pub fn job_manifest(shape: &Shape, config: &KubernetesConfig) -> Result<Value, K
         "metadata": {"generateName": prefix, "namespace": config.namespace, "labels": labels},
         "spec": {
             "backoffLimit": 0,
-            "activeDeadlineSeconds": shape.walltime.as_secs().max(1),
+            "activeDeadlineSeconds": walltime,
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {

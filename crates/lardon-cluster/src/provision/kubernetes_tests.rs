@@ -15,6 +15,9 @@ use super::*;
 /// (no node), `…-c` that failed (its deadline passed).
 const LISTED: &str = include_str!("fixtures/kubectl-1.20-jobs-pods.json");
 
+/// When the tests' Jobs are created, Unix seconds.
+const SUBMITTED: u64 = 1_700_000_000;
+
 fn launch() -> AgentLaunch {
     AgentLaunch {
         program: PathBuf::from("lardon"),
@@ -59,7 +62,7 @@ fn ids(list: &[&str]) -> Vec<AllocationId> {
 #[test]
 fn the_job_is_one_never_restarted_pod_sized_as_the_shape() {
     let c = config();
-    let job = job_manifest(&c.shapes[0], &c).unwrap();
+    let job = job_manifest(&c.shapes[0], &c, SUBMITTED).unwrap();
     assert_eq!(job["apiVersion"], "batch/v1");
     assert_eq!(job["kind"], "Job");
     assert_eq!(job["metadata"]["generateName"], "lardon-agent-gcc-");
@@ -69,6 +72,19 @@ fn the_job_is_one_never_restarted_pod_sized_as_the_shape() {
     let spec = &job["spec"];
     assert_eq!(spec["backoffLimit"], 0, "a failed agent is a failed allocation, not retried by Kubernetes");
     assert_eq!(spec["activeDeadlineSeconds"], 3600, "the walltime");
+    // The agent is told the same end, counted from the submission (no
+    // later than Kubernetes' deadline, which counts from the Job's start),
+    // so walltime-aware dispatch works in pods.
+    let args = spec["template"]["spec"]["containers"][0]["args"].as_array().unwrap();
+    let at = args.iter().position(|a| a == "--ends-at").expect("--ends-at in the agent's args");
+    assert_eq!(args[at + 1], (SUBMITTED + 3600).to_string());
+    let seconds = Duration::from_secs(5400);
+    let mut longer = c.clone();
+    longer.shapes[0].walltime = seconds;
+    let job = job_manifest(&longer.shapes[0], &longer, SUBMITTED).unwrap();
+    let args = job["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap();
+    assert_eq!(job["spec"]["activeDeadlineSeconds"], 5400);
+    assert_eq!(args[at + 1], (SUBMITTED + 5400).to_string(), "the end follows the shape's walltime");
     let pod = &spec["template"]["spec"];
     assert_eq!(pod["restartPolicy"], "Never");
     assert_eq!(pod["terminationGracePeriodSeconds"], 60);
@@ -86,13 +102,13 @@ fn the_job_is_one_never_restarted_pod_sized_as_the_shape() {
 #[test]
 fn the_pod_runs_the_agent_with_the_jobs_name_as_its_id() {
     let c = config();
-    let job = job_manifest(&c.shapes[0], &c).unwrap();
+    let job = job_manifest(&c.shapes[0], &c, SUBMITTED).unwrap();
     let container = &job["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(container["command"], serde_json::json!(["lardon"]));
     let args: Vec<&str> = container["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
     let mut want = launch().argv(&c.shapes[0].capabilities);
     want.remove(0);
-    want.extend(["--id".to_owned(), "$(LARDON_JOB_NAME)".to_owned()]);
+    want.extend(["--ends-at", "1700003600", "--id", "$(LARDON_JOB_NAME)"].map(str::to_owned));
     assert_eq!(args, want);
     assert_eq!(
         container["env"][0]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.labels['job-name']",

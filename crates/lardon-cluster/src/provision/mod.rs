@@ -29,7 +29,7 @@ pub use health::{BACKOFF_LADDER, Health, MAX_START_FAILURES, MAX_SUBMIT_FAILURES
 pub use kubernetes::{KubernetesConfig, KubernetesProvider};
 pub use launch::AgentLaunch;
 pub use local::LocalProvider;
-pub use plan::{Action, Hold, Plan, plan};
+pub use plan::{Action, Hold, Plan, never_fits, plan};
 pub use provider::{AllocState, AllocationId, Provider, ProviderError, StaticProvider};
 pub use slurm::{SlurmConfig, SlurmProvider, SlurmShape};
 

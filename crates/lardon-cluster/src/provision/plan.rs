@@ -46,6 +46,10 @@ pub enum Hold {
         memory: u64,
         /// One task's CPUs, thousandths.
         cpu_millis: u32,
+        /// The most memory of a node of any shape offering it, bytes.
+        largest_memory: u64,
+        /// The most CPUs of a node of any shape offering it, thousandths.
+        largest_cpu_millis: u32,
     },
     /// A task would outlive every shape that fits it.
     WalltimeTooShort {
@@ -81,12 +85,16 @@ impl std::fmt::Display for Hold {
                 write!(f, "backing off after failed submissions: next try in {}", format_minutes(*remaining))
             }
             Hold::NoShapeOffers(c) => write!(f, "{c}: no allocation shape offers it"),
-            Hold::NoShapeFits { capability, memory, cpu_millis } => write!(
-                f,
-                "{capability}: no shape fits {} and {} CPUs",
-                crate::provision::format_bytes(*memory),
-                f64::from(*cpu_millis) / 1000.0
-            ),
+            Hold::NoShapeFits { capability, memory, cpu_millis, largest_memory, largest_cpu_millis } => {
+                write!(
+                    f,
+                    "{capability}: no shape fits {} and {} CPUs (largest: {} and {} CPUs)",
+                    crate::provision::format_bytes(*memory),
+                    f64::from(*cpu_millis) / 1000.0,
+                    crate::provision::format_bytes(*largest_memory),
+                    f64::from(*largest_cpu_millis) / 1000.0
+                )
+            }
             Hold::WalltimeTooShort { capability, learned, walltime } => write!(
                 f,
                 "{capability}: learned duration {} exceeds walltime {}",
@@ -122,12 +130,16 @@ fn choose<'s>(d: &Demand, shapes: &'s [Shape]) -> Result<&'s Shape, Hold> {
     if offering.is_empty() {
         return Err(Hold::NoShapeOffers(d.capability.clone()));
     }
+    let largest_memory = offering.iter().map(|s| s.memory).max().unwrap_or(0);
+    let largest_cpu_millis = offering.iter().map(|s| s.cpu_millis).max().unwrap_or(0);
     let fitting: Vec<&Shape> = offering.into_iter().filter(|s| s.slots(d) >= 1).collect();
     if fitting.is_empty() {
         return Err(Hold::NoShapeFits {
             capability: d.capability.clone(),
             memory: d.memory,
             cpu_millis: d.cpu_millis,
+            largest_memory,
+            largest_cpu_millis,
         });
     }
     let longest = fitting.iter().map(|s| s.walltime).max().unwrap_or_default();
@@ -140,6 +152,21 @@ fn choose<'s>(d: &Demand, shapes: &'s [Shape]) -> Result<&'s Shape, Hold> {
             learned: d.duration,
             walltime: longest,
         })
+}
+
+/// Why no allocation of `shapes` could ever run one task of `task` (its
+/// `tasks` count is ignored): some shape offers its capability, but none
+/// is big enough for its memory and CPUs ([`Hold::NoShapeFits`]) or none
+/// that is outlives its duration ([`Hold::WalltimeTooShort`]). `None` when
+/// a shape can run it, or when no shape offers the capability at all (not
+/// provisionable: the router's "no executor" already answers that). The
+/// same words as [`plan`]'s, since it is the same decision for one task.
+#[must_use]
+pub fn never_fits(task: &Demand, shapes: &[Shape]) -> Option<Hold> {
+    match choose(task, shapes) {
+        Err(hold @ (Hold::NoShapeFits { .. } | Hold::WalltimeTooShort { .. })) => Some(hold),
+        Ok(_) | Err(_) => None,
+    }
 }
 
 /// Decides what to ask `shapes`' provider for at `now`.

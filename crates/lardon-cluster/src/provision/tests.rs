@@ -86,7 +86,10 @@ fn every_not_provisioning_decision_says_why() {
     let big_task = Demand { memory: 64 * GIB, ..demand(1) };
     let p = plan(&[big_task], &[shape("small", 8 * GIB, 4, 60 * MIN)], &[], limits(10, 10), &passed(), now);
     assert_eq!(p.holds.len(), 1);
-    assert_eq!(p.holds[0].to_string(), "gcc@13:x86_64-linux-gnu: no shape fits 64.0 GiB and 1 CPUs");
+    assert_eq!(
+        p.holds[0].to_string(),
+        "gcc@13:x86_64-linux-gnu: no shape fits 64.0 GiB and 1 CPUs (largest: 8.0 GiB and 4 CPUs)"
+    );
 
     let long_task = Demand { duration: 70 * MIN, ..demand(1) };
     let p = plan(&[long_task], &[shape("small", 8 * GIB, 4, 60 * MIN)], &[], limits(10, 10), &passed(), now);
@@ -204,4 +207,31 @@ fn a_static_provider_offers_nothing_to_plan_for() {
     assert!(out.actions.is_empty());
     assert_eq!(out.holds, [Hold::NoShapeOffers(gcc())]);
     assert!(p.submit(&shape("x", GIB, 1, MIN), 1).is_err());
+}
+
+#[test]
+fn a_task_no_shape_can_ever_run_is_named_with_the_largest_shape() {
+    let shapes = [shape("small", 8 * GIB, 4, 60 * MIN), shape("big", 16 * GIB, 2, 30 * MIN)];
+    // Fits: small holds 2 GiB, 1 CPU, 10 min.
+    assert_eq!(never_fits(&demand(1), &shapes), None);
+    // Too big for any node: the largest memory and the most CPUs named.
+    let big = Demand { memory: 64 * GIB, ..demand(1) };
+    let hold = never_fits(&big, &shapes).expect("64 GiB fits no shape");
+    assert_eq!(
+        hold.to_string(),
+        "gcc@13:x86_64-linux-gnu: no shape fits 64.0 GiB and 1 CPUs (largest: 16.0 GiB and 4 CPUs)"
+    );
+    let wide = Demand { cpu_millis: 8000, ..demand(1) };
+    assert!(matches!(never_fits(&wide, &shapes), Some(Hold::NoShapeFits { cpu_millis: 8000, .. })));
+    // 12 GiB fits only `big`, whose 30 min walltime is shorter than 40 min.
+    let long = Demand { memory: 12 * GIB, duration: 40 * MIN, ..demand(1) };
+    assert_eq!(
+        never_fits(&long, &shapes).map(|h| h.to_string()).as_deref(),
+        Some("gcc@13:x86_64-linux-gnu: learned duration 40 min exceeds walltime 30 min")
+    );
+    // The count does not matter: one task is what must fit.
+    assert_eq!(never_fits(&Demand { tasks: 1000, ..demand(1) }, &shapes), None);
+    // No shape offers it: not provisionable, so not this check's answer.
+    let clang = Demand { capability: cap("clang@17"), ..big };
+    assert_eq!(never_fits(&clang, &shapes), None);
 }

@@ -132,7 +132,10 @@ pub(crate) fn verdict(
             code: "agents_lost",
             message: format!("the broker handed it back ({why}): ran locally"),
         },
-        Answer::NoExecutor => Verdict::Local {
+        Answer::NoExecutor(why) if !why.is_empty() => {
+            Verdict::Local { code: "no_executor", message: format!("no executor ({why}): ran locally") }
+        }
+        Answer::NoExecutor(_) => Verdict::Local {
             code: "no_executor",
             message: format!("no agent for capability {capability}: ran locally"),
         },
@@ -184,7 +187,8 @@ mod tests {
         assert!(matches!(v(&Answer::RunLocally("lost".into()), 0), Verdict::Reship(_)));
         for (answer, code) in [
             (Answer::RunLocally("lost".into()), "agents_lost"),
-            (Answer::NoExecutor, "no_executor"),
+            (Answer::NoExecutor(String::new()), "no_executor"),
+            (Answer::NoExecutor("sh@1:*: no shape fits 4.0 GiB".into()), "no_executor"),
             (Answer::Unreachable, "broker_unreachable"),
             (Answer::Rejected("request.argv: empty".into()), "broker_rejected"),
         ] {

@@ -217,7 +217,8 @@ async fn remote(c: &Compile, broker: &str, dial: lardon_cluster::dial::Dial) -> 
     };
     let ended = match ticket.answer().await? {
         Answer::Done(ended) => ended,
-        Answer::NoExecutor => return fallback(format!("no agent runs {}", task.capability)),
+        Answer::NoExecutor(why) if !why.is_empty() => return fallback(format!("no executor: {why}")),
+        Answer::NoExecutor(_) => return fallback(format!("no agent runs {}", task.capability)),
         Answer::RunLocally(why) => return fallback(format!("the cluster gave it back: {why}")),
         Answer::Unreachable => return fallback(format!("the broker at {broker} stopped answering")),
         Answer::Cancelled => return fallback("cancelled".into()),
