@@ -85,6 +85,10 @@ pub(crate) enum Input {
     Status {
         reply: oneshot::Sender<pb::ClusterStatusResponse>,
     },
+    /// A new `Watch` subscriber: its receiver, with a current snapshot in.
+    Watch {
+        reply: oneshot::Sender<tokio::sync::watch::Receiver<super::watch::Snapshot>>,
+    },
     /// The Provisioner's view: queued demand per capability (with the
     /// largest declared need) and the connected agents' ids.
     ProvisionView {
@@ -105,6 +109,22 @@ pub(crate) enum Input {
     Check {
         reply: oneshot::Sender<Result<(), String>>,
     },
+}
+
+impl Input {
+    /// Whether handling it may change the state (a read does not move the
+    /// change counter).
+    fn may_change(&self) -> bool {
+        match self {
+            Input::Status { .. }
+            | Input::Watch { .. }
+            | Input::ProvisionView { .. }
+            | Input::Metrics { .. } => false,
+            #[cfg(test)]
+            Input::Check { .. } => false,
+            _ => true,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -139,6 +159,11 @@ pub(crate) struct Core {
     verdicts: HashMap<AgentId, (String, String)>,
     /// The wall clock, Unix milliseconds (walltime checks).
     clock: fn() -> u64,
+    /// Inputs handled that may have changed the state: the `Watch`
+    /// sequence.
+    changes: u64,
+    /// What `Watch` subscribers read.
+    watch: super::watch::Feed,
 }
 
 /// The system's wall clock, Unix milliseconds.
@@ -171,6 +196,8 @@ impl Core {
             learned: Learned::new(),
             verdicts: HashMap::new(),
             clock: unix_ms,
+            changes: 0,
+            watch: super::watch::Feed::default(),
         };
         core.learned = core.store.learned()?;
         core.router.set_now((core.clock)());
@@ -256,9 +283,22 @@ impl Core {
         self.learned.estimate(class)
     }
 
+    /// Publishes the status to `Watch` subscribers if it may have changed
+    /// since the last publication (and someone watches); `busy`: more
+    /// inputs wait, so it may be put off (see [`super::watch::Feed::due`]).
+    pub(crate) fn publish_watch(&mut self, busy: bool) {
+        if self.watch.due(self.changes, busy) {
+            let status = self.status();
+            self.watch.publish(self.changes, status);
+        }
+    }
+
     /// Handles one input.
     pub(crate) fn handle(&mut self, input: Input) {
         self.router.set_now((self.clock)());
+        if input.may_change() {
+            self.changes += 1;
+        }
         match input {
             Input::AgentHello { hello, conn, tx } => {
                 let agent = hello.agent.clone();
@@ -369,6 +409,14 @@ impl Core {
             }
             Input::Status { reply } => {
                 let _ = reply.send(self.status());
+            }
+            Input::Watch { reply } => {
+                let rx = self.watch.subscribe();
+                if !self.watch.is_current(self.changes) {
+                    let status = self.status();
+                    self.watch.publish(self.changes, status);
+                }
+                let _ = reply.send(rx);
             }
             Input::Metrics { reply } => {
                 let _ = reply.send(self.metrics());

@@ -24,6 +24,10 @@ mod metrics;
 mod metrics_tests;
 mod provisioning;
 mod service;
+mod watch;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod watch_tests;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -235,6 +239,10 @@ fn start_with_cache(config: &BrokerConfig, cache: Option<BrokerCache>) -> Result
             if let Some(board) = &demand {
                 board.publish(core.demand());
             }
+            // Watchers read one shared snapshot; while more inputs wait it
+            // is put off (bounded), so a burst costs one status, not one
+            // per input.
+            core.publish_watch(!rx.is_empty());
         }
     });
     Ok(BrokerService::new(

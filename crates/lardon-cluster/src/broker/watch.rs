@@ -1,0 +1,220 @@
+//! The broker's `Watch` stream (docs/DESIGN.md §14): the owner task
+//! publishes its status into one [`tokio::sync::watch`] channel after the
+//! changes it makes, and each watcher's stream reads that channel at its
+//! own pace.
+//!
+//! * The owner never waits for a watcher: publishing replaces the one
+//!   shared snapshot. A watcher that reads slowly, or not at all, only
+//!   misses intermediate states; when it reads it gets the latest one.
+//! * The status is computed only while someone watches, at most once per
+//!   batch of inputs the owner handles back to back (and at least every
+//!   [`MAX_DEFERRED`] inputs), and published only when it differs from the
+//!   last snapshot.
+//! * Each watcher's stream sends the snapshot at once, then one after each
+//!   change but no sooner than its `min_interval_ms` after the previous
+//!   one, and a heartbeat after the broker's heartbeat interval of quiet.
+//!   It ends (freeing everything) as soon as its client goes away.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lardon_proto::cluster as pb;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tonic::Status;
+
+/// The interval between events when the request leaves it at 0.
+pub(crate) const DEFAULT_MIN_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The `min_interval_ms` a request may ask for.
+pub(crate) const MIN_INTERVAL_MS: std::ops::RangeInclusive<u32> = 10..=60_000;
+
+/// Inputs the owner may handle while more wait in its queue before it
+/// publishes anyway (a steady load still reaches watchers).
+pub(crate) const MAX_DEFERRED: u32 = 64;
+
+/// One published state: the change counter when it was taken and the
+/// status then, shared by every watcher.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Snapshot {
+    pub(crate) sequence: u64,
+    pub(crate) status: Arc<pb::ClusterStatusResponse>,
+}
+
+/// The owner task's side of the channel.
+#[derive(Debug)]
+pub(crate) struct Feed {
+    tx: watch::Sender<Snapshot>,
+    /// The change counter the channel's snapshot is current for (`None`:
+    /// nobody watched meanwhile, so it may be stale).
+    current_for: Option<u64>,
+    /// Inputs handled since the counter moved without a publication (the
+    /// queue was busy).
+    deferred: u32,
+}
+
+impl Default for Feed {
+    fn default() -> Self {
+        Feed { tx: watch::channel(Snapshot::default()).0, current_for: None, deferred: 0 }
+    }
+}
+
+impl Feed {
+    /// A new watcher's receiver. The caller publishes right after (see
+    /// [`Feed::publish`]) so that its first snapshot is current.
+    pub(crate) fn subscribe(&mut self) -> watch::Receiver<Snapshot> {
+        self.tx.subscribe()
+    }
+
+    /// Whether the status must be computed and published now, the counter
+    /// being at `changes`; `busy`: more inputs wait (then publishing is
+    /// put off, up to [`MAX_DEFERRED`] inputs). With no watcher, never.
+    pub(crate) fn due(&mut self, changes: u64, busy: bool) -> bool {
+        if self.tx.receiver_count() == 0 {
+            self.current_for = None;
+            self.deferred = 0;
+            return false;
+        }
+        if self.current_for == Some(changes) {
+            return false;
+        }
+        if busy && self.deferred < MAX_DEFERRED {
+            self.deferred += 1;
+            return false;
+        }
+        true
+    }
+
+    /// Whether the snapshot is current for `changes` (a new watcher needs
+    /// a fresh one otherwise).
+    pub(crate) fn is_current(&self, changes: u64) -> bool {
+        self.current_for == Some(changes)
+    }
+
+    /// Publishes `status`, taken at change `changes`, unless it equals the
+    /// snapshot already there (then watchers are not woken).
+    pub(crate) fn publish(&mut self, changes: u64, status: pb::ClusterStatusResponse) {
+        self.current_for = Some(changes);
+        self.deferred = 0;
+        self.tx.send_if_modified(|s| {
+            if *s.status == status {
+                return false;
+            }
+            *s = Snapshot { sequence: changes, status: Arc::new(status) };
+            true
+        });
+    }
+}
+
+/// The request's interval between events.
+///
+/// # Errors
+/// INVALID_ARGUMENT naming `min_interval_ms` when it is out of range.
+pub(crate) fn min_interval(request: &pb::ClusterWatchRequest) -> Result<Duration, Status> {
+    match request.min_interval_ms {
+        0 => Ok(DEFAULT_MIN_INTERVAL),
+        ms if MIN_INTERVAL_MS.contains(&ms) => Ok(Duration::from_millis(u64::from(ms))),
+        ms => Err(Status::invalid_argument(format!(
+            "min_interval_ms: {ms} is out of range: give {} ..= {} milliseconds, or 0 for {} ms",
+            MIN_INTERVAL_MS.start(),
+            MIN_INTERVAL_MS.end(),
+            DEFAULT_MIN_INTERVAL.as_millis()
+        ))),
+    }
+}
+
+/// Where a watcher's events go: room for one, so that a slow client holds
+/// at most one stale event and the next one it reads is the latest state.
+pub(crate) type EventTx = mpsc::Sender<Result<pb::ClusterWatchEvent, Status>>;
+
+/// Feeds one watcher from `rx` until its client goes away or the broker
+/// stops: the snapshot at once, then after each change (no sooner than
+/// `interval` after the previous event), and a heartbeat after
+/// `heartbeat` of quiet.
+pub(crate) async fn serve_watcher(
+    mut rx: watch::Receiver<Snapshot>,
+    out: EventTx,
+    interval: Duration,
+    heartbeat: Duration,
+) {
+    let heartbeat_ms = u64::try_from(heartbeat.as_millis()).unwrap_or(u64::MAX);
+    let mut last: Option<u64> = None;
+    loop {
+        // Room for the event first, then the snapshot: what goes out is
+        // the latest state when the client can take it.
+        let Ok(permit) = out.reserve().await else { return };
+        let snapshot = rx.borrow_and_update().clone();
+        permit.send(Ok(pb::ClusterWatchEvent {
+            sequence: snapshot.sequence,
+            status: Some((*snapshot.status).clone()),
+            // A new state always has a new sequence (see Feed::publish).
+            heartbeat: last == Some(snapshot.sequence),
+            heartbeat_ms,
+        }));
+        last = Some(snapshot.sequence);
+        let sent = Instant::now();
+        tokio::select! {
+            changed = rx.changed() => {
+                if changed.is_err() {
+                    let _ = out.send(Err(Status::unavailable("the broker is stopping"))).await;
+                    return;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep_until(sent + interval) => {}
+                    () = out.closed() => return,
+                }
+            }
+            () = tokio::time::sleep_until(sent + heartbeat.max(interval)) => {}
+            () = out.closed() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn status(queued: u64) -> pb::ClusterStatusResponse {
+        pb::ClusterStatusResponse { queued, ..Default::default() }
+    }
+
+    /// Nothing is computed while nobody watches; a busy queue puts the
+    /// publication off (up to a bound); an unchanged status wakes no one.
+    #[test]
+    fn the_feed_publishes_only_for_watchers_and_only_changes() {
+        let mut feed = Feed::default();
+        assert!(!feed.due(1, false), "no watcher: nothing to compute");
+        let mut rx = feed.subscribe();
+        assert!(!feed.is_current(1));
+        assert!(feed.due(1, false));
+        feed.publish(1, status(1));
+        assert!(rx.has_changed().unwrap());
+        assert_eq!(rx.borrow_and_update().sequence, 1);
+        assert!(!feed.due(1, false), "current already");
+        for n in 0..MAX_DEFERRED {
+            assert!(!feed.due(2, true), "deferred while busy ({n})");
+        }
+        assert!(feed.due(2, true), "published after {MAX_DEFERRED} busy inputs");
+        feed.publish(2, status(1));
+        assert!(!rx.has_changed().unwrap(), "the same status wakes no watcher");
+        feed.publish(3, status(2));
+        assert_eq!(rx.borrow_and_update().sequence, 3);
+        drop(rx);
+        assert!(!feed.due(4, false));
+        assert!(!feed.is_current(3), "stale once nobody watched");
+    }
+
+    #[test]
+    fn min_interval_is_validated_naming_the_field() {
+        let ask = |ms| min_interval(&pb::ClusterWatchRequest { min_interval_ms: ms });
+        assert_eq!(ask(0).unwrap(), DEFAULT_MIN_INTERVAL);
+        assert_eq!(ask(10).unwrap(), Duration::from_millis(10));
+        assert_eq!(ask(60_000).unwrap(), Duration::from_secs(60));
+        for bad in [1, 9, 60_001, u32::MAX] {
+            let e = ask(bad).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(e.message().starts_with("min_interval_ms: "), "{}", e.message());
+        }
+    }
+}
