@@ -130,13 +130,16 @@ pub(crate) type EventTx = mpsc::Sender<Result<pb::ClusterWatchEvent, Status>>;
 /// Feeds one watcher from `rx` until its client goes away or the broker
 /// stops: the snapshot at once, then after each change (no sooner than
 /// `interval` after the previous event), and a heartbeat after
-/// `heartbeat` of quiet.
+/// `heartbeat` (or `interval`, if longer) of quiet.
 pub(crate) async fn serve_watcher(
     mut rx: watch::Receiver<Snapshot>,
     out: EventTx,
     interval: Duration,
     heartbeat: Duration,
 ) {
+    // Never more often than the interval asked for, heartbeats included;
+    // the event says how often, so the client knows when to give up.
+    let heartbeat = heartbeat.max(interval);
     let heartbeat_ms = u64::try_from(heartbeat.as_millis()).unwrap_or(u64::MAX);
     let mut last: Option<u64> = None;
     loop {
@@ -164,7 +167,7 @@ pub(crate) async fn serve_watcher(
                     () = out.closed() => return,
                 }
             }
-            () = tokio::time::sleep_until(sent + heartbeat.max(interval)) => {}
+            () = tokio::time::sleep_until(sent + heartbeat) => {}
             () = out.closed() => return,
         }
     }
@@ -203,6 +206,34 @@ mod tests {
         drop(rx);
         assert!(!feed.due(4, false));
         assert!(!feed.is_current(3), "stale once nobody watched");
+    }
+
+    /// Heartbeats come no faster than the interval asked for, and say so;
+    /// a client that goes away ends its watcher; a broker that stops ends
+    /// the stream with UNAVAILABLE.
+    #[tokio::test]
+    async fn a_watcher_beats_at_its_pace_and_ends_with_either_side() {
+        let (feed, rx) = watch::channel(Snapshot::default());
+        let (out, mut events) = mpsc::channel(1);
+        let interval = Duration::from_millis(60);
+        let task = tokio::spawn(serve_watcher(rx, out, interval, Duration::from_millis(10)));
+        let first = events.recv().await.unwrap().unwrap();
+        assert!(!first.heartbeat);
+        assert_eq!(first.heartbeat_ms, 60, "the interval, being longer than the heartbeat");
+        let since = Instant::now();
+        let beat = events.recv().await.unwrap().unwrap();
+        assert!(beat.heartbeat && since.elapsed() >= Duration::from_millis(50), "{beat:?}");
+        drop(events);
+        tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap();
+
+        let rx = feed.subscribe();
+        let (out, mut events) = mpsc::channel(1);
+        tokio::spawn(serve_watcher(rx, out, interval, Duration::from_secs(60)));
+        assert!(events.recv().await.unwrap().is_ok());
+        drop(feed);
+        let end = events.recv().await.unwrap().unwrap_err();
+        assert_eq!(end.code(), tonic::Code::Unavailable);
+        assert!(events.recv().await.is_none());
     }
 
     #[test]
