@@ -285,11 +285,18 @@ impl Core {
 
     /// Publishes the status to `Watch` subscribers if it may have changed
     /// since the last publication (and someone watches); `busy`: more
-    /// inputs wait, so it may be put off (see [`super::watch::Feed::due`]).
-    pub(crate) fn publish_watch(&mut self, busy: bool) {
-        if self.watch.due(self.changes, busy) {
-            let status = self.status();
-            self.watch.publish(self.changes, status);
+    /// inputs wait. Returns when to call again if it was put off for
+    /// time (see [`super::watch::Feed::due`]).
+    pub(crate) fn publish_watch(&mut self, busy: bool) -> Option<std::time::Instant> {
+        let now = std::time::Instant::now();
+        match self.watch.due(self.changes, busy, now) {
+            super::watch::Due::Now => {
+                let status = self.status();
+                self.watch.publish(self.changes, status, now);
+                None
+            }
+            super::watch::Due::At(at) => Some(at),
+            super::watch::Due::No => None,
         }
     }
 
@@ -414,7 +421,7 @@ impl Core {
                 let rx = self.watch.subscribe();
                 if !self.watch.is_current(self.changes) {
                     let status = self.status();
-                    self.watch.publish(self.changes, status);
+                    self.watch.publish(self.changes, status, std::time::Instant::now());
                 }
                 let _ = reply.send(rx);
             }

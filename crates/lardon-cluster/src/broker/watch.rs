@@ -6,7 +6,9 @@
 //! * The owner never waits for a watcher: publishing replaces the one
 //!   shared snapshot. A watcher that reads slowly, or not at all, only
 //!   misses intermediate states; when it reads it gets the latest one.
-//! * The status is computed only while someone watches, at most once per
+//! * The status is computed only while someone watches, only after an
+//!   input that may have changed it, no more often than every [`MIN_GAP`]
+//!   (the shortest interval a watcher may ask for), at most once per
 //!   batch of inputs the owner handles back to back (and at least every
 //!   [`MAX_DEFERRED`] inputs), and published only when it differs from the
 //!   last snapshot.
@@ -33,12 +35,28 @@ pub(crate) const MIN_INTERVAL_MS: std::ops::RangeInclusive<u32> = 10..=60_000;
 /// publishes anyway (a steady load still reaches watchers).
 pub(crate) const MAX_DEFERRED: u32 = 64;
 
+/// Least time between two publications: no watcher may ask for events
+/// more often, so computing the status more often would be wasted.
+pub(crate) const MIN_GAP: Duration = Duration::from_millis(10);
+
 /// One published state: the change counter when it was taken and the
 /// status then, shared by every watcher.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Snapshot {
     pub(crate) sequence: u64,
     pub(crate) status: Arc<pb::ClusterStatusResponse>,
+}
+
+/// When the owner should publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Due {
+    /// Now.
+    Now,
+    /// At this instant, unless an input comes first (then ask again).
+    At(std::time::Instant),
+    /// Not until the next input: nobody watches, nothing changed, or more
+    /// inputs wait.
+    No,
 }
 
 /// The owner task's side of the channel.
@@ -51,11 +69,13 @@ pub(crate) struct Feed {
     /// Inputs handled since the counter moved without a publication (the
     /// queue was busy).
     deferred: u32,
+    /// When the status was last computed for watchers.
+    last: Option<std::time::Instant>,
 }
 
 impl Default for Feed {
     fn default() -> Self {
-        Feed { tx: watch::channel(Snapshot::default()).0, current_for: None, deferred: 0 }
+        Feed { tx: watch::channel(Snapshot::default()).0, current_for: None, deferred: 0, last: None }
     }
 }
 
@@ -66,23 +86,28 @@ impl Feed {
         self.tx.subscribe()
     }
 
-    /// Whether the status must be computed and published now, the counter
-    /// being at `changes`; `busy`: more inputs wait (then publishing is
-    /// put off, up to [`MAX_DEFERRED`] inputs). With no watcher, never.
-    pub(crate) fn due(&mut self, changes: u64, busy: bool) -> bool {
+    /// When the status must be computed and published, the counter being
+    /// at `changes` at `now`: never while nobody watches or nothing
+    /// changed; no sooner than [`MIN_GAP`] after the last publication;
+    /// and while more inputs wait (`busy`) it is put off, up to
+    /// [`MAX_DEFERRED`] inputs.
+    pub(crate) fn due(&mut self, changes: u64, busy: bool, now: std::time::Instant) -> Due {
         if self.tx.receiver_count() == 0 {
             self.current_for = None;
             self.deferred = 0;
-            return false;
+            return Due::No;
         }
         if self.current_for == Some(changes) {
-            return false;
+            return Due::No;
+        }
+        if let Some(next) = self.last.map(|at| at + MIN_GAP).filter(|next| *next > now) {
+            return Due::At(next);
         }
         if busy && self.deferred < MAX_DEFERRED {
             self.deferred += 1;
-            return false;
+            return Due::No;
         }
-        true
+        Due::Now
     }
 
     /// Whether the snapshot is current for `changes` (a new watcher needs
@@ -91,11 +116,17 @@ impl Feed {
         self.current_for == Some(changes)
     }
 
-    /// Publishes `status`, taken at change `changes`, unless it equals the
-    /// snapshot already there (then watchers are not woken).
-    pub(crate) fn publish(&mut self, changes: u64, status: pb::ClusterStatusResponse) {
+    /// Publishes `status`, taken at change `changes` at `now`, unless it
+    /// equals the snapshot already there (then watchers are not woken).
+    pub(crate) fn publish(
+        &mut self,
+        changes: u64,
+        status: pb::ClusterStatusResponse,
+        now: std::time::Instant,
+    ) {
         self.current_for = Some(changes);
         self.deferred = 0;
+        self.last = Some(now);
         self.tx.send_if_modified(|s| {
             if *s.status == status {
                 return false;
@@ -182,29 +213,35 @@ mod tests {
         pb::ClusterStatusResponse { queued, ..Default::default() }
     }
 
-    /// Nothing is computed while nobody watches; a busy queue puts the
-    /// publication off (up to a bound); an unchanged status wakes no one.
+    /// Nothing is computed while nobody watches; publications are
+    /// spaced by MIN_GAP; a busy queue puts one off (up to a bound); an
+    /// unchanged status wakes no one.
     #[test]
-    fn the_feed_publishes_only_for_watchers_and_only_changes() {
+    fn the_feed_publishes_only_for_watchers_only_changes_and_no_faster_than_its_gap() {
+        let t0 = std::time::Instant::now();
         let mut feed = Feed::default();
-        assert!(!feed.due(1, false), "no watcher: nothing to compute");
+        assert_eq!(feed.due(1, false, t0), Due::No, "no watcher: nothing to compute");
         let mut rx = feed.subscribe();
         assert!(!feed.is_current(1));
-        assert!(feed.due(1, false));
-        feed.publish(1, status(1));
+        assert_eq!(feed.due(1, false, t0), Due::Now);
+        feed.publish(1, status(1), t0);
         assert!(rx.has_changed().unwrap());
         assert_eq!(rx.borrow_and_update().sequence, 1);
-        assert!(!feed.due(1, false), "current already");
+        assert_eq!(feed.due(1, false, t0), Due::No, "current already");
+        assert_eq!(feed.due(2, false, t0 + MIN_GAP / 2), Due::At(t0 + MIN_GAP), "too soon");
+        let t1 = t0 + MIN_GAP;
         for n in 0..MAX_DEFERRED {
-            assert!(!feed.due(2, true), "deferred while busy ({n})");
+            assert_eq!(feed.due(2, true, t1), Due::No, "deferred while busy ({n})");
         }
-        assert!(feed.due(2, true), "published after {MAX_DEFERRED} busy inputs");
-        feed.publish(2, status(1));
+        assert_eq!(feed.due(2, true, t1), Due::Now, "published after {MAX_DEFERRED} busy inputs");
+        feed.publish(2, status(1), t1);
         assert!(!rx.has_changed().unwrap(), "the same status wakes no watcher");
-        feed.publish(3, status(2));
+        let t2 = t1 + MIN_GAP;
+        assert_eq!(feed.due(3, false, t2), Due::Now);
+        feed.publish(3, status(2), t2);
         assert_eq!(rx.borrow_and_update().sequence, 3);
         drop(rx);
-        assert!(!feed.due(4, false));
+        assert_eq!(feed.due(4, false, t2 + MIN_GAP), Due::No);
         assert!(!feed.is_current(3), "stale once nobody watched");
     }
 

@@ -206,13 +206,13 @@ async fn a_watcher_that_never_reads_holds_nothing_up_then_gets_the_latest_state(
         let answer = tokio::time::timeout(WAIT, ticket.answer()).await.expect("answered while unwatched");
         assert!(matches!(answer, Ok(Answer::Done(ref e)) if e.success), "{answer:?}");
     }
-    // Two status calls through the owner's queue: the second is handled
-    // after the publication that followed the first, so the latest state
-    // is in the channel before the watcher reads.
-    for _ in 0..2 {
-        let s = client::status(&addr, &Default::default()).await.unwrap();
-        assert_eq!((s.finished, s.queued, s.in_flight), (TASKS, 0, 0));
-    }
+    // A second subscription makes the owner publish the state as it is
+    // now (a new watcher's first snapshot is current), and that state is
+    // final: every answer was given.
+    let request = tonic::Request::new(pb::ClusterWatchRequest { min_interval_ms: 10 });
+    let mut second = Reader::new(service.watch(request).await.unwrap().into_inner());
+    let now = second.until("the second watcher's snapshot", |_| true).await;
+    assert_eq!((status(&now).finished, status(&now).queued, status(&now).in_flight), (TASKS, 0, 0));
     let last = watcher
         .until("the latest state", |e| {
             let s = status(e);
