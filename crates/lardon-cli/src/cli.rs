@@ -457,13 +457,30 @@ pub(crate) enum AgentEnforcement {
 pub(crate) enum ClusterCommand {
     /// The broker's agents (capabilities, tokens, tasks held, availability)
     /// and its queue.
+    ///
+    /// With --watch it follows the broker's Watch stream instead: the
+    /// status at once, then again after every change (changes closer than
+    /// --min-interval come as one, with the latest state), until
+    /// interrupted. With --json each event is one line (JSON lines: the
+    /// status plus `sequence`, the broker's change counter, and
+    /// `heartbeat`, true for the broker's "nothing changed" beat, which
+    /// the table form does not print). It exits 3 when the broker stops
+    /// answering.
+    ///
+    /// Example: `lardon cluster status --broker 127.0.0.1:7700 --watch --json | jq -c '{queued, in_flight}'`
     Status {
         /// The broker (HOST:PORT)
         #[arg(long, value_name = "ADDR")]
         broker: String,
-        /// Print JSON instead of a table
+        /// Print JSON instead of a table (one line per event with --watch)
         #[arg(long)]
         json: bool,
+        /// Keep printing the status as it changes
+        #[arg(long)]
+        watch: bool,
+        /// With --watch: least time between two printed states (10ms ..= 60s)
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms, default_value = "1s", requires = "watch")]
+        min_interval: u64,
         #[command(flatten)]
         security: ClusterSecurity,
     },

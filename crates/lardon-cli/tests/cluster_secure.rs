@@ -1,6 +1,6 @@
 //! A secured cluster with real processes on loopback: `lardon broker`
 //! with mutual TLS (`lardon cert`'s CA), a join token and the KEDA scaler;
-//! an agent and `lardon cluster submit|status` dialling with their client
+//! an agent and `lardon cluster submit|status [--watch]` dialling with their client
 //! certificate and the token. A client without a certificate, with one
 //! from another CA, or without the token is refused; while a task is
 //! queued or running the KEDA scaler reports it, and reports 0 after.
@@ -178,6 +178,34 @@ async fn a_secured_broker_serves_its_cluster_refuses_strangers_and_reports_deman
         String::from_utf8_lossy(&no_token.stderr).contains("join token"),
         "{}",
         String::from_utf8_lossy(&no_token.stderr)
+    );
+    // Watch: the cluster's own get the snapshot at once; without the
+    // token it is refused like every other call.
+    let watch = with(&["cluster", "status", "--broker", &addr, "--watch", "--json"], &creds);
+    let mut watcher = Command::new(common::bin()).args(&watch).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(watcher.stdout.take().unwrap()), &mut line)
+        .unwrap();
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+    let first: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    assert_eq!(first["agents"].as_array().map(Vec::len), Some(1), "{line}");
+    let watch_no_token = run(&[
+        "cluster",
+        "status",
+        "--broker",
+        &addr,
+        "--watch",
+        "--tls-dir",
+        agent_tls.to_str().unwrap(),
+        "--tls-name",
+        "agent-1",
+    ]);
+    assert!(!watch_no_token.status.success());
+    assert!(
+        String::from_utf8_lossy(&watch_no_token.stderr).contains("join token"),
+        "{}",
+        String::from_utf8_lossy(&watch_no_token.stderr)
     );
     init_ca(&d.join("other-ca")).unwrap();
     issue(&d.join("other-ca"), "agent-1", Role::Client, &[], 30, &d.join("intruder")).unwrap();

@@ -1,7 +1,8 @@
 //! `lardon top --cluster` in a real pseudo-terminal against a real broker
 //! and agent (docs/DESIGN.md §14): the view shows the agent's row with its
-//! capability, tokens and availability, `q` exits with status 0 and the
-//! terminal is restored; an unreachable broker is refused before the
+//! capability, tokens and availability; when the broker dies it says
+//! "not answering" and, once a broker answers again, follows it again;
+//! `q` exits with status 0 and the terminal is restored; an unreachable broker is refused before the
 //! terminal is touched, with exit code 3.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -85,6 +86,33 @@ fn top_cluster_shows_the_agent_row_then_quits_and_restores_the_terminal() {
     while !(seen("pty-agent") && seen("available") && seen("sh@1") && seen("Agents (1)")) {
         let text = String::from_utf8_lossy(&screen.lock().unwrap()).to_string();
         assert!(start.elapsed() < Duration::from_secs(30), "no agent row in {text:?}\n{}", logs(&procs));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The broker dies: the view says it is not answering (keeping the
+    // figures) and, once a broker answers there again, subscribes again
+    // and is live.
+    let mut broker = broker;
+    broker.kill9();
+    let after = |needle: &str, from: usize| {
+        let text = String::from_utf8_lossy(&screen.lock().unwrap()).to_string();
+        text.get(from..).and_then(|t| t.find(needle)).map(|i| i + from)
+    };
+    let start = Instant::now();
+    let lost = loop {
+        if let Some(at) = after("not answering", 0) {
+            break at;
+        }
+        let text = String::from_utf8_lossy(&screen.lock().unwrap()).to_string();
+        assert!(start.elapsed() < Duration::from_secs(30), "no `not answering` in {text:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let broker = Proc::start(d, "broker-again", &["broker", "--listen", &addr, "--heartbeat", "1s"]);
+    let procs = [&broker, &agent];
+    let start = Instant::now();
+    while after("live", lost).is_none() {
+        let text = String::from_utf8_lossy(&screen.lock().unwrap()).to_string();
+        assert!(start.elapsed() < Duration::from_secs(30), "not live again in {text:?}\n{}", logs(&procs));
         std::thread::sleep(Duration::from_millis(50));
     }
 

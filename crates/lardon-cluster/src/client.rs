@@ -508,3 +508,24 @@ pub async fn status(
         .map_err(|source| StatusError::Unreachable { broker: broker.to_owned(), source })?;
     Ok(client.cluster_status(pb::ClusterStatusRequest {}).await?.into_inner())
 }
+
+/// Subscribes to the broker's `Watch` stream at `broker`: its status at
+/// once, then after each change (no two events closer than
+/// `min_interval_ms`; 0 for the broker's default of 100 ms) and a
+/// heartbeat when nothing changed (see `heartbeat_ms` in each event).
+///
+/// # Errors
+/// [`StatusError`]: unreachable, or refused (a bad `min_interval_ms` is
+/// INVALID_ARGUMENT naming it).
+pub async fn watch(
+    broker: &str,
+    dial: &crate::dial::Dial,
+    min_interval_ms: u32,
+) -> Result<tonic::Streaming<pb::ClusterWatchEvent>, StatusError> {
+    broker_uri(broker)?;
+    let mut client = dial
+        .connect(broker)
+        .await
+        .map_err(|source| StatusError::Unreachable { broker: broker.to_owned(), source })?;
+    Ok(client.watch(pb::ClusterWatchRequest { min_interval_ms }).await?.into_inner())
+}

@@ -33,6 +33,7 @@ struct Scripted {
 impl Broker for Scripted {
     type AgentStreamStream = Pin<Box<dyn Stream<Item = Result<pb::BrokerToAgent, Status>> + Send>>;
     type SubmitStreamStream = Pin<Box<dyn Stream<Item = Result<pb::SubmitReply, Status>> + Send>>;
+    type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::ClusterWatchEvent, Status>> + Send>>;
 
     async fn agent_stream(
         &self,
@@ -54,6 +55,13 @@ impl Broker for Scripted {
         &self,
         _: Request<pb::ClusterStatusRequest>,
     ) -> Result<Response<pb::ClusterStatusResponse>, Status> {
+        Err(Status::unimplemented("scripted"))
+    }
+
+    async fn watch(
+        &self,
+        _: Request<pb::ClusterWatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
         Err(Status::unimplemented("scripted"))
     }
 

@@ -56,7 +56,7 @@ pub enum TopError {
     /// Setting up, drawing to or reading the terminal failed.
     #[error("terminal error")]
     Terminal(#[source] io::Error),
-    /// The broker did not answer the first poll of `lardon top --cluster`
+    /// The broker did not answer the first subscription of `lardon top --cluster`
     /// (exit code 3 in the CLI). Holds the reason.
     #[error("{0}")]
     Broker(String),

@@ -14,8 +14,11 @@ use crate::error::{Failure, usage};
 
 pub(crate) async fn run(command: &ClusterCommand) -> Result<u8> {
     match command {
-        ClusterCommand::Status { broker, json, security } => {
+        ClusterCommand::Status { broker, json, watch: false, security, .. } => {
             status(broker, *json, &security.dial("agent")?).await
+        }
+        ClusterCommand::Status { broker, json, watch: true, min_interval, security } => {
+            super::cluster_watch::watch(broker, *json, *min_interval, &security.dial("agent")?).await
         }
         ClusterCommand::Explain { broker, json, security } => {
             explain(broker, *json, &security.dial("agent")?).await
@@ -62,7 +65,7 @@ async fn explain(broker: &str, json: bool, dial: &lardon_cluster::dial::Dial) ->
     Ok(0)
 }
 
-fn unreachable(e: StatusError) -> anyhow::Error {
+pub(crate) fn unreachable(e: StatusError) -> anyhow::Error {
     match e {
         StatusError::Address(e) => usage(e.to_string()),
         StatusError::Unreachable { .. } => {
@@ -75,34 +78,43 @@ fn unreachable(e: StatusError) -> anyhow::Error {
 async fn status(broker: &str, json: bool, dial: &lardon_cluster::dial::Dial) -> Result<u8> {
     let s = client::status(broker, dial).await.map_err(unreachable)?;
     if json {
-        let agents: Vec<serde_json::Value> = s
-            .agents
-            .iter()
-            .map(|a| {
-                let avail = a.availability.unwrap_or_default();
-                let optimizer = (!a.optimizer_verdict.is_empty()).then(
-                    || serde_json::json!({"verdict": a.optimizer_verdict, "reason": a.optimizer_reason}),
-                );
-                serde_json::json!({
-                    "id": a.agent_id, "capabilities": a.capabilities, "tokens": a.tokens,
-                    "in_flight": a.in_flight, "memory_available": avail.memory,
-                    "cpu_available_millis": avail.cpu_millis, "recovering": a.recovering,
-                    "draining": a.draining,
-                    "ends_at_unix_ms": (a.ends_at_unix_ms > 0).then_some(a.ends_at_unix_ms),
-                    "optimizer": optimizer,
-                })
-            })
-            .collect();
-        let v = serde_json::json!({
-            "agents": agents, "queued": s.queued, "in_flight": s.in_flight,
-            "finished": s.finished, "submitters": s.submitters,
-            "routes": s.routes.iter().map(|r| serde_json::json!({
-                "capability": r.capability, "queued": r.queued, "in_flight": r.in_flight,
-            })).collect::<Vec<_>>(),
-        });
-        super::out(&format!("{v:#}\n"))?;
-        return Ok(0);
+        super::out(&format!("{:#}\n", status_json(&s)))?;
+    } else {
+        super::out(&status_text(&s))?;
     }
+    Ok(0)
+}
+
+/// The status as `--json` prints it.
+pub(crate) fn status_json(s: &lardon_proto::cluster::ClusterStatusResponse) -> serde_json::Value {
+    let agents: Vec<serde_json::Value> = s
+        .agents
+        .iter()
+        .map(|a| {
+            let avail = a.availability.unwrap_or_default();
+            let optimizer = (!a.optimizer_verdict.is_empty())
+                .then(|| serde_json::json!({"verdict": a.optimizer_verdict, "reason": a.optimizer_reason}));
+            serde_json::json!({
+                "id": a.agent_id, "capabilities": a.capabilities, "tokens": a.tokens,
+                "in_flight": a.in_flight, "memory_available": avail.memory,
+                "cpu_available_millis": avail.cpu_millis, "recovering": a.recovering,
+                "draining": a.draining,
+                "ends_at_unix_ms": (a.ends_at_unix_ms > 0).then_some(a.ends_at_unix_ms),
+                "optimizer": optimizer,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "agents": agents, "queued": s.queued, "in_flight": s.in_flight,
+        "finished": s.finished, "submitters": s.submitters,
+        "routes": s.routes.iter().map(|r| serde_json::json!({
+            "capability": r.capability, "queued": r.queued, "in_flight": r.in_flight,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The status as a table.
+pub(crate) fn status_text(s: &lardon_proto::cluster::ClusterStatusResponse) -> String {
     let mut text = format!(
         "{} agent(s), {} submitter(s); {} queued, {} in flight, {} answered\n",
         s.agents.len(),
@@ -142,8 +154,7 @@ async fn status(broker: &str, json: bool, dial: &lardon_cluster::dial::Dial) -> 
             text.push_str(&format!("    optimizer: {} ({})\n", a.optimizer_verdict, a.optimizer_reason));
         }
     }
-    super::out(&text)?;
-    Ok(0)
+    text
 }
 
 async fn submit(args: &ClusterSubmitArgs) -> Result<u8> {

@@ -5,6 +5,7 @@ mod broker;
 mod cc;
 mod cert;
 mod cluster;
+mod cluster_watch;
 mod control;
 mod daemon;
 mod exec;
@@ -86,21 +87,26 @@ fn top(cli: &Cli, no_color: bool) -> Result<u8> {
     }
 }
 
-/// `lardon top --cluster`: the broker's view, polled once a second.
+/// `lardon top --cluster`: the broker's view, following its `Watch`
+/// stream.
 fn top_cluster(broker: &str, no_color: bool, security: &crate::cli::ClusterSecurity) -> Result<u8> {
+    use tokio_stream::StreamExt as _;
     let dial = security.dial("agent")?;
     lardon_cluster::agent::broker_uri(broker).map_err(|e| crate::error::usage(e.to_string()))?;
     let addr = broker.to_owned();
-    let fetch: lardon_top::cluster::Fetch = Box::new(move || {
+    let subscribe: lardon_top::cluster::Subscribe = Box::new(move || {
         let (addr, dial) = (addr.clone(), dial.clone());
-        Box::pin(async move { lardon_cluster::client::status(&addr, &dial).await.map_err(|e| e.to_string()) })
+        Box::pin(async move {
+            let stream = lardon_cluster::client::watch(&addr, &dial, TOP_INTERVAL_MS)
+                .await
+                .map_err(|e| e.to_string())?;
+            let events: lardon_top::cluster::Events =
+                Box::pin(stream.map(|r| r.map_err(|s| format!("broker: {}", s.message()))));
+            Ok(events)
+        })
     });
-    let options = lardon_top::cluster::ClusterTopOptions {
-        broker: broker.to_owned(),
-        no_color,
-        every: std::time::Duration::from_secs(1),
-    };
-    match lardon_top::cluster::run_cluster_top(options, fetch) {
+    let options = lardon_top::cluster::ClusterTopOptions { broker: broker.to_owned(), no_color };
+    match lardon_top::cluster::run_cluster_top(options, subscribe) {
         Ok(()) => Ok(0),
         Err(lardon_top::TopError::Broker(why)) => Err(crate::error::Failure::Unreachable(format!(
             "{why} (start one with `lardon broker --listen ADDR`)"
@@ -112,6 +118,10 @@ fn top_cluster(broker: &str, no_color: bool, security: &crate::cli::ClusterSecur
         Err(e) => Err(anyhow::Error::new(e).context("lardon top --cluster")),
     }
 }
+
+/// Least time between two redraws of `lardon top --cluster` from the
+/// broker's events (changes closer together are coalesced by the broker).
+const TOP_INTERVAL_MS: u32 = 250;
 
 /// Client verbs run on a single-threaded runtime: they are one RPC or one
 /// stream, and the host's cores belong to the tasks.

@@ -88,6 +88,10 @@ pub(crate) enum Input {
     Status {
         reply: oneshot::Sender<pb::ClusterStatusResponse>,
     },
+    /// A new `Watch` subscriber: its receiver, with a current snapshot in.
+    Watch {
+        reply: oneshot::Sender<tokio::sync::watch::Receiver<super::watch::Snapshot>>,
+    },
     /// The Provisioner's view: queued demand per capability (with the
     /// largest declared need) and the connected agents' ids. Queued tasks
     /// no shape can ever hold are handed back first.
@@ -109,6 +113,22 @@ pub(crate) enum Input {
     Check {
         reply: oneshot::Sender<Result<(), String>>,
     },
+}
+
+impl Input {
+    /// Whether handling it may change the state (a read does not move the
+    /// change counter).
+    fn may_change(&self) -> bool {
+        match self {
+            Input::Status { .. }
+            | Input::Watch { .. }
+            | Input::ProvisionView { .. }
+            | Input::Metrics { .. } => false,
+            #[cfg(test)]
+            Input::Check { .. } => false,
+            _ => true,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -146,6 +166,11 @@ pub(crate) struct Core {
     /// The Provisioner's allocation shapes (empty: none): a provisionable
     /// task none of them can hold is handed back (see [`Core::unfit`]).
     shapes: Vec<crate::provision::Shape>,
+    /// Inputs handled that may have changed the state: the `Watch`
+    /// sequence.
+    changes: u64,
+    /// What `Watch` subscribers read.
+    watch: super::watch::Feed,
 }
 
 /// The system's wall clock, Unix milliseconds.
@@ -179,6 +204,8 @@ impl Core {
             verdicts: HashMap::new(),
             clock: unix_ms,
             shapes: Vec::new(),
+            changes: 0,
+            watch: super::watch::Feed::default(),
         };
         core.learned = core.store.learned()?;
         core.router.set_now((core.clock)());
@@ -258,9 +285,29 @@ impl Core {
         self.learned.estimate(class)
     }
 
+    /// Publishes the status to `Watch` subscribers if it may have changed
+    /// since the last publication (and someone watches); `busy`: more
+    /// inputs wait. Returns when to call again if it was put off for
+    /// time (see [`super::watch::Feed::due`]).
+    pub(crate) fn publish_watch(&mut self, busy: bool) -> Option<std::time::Instant> {
+        let now = std::time::Instant::now();
+        match self.watch.due(self.changes, busy, now) {
+            super::watch::Due::Now => {
+                let status = self.status();
+                self.watch.publish(self.changes, status, now);
+                None
+            }
+            super::watch::Due::At(at) => Some(at),
+            super::watch::Due::No => None,
+        }
+    }
+
     /// Handles one input.
     pub(crate) fn handle(&mut self, input: Input) {
         self.router.set_now((self.clock)());
+        if input.may_change() {
+            self.changes += 1;
+        }
         match input {
             Input::AgentHello { hello, conn, tx } => {
                 let agent = hello.agent.clone();
@@ -371,6 +418,14 @@ impl Core {
             }
             Input::Status { reply } => {
                 let _ = reply.send(self.status());
+            }
+            Input::Watch { reply } => {
+                let rx = self.watch.subscribe();
+                if !self.watch.is_current(self.changes) {
+                    let status = self.status();
+                    self.watch.publish(self.changes, status, std::time::Instant::now());
+                }
+                let _ = reply.send(rx);
             }
             Input::Metrics { reply } => {
                 let _ = reply.send(self.metrics());

@@ -24,6 +24,10 @@ mod metrics;
 mod metrics_tests;
 mod provisioning;
 mod service;
+mod watch;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod watch_tests;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -236,11 +240,28 @@ fn start_with_cache(config: &BrokerConfig, cache: Option<BrokerCache>) -> Result
     }
     let demand = config.demand.clone();
     tokio::spawn(async move {
-        while let Some(input) = rx.recv().await {
+        // When the watchers' snapshot, put off for time, is due.
+        let mut watch_at: Option<std::time::Instant> = None;
+        loop {
+            let input = match watch_at {
+                Some(at) => tokio::select! {
+                    input = rx.recv() => input,
+                    () = tokio::time::sleep_until(at.into()) => {
+                        watch_at = core.publish_watch(false);
+                        continue;
+                    }
+                },
+                None => rx.recv().await,
+            };
+            let Some(input) = input else { break };
             core.handle(input);
             if let Some(board) = &demand {
                 board.publish(core.demand());
             }
+            // Watchers read one shared snapshot, computed at most every
+            // 10 ms and put off while more inputs wait (bounded), so a
+            // burst costs one status, not one per input.
+            watch_at = core.publish_watch(!rx.is_empty());
         }
     });
     Ok(BrokerService::new(

@@ -13,7 +13,7 @@ use lardon_proto::cluster as pb;
 use lardon_proto::cluster::broker_server::Broker;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, warn};
 
@@ -109,6 +109,7 @@ fn submitter_heartbeat() -> pb::SubmitReply {
 impl Broker for BrokerService {
     type AgentStreamStream = Outbound<pb::BrokerToAgent>;
     type SubmitStreamStream = Outbound<pb::SubmitReply>;
+    type WatchStream = Outbound<pb::ClusterWatchEvent>;
 
     async fn agent_stream(
         &self,
@@ -251,6 +252,19 @@ impl Broker for BrokerService {
         self.send(Input::Status { reply }).await?;
         let status = rx.await.map_err(|_| Status::unavailable("the broker is stopping"))?;
         Ok(Response::new(status))
+    }
+
+    async fn watch(
+        &self,
+        request: Request<pb::ClusterWatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let interval = super::watch::min_interval(request.get_ref())?;
+        let (reply, rx) = oneshot::channel();
+        self.send(Input::Watch { reply }).await?;
+        let snapshots = rx.await.map_err(|_| Status::unavailable("the broker is stopping"))?;
+        let (tx, events) = mpsc::channel(1);
+        tokio::spawn(super::watch::serve_watcher(snapshots, tx, interval, self.heartbeat));
+        Ok(Response::new(Box::pin(ReceiverStream::new(events))))
     }
 
     async fn provision_explain(

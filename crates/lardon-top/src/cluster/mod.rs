@@ -3,37 +3,42 @@
 //! availability; its routes with tasks queued and in flight; the totals.
 //!
 //! The same split as the daemon's dashboard: [`state`] (what the last
-//! `ClusterStatus` answer said, pure), [`update`] (keys → state changes),
-//! [`view`] (a pure function of the state into a frame), an event loop
-//! generic over the backend, and a poller thread that asks the broker once
-//! a second and talks to the loop through a channel (the broker has no
-//! Watch stream yet). How the broker is reached (TLS, join token) is the
-//! caller's: it hands over a [`Fetch`], so this crate does not depend on
-//! the cluster crate.
+//! event of the broker's `Watch` stream said, pure), [`update`] (keys →
+//! state changes), [`view`] (a pure function of the state into a frame),
+//! an event loop generic over the backend, and a [`watcher`] thread that
+//! follows the broker's `Watch` stream (subscribing again with back-off
+//! when it breaks) and talks to the loop through a channel. How the broker
+//! is reached (TLS, join token) is the caller's: it hands over a
+//! [`Subscribe`], so this crate does not depend on the cluster crate.
 
 pub mod state;
 pub mod view;
+mod watcher;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::mpsc::{self as std_mpsc, Receiver, TryRecvError};
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use lardon_proto::cluster as pb;
 use ratatui::Terminal;
 use ratatui::backend::Backend;
 use ratatui::crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use tokio_stream::Stream;
 
 use crate::app::{INPUT_TICK, Input};
 use crate::{RestoreGuard, Theme, TopError, now_unix_ms};
 use state::{BrokerLink, ClusterState};
 
-/// One poll of the broker: its status, or why it did not answer.
-pub type Polled = Result<pb::ClusterStatusResponse, String>;
+/// One event of the broker's `Watch` stream, or why the stream broke.
+pub type Watched = Result<pb::ClusterWatchEvent, String>;
 
-/// Asks the broker for its status once (the caller dials it as it must).
-pub type Fetch = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = Polled> + Send>> + Send>;
+/// The events of one subscription, in order; it ends (or yields an
+/// error) when the stream breaks.
+pub type Events = Pin<Box<dyn Stream<Item = Watched> + Send>>;
+
+/// Subscribes to the broker's `Watch` stream once (the caller dials it as
+/// it must, and picks the interval between events).
+pub type Subscribe = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = Result<Events, String>> + Send>> + Send>;
 
 /// What `lardon top --cluster` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,8 +47,6 @@ pub struct ClusterTopOptions {
     pub broker: String,
     /// Draw without colour (`NO_COLOR` in the environment too).
     pub no_color: bool,
-    /// How often the broker is asked.
-    pub every: Duration,
 }
 
 /// What a key asks of the loop.
@@ -78,40 +81,41 @@ pub fn update(state: &mut ClusterState, key: KeyEvent) -> Action {
     }
 }
 
-/// Runs the cluster view until the user quits. The first poll is made
-/// before the terminal is touched, so an unreachable broker is reported
-/// as [`TopError::Broker`] on a clean terminal.
+/// Runs the cluster view until the user quits. The first subscription
+/// and its first snapshot are awaited before the terminal is touched, so
+/// an unreachable broker is reported as [`TopError::Broker`] on a clean
+/// terminal.
 ///
 /// # Errors
 /// [`TopError::Broker`], [`TopError::NotATerminal`], and terminal or
 /// thread failures.
-pub fn run_cluster_top(options: ClusterTopOptions, fetch: Fetch) -> Result<(), TopError> {
+pub fn run_cluster_top(options: ClusterTopOptions, subscribe: Subscribe) -> Result<(), TopError> {
     use std::io::IsTerminal as _;
     if !std::io::stdout().is_terminal() {
         return Err(TopError::NotATerminal);
     }
     let theme = Theme::from_env(options.no_color);
     let (tx, rx) = std_mpsc::channel();
-    let poller = Poller::start(fetch, options.every, tx)?;
+    let watcher = watcher::Watcher::start(subscribe, watcher::Backoff::default(), tx)?;
     let mut state = ClusterState::new(options.broker);
-    // The first answer is already in the channel (start waited for it).
+    // The first snapshot is already in the channel (start waited for it).
     let guard = RestoreGuard;
     let mut terminal = ratatui::try_init().map_err(TopError::Terminal)?;
     let result = run(&mut terminal, &mut state, theme, crate::app::CrosstermInput, &rx, &mut now_unix_ms);
     drop(terminal);
     drop(guard);
-    drop(poller);
+    drop(watcher);
     result
 }
 
-/// The event loop: keys (polled every [`INPUT_TICK`]) and the poller's
-/// answers; redraws only after a change.
+/// The event loop: keys (polled every [`INPUT_TICK`]) and the watcher's
+/// events; redraws only after a change.
 pub(crate) fn run<B, I>(
     terminal: &mut Terminal<B>,
     state: &mut ClusterState,
     theme: Theme,
     mut input: I,
-    incoming: &Receiver<Polled>,
+    incoming: &Receiver<Watched>,
     now_ms: &mut dyn FnMut() -> i64,
 ) -> Result<(), TopError>
 where
@@ -123,14 +127,14 @@ where
     loop {
         loop {
             match incoming.try_recv() {
-                Ok(polled) => {
-                    state.apply(polled, now_ms());
+                Ok(watched) => {
+                    state.apply(watched, now_ms());
                     redraw = true;
                 }
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
                     if !matches!(state.link(), BrokerLink::Lost(_)) {
-                        state.apply(Err("the poller stopped".into()), now_ms());
+                        state.apply(Err("the watcher stopped".into()), now_ms());
                         redraw = true;
                     }
                     break;
@@ -150,67 +154,6 @@ where
                 Action::Redraw => redraw = true,
                 Action::None => {}
             }
-        }
-    }
-}
-
-/// The thread that polls the broker; dropping it stops and joins it.
-struct Poller {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Poller {
-    /// Starts polling every `every` and waits for the first answer: a
-    /// failed first poll is [`TopError::Broker`].
-    fn start(mut fetch: Fetch, every: Duration, out: std_mpsc::Sender<Polled>) -> Result<Self, TopError> {
-        let rt =
-            tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(TopError::Runtime)?;
-        let first = rt.block_on(bounded(fetch()));
-        let first = first.map_err(TopError::Broker)?;
-        let _ = out.send(Ok(first));
-        let (stop, mut stopped) = tokio::sync::oneshot::channel();
-        let thread = std::thread::Builder::new()
-            .name("lardon-top-cluster".into())
-            .spawn(move || {
-                rt.block_on(async move {
-                    loop {
-                        tokio::select! {
-                            () = tokio::time::sleep(every) => {}
-                            _ = &mut stopped => return,
-                        }
-                        let polled = tokio::select! {
-                            polled = bounded(fetch()) => polled,
-                            _ = &mut stopped => return,
-                        };
-                        if out.send(polled).is_err() {
-                            return;
-                        }
-                    }
-                });
-            })
-            .map_err(TopError::Runtime)?;
-        Ok(Self { stop: Some(stop), thread: Some(thread) })
-    }
-}
-
-/// Longest one poll may take: a broker behind a black hole (no answer,
-/// not even a refusal) shows as unreachable instead of freezing the view.
-const POLL_TIMEOUT: Duration = Duration::from_secs(5);
-
-async fn bounded(poll: impl Future<Output = Polled>) -> Polled {
-    tokio::time::timeout(POLL_TIMEOUT, poll)
-        .await
-        .unwrap_or_else(|_| Err(format!("no answer within {} s", POLL_TIMEOUT.as_secs())))
-}
-
-impl Drop for Poller {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
         }
     }
 }

@@ -1,6 +1,7 @@
-//! The cluster view's state: the broker's last `ClusterStatus` answer,
-//! whether the broker answers, and the selected agent. Pure: answers and
-//! time come in as arguments, so every rule has a deterministic test.
+//! The cluster view's state: the last snapshot the broker's `Watch`
+//! stream sent, whether that stream is alive, and the selected agent.
+//! Pure: events and time come in as arguments, so every rule has a
+//! deterministic test.
 
 use lardon_proto::cluster as pb;
 
@@ -9,12 +10,12 @@ use crate::theme::Semantic;
 /// The connection to the broker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BrokerLink {
-    /// No answer yet.
+    /// No event yet.
     Connecting,
-    /// The last poll was answered.
+    /// The stream is alive: the figures are the broker's latest.
     Live,
-    /// The last poll failed; the figures shown are from before. Holds the
-    /// reason.
+    /// The stream broke (or went silent) and is being subscribed again;
+    /// the figures shown are from before. Holds the reason.
     Lost(String),
 }
 
@@ -68,7 +69,10 @@ pub struct ClusterState {
     broker: String,
     link: BrokerLink,
     status: Option<pb::ClusterStatusResponse>,
-    /// When the shown status was received (Unix ms).
+    /// The broker's change counter of the shown status.
+    sequence: Option<u64>,
+    /// When the shown status was last confirmed: its event or a heartbeat
+    /// (Unix ms).
     received_ms: Option<i64>,
     selected: usize,
 }
@@ -80,25 +84,38 @@ impl ClusterState {
             broker: broker.into(),
             link: BrokerLink::Connecting,
             status: None,
+            sequence: None,
             received_ms: None,
             selected: 0,
         }
     }
 
-    /// Takes one poll's outcome at `now_ms`. A failure keeps the last
-    /// figures (marked stale by the link) rather than blanking the screen.
-    pub fn apply(&mut self, polled: Result<pb::ClusterStatusResponse, String>, now_ms: i64) {
-        match polled {
-            Ok(mut status) => {
-                status.agents.sort_by(|a, b| a.agent_id.cmp(&b.agent_id));
-                status.routes.sort_by(|a, b| a.capability.cmp(&b.capability));
-                self.status = Some(status);
+    /// Takes one event of the broker's `Watch` stream at `now_ms`, or why
+    /// the stream broke. Every event carries the whole status (a heartbeat
+    /// repeats it, confirming the figures are current). A failure keeps
+    /// the last figures (marked stale by the link) rather than blanking
+    /// the screen.
+    pub fn apply(&mut self, watched: Result<pb::ClusterWatchEvent, String>, now_ms: i64) {
+        match watched {
+            Ok(event) => {
+                if let Some(mut status) = event.status {
+                    status.agents.sort_by(|a, b| a.agent_id.cmp(&b.agent_id));
+                    status.routes.sort_by(|a, b| a.capability.cmp(&b.capability));
+                    self.status = Some(status);
+                    self.sequence = Some(event.sequence);
+                    self.clamp_selection();
+                }
                 self.received_ms = Some(now_ms);
                 self.link = BrokerLink::Live;
-                self.clamp_selection();
             }
             Err(reason) => self.link = BrokerLink::Lost(reason),
         }
+    }
+
+    /// The broker's change counter of the shown figures (`None` before
+    /// the first event).
+    pub fn sequence(&self) -> Option<u64> {
+        self.sequence
     }
 
     /// Moves the selection by `delta` rows, within the agents.
@@ -126,7 +143,7 @@ impl ClusterState {
         self.selected
     }
 
-    /// Milliseconds since the shown figures were received.
+    /// Milliseconds since the shown figures were last confirmed.
     pub fn age_ms(&self, now_ms: i64) -> Option<u64> {
         self.received_ms.map(|at| u64::try_from(now_ms.saturating_sub(at)).unwrap_or(0))
     }

@@ -1,5 +1,6 @@
 use std::collections::VecDeque;
 use std::io;
+use std::time::Duration;
 
 use ratatui::backend::TestBackend;
 use ratatui::crossterm::event::KeyEvent;
@@ -34,6 +35,11 @@ fn status() -> pb::ClusterStatusResponse {
     }
 }
 
+/// A change event carrying `status` at `sequence`.
+fn event(status: pb::ClusterStatusResponse, sequence: u64) -> pb::ClusterWatchEvent {
+    pb::ClusterWatchEvent { sequence, status: Some(status), heartbeat: false, heartbeat_ms: 1_000 }
+}
+
 fn screen(state: &ClusterState, width: u16, height: u16, now_ms: i64) -> String {
     let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
     terminal.draw(|f| view::draw(f, state, &Theme::no_color(), now_ms)).unwrap();
@@ -58,7 +64,7 @@ fn agent_rows_say_what_each_agent_can_take() {
     let mut s = status();
     s.agents.push(agent("c-3", 4, 0, 0, false));
     s.agents.push(agent("d-4", 0, 0, 0, true));
-    state.apply(Ok(s), 1_000);
+    state.apply(Ok(event(s, 1)), 1_000);
     let rows: Vec<(String, Availability)> =
         state.agents().into_iter().map(|AgentRow { id, availability, .. }| (id, availability)).collect();
     assert_eq!(
@@ -75,23 +81,55 @@ fn agent_rows_say_what_each_agent_can_take() {
     assert_eq!(state.routes()[0], ("gcc@12:x86_64-linux-gnu".into(), 3, 2));
     state.move_selection(10);
     assert_eq!(state.selected(), 3);
-    state.apply(Ok(status()), 2_000);
+    state.apply(Ok(event(status(), 2)), 2_000);
     assert_eq!(state.selected(), 1, "clamped to the two agents left");
     state.move_selection(-5);
     assert_eq!(state.selected(), 0);
 }
 
-/// A failed poll keeps the last figures and says how old they are.
+/// A broken stream keeps the last figures, says it is not answering and
+/// how old they are; the next snapshot makes it live again.
 #[test]
-fn a_lost_broker_keeps_the_last_figures_marked_stale() {
+fn a_lost_stream_keeps_the_last_figures_marked_stale() {
     let mut state = ClusterState::new("broker:7700");
-    state.apply(Ok(status()), 1_000);
-    state.apply(Err("connection refused".into()), 2_000);
-    assert_eq!(state.link(), &BrokerLink::Lost("connection refused".into()));
+    state.apply(Ok(event(status(), 7)), 1_000);
+    state.apply(Err("connection refused; subscribing again in 0.5 s".into()), 2_000);
+    assert_eq!(state.link(), &BrokerLink::Lost("connection refused; subscribing again in 0.5 s".into()));
     assert_eq!(state.agents().len(), 2);
-    let text = screen(&state, 100, 24, 6_000);
-    assert!(text.contains("unreachable: connection refused, figures 5s old"), "{text}");
+    assert_eq!(state.sequence(), Some(7));
+    let text = screen(&state, 120, 24, 6_000);
+    assert!(
+        text.contains("not answering, figures 5s old: connection refused; subscribing again in 0.5 s"),
+        "{text}"
+    );
     assert!(text.contains("a-1"), "{text}");
+    // Subscribed again (a restarted broker counts from 0 again).
+    let mut one = status();
+    one.agents.truncate(1);
+    state.apply(Ok(event(one, 2)), 7_000);
+    assert_eq!(state.link(), &BrokerLink::Live);
+    assert_eq!((state.agents().len(), state.sequence()), (1, Some(2)));
+    assert_eq!(state.age_ms(7_500), Some(500));
+}
+
+/// A change event replaces the figures; a heartbeat repeats them and
+/// confirms they are current (their age starts again), keeping the
+/// selection.
+#[test]
+fn events_replace_the_figures_and_heartbeats_confirm_them() {
+    let mut state = ClusterState::new("broker:7700");
+    assert_eq!(state.link(), &BrokerLink::Connecting);
+    state.apply(Ok(event(status(), 3)), 1_000);
+    state.move_selection(1);
+    let mut more = status();
+    more.queued = 9;
+    state.apply(Ok(event(more.clone(), 5)), 2_000);
+    assert_eq!((state.totals().unwrap().queued, state.sequence()), (9, Some(5)));
+    let beat = pb::ClusterWatchEvent { heartbeat: true, ..event(more, 5) };
+    state.apply(Ok(beat), 9_000);
+    assert_eq!(state.link(), &BrokerLink::Live);
+    assert_eq!(state.age_ms(9_000), Some(0), "a heartbeat confirms the figures");
+    assert_eq!((state.totals().unwrap().queued, state.selected()), (9, 1));
 }
 
 #[test]
@@ -100,7 +138,7 @@ fn the_view_shows_agents_routes_and_totals() {
     let text = screen(&state, 100, 24, 0);
     assert!(text.contains("waiting for the broker's first answer"), "{text}");
     assert!(text.contains("no agent connected"), "{text}");
-    state.apply(Ok(status()), 1_000);
+    state.apply(Ok(event(status(), 1)), 1_000);
     let text = screen(&state, 100, 24, 1_000);
     assert!(text.contains("lardon top — cluster broker:7700  live"), "{text}");
     assert!(
@@ -121,7 +159,7 @@ fn the_view_shows_agents_routes_and_totals() {
     assert!(small.contains("terminal too small"), "{small}");
 }
 
-/// Scripted input: each entry is one poll's outcome; past the script, q.
+/// Scripted input: each entry is one key (or none); past the script, q.
 struct Script(VecDeque<Option<Event>>);
 
 impl Input for Script {
@@ -130,22 +168,22 @@ impl Input for Script {
     }
 }
 
-/// The loop applies the poller's answers and the keys: a second answer
+/// The loop applies the watcher's events and the keys: a second event
 /// with a new agent is drawn, `j` moves the selection onto it, and `q`
 /// ends the loop.
 #[test]
 fn the_loop_draws_each_answer_and_follows_the_keys() {
     let (tx, rx) = std_mpsc::channel();
-    tx.send(Ok(status())).unwrap();
+    tx.send(Ok(event(status(), 1))).unwrap();
     let mut state = ClusterState::new("broker:7700");
     let mut terminal = Terminal::new(TestBackend::new(100, 24)).unwrap();
     let mut more = status();
     more.agents.push(agent("c-3", 4, 0, 1 << 30, false));
     let mut script = VecDeque::from([None, Some(Event::Key(KeyEvent::from(KeyCode::Char('j'))))]);
     script.push_back(Some(Event::Key(KeyEvent::from(KeyCode::Char('j')))));
-    // The second answer arrives while the script runs (sent before the
+    // The second event arrives while the script runs (sent before the
     // loop; it is read on the loop's first pass with the first one).
-    tx.send(Ok(more)).unwrap();
+    tx.send(Ok(event(more, 2))).unwrap();
     let mut clock = 0;
     run(&mut terminal, &mut state, Theme::no_color(), Script(script), &rx, &mut || {
         clock += 75;
@@ -162,4 +200,95 @@ fn the_loop_draws_each_answer_and_follows_the_keys() {
     assert!(reversed(y), "c-3 is selected: {}", line(y));
     assert!(!reversed(y - 1), "only c-3 is selected: {}", line(y - 1));
     drop(tx);
+}
+
+/// Subscriptions scripted for the watcher: each call takes the next entry
+/// (a refusal, or a stream of events that then ends or stays silent).
+fn scripted(mut script: VecDeque<Result<(Vec<Watched>, bool), String>>) -> Subscribe {
+    Box::new(move || {
+        let next = script.pop_front().unwrap_or_else(|| Err("script over".into()));
+        Box::pin(async move {
+            let (events, silent) = next?;
+            let stream = tokio_stream::iter(events);
+            let events: Events = if silent {
+                Box::pin(tokio_stream::StreamExt::chain(stream, tokio_stream::pending()))
+            } else {
+                Box::pin(stream)
+            };
+            Ok(events)
+        })
+    })
+}
+
+fn fast() -> watcher::Backoff {
+    watcher::Backoff { initial: Duration::from_millis(1), max: Duration::from_millis(4) }
+}
+
+/// The first subscription is refused, or its stream fails before the
+/// snapshot: the broker is unreachable before any terminal is touched.
+#[test]
+fn a_first_subscription_that_fails_is_a_broker_error() {
+    let (tx, _rx) = std_mpsc::channel();
+    let refused = scripted(VecDeque::from([Err("connection refused".into())]));
+    match watcher::Watcher::start(refused, fast(), tx.clone()) {
+        Err(TopError::Broker(why)) => assert_eq!(why, "connection refused"),
+        other => panic!("{:?}", other.err()),
+    }
+    let broken = scripted(VecDeque::from([Ok((vec![Err("broker: token refused".into())], false))]));
+    match watcher::Watcher::start(broken, fast(), tx) {
+        Err(TopError::Broker(why)) => assert_eq!(why, "broker: token refused"),
+        other => panic!("{:?}", other.err()),
+    }
+}
+
+/// When the stream ends, fails or goes silent the watcher says why and
+/// subscribes again (a refused attempt too is said), and the events of
+/// the new stream flow as before.
+#[test]
+fn a_broken_stream_is_reported_and_subscribed_again() {
+    let (tx, rx) = std_mpsc::channel();
+    let silent = pb::ClusterWatchEvent { heartbeat_ms: 1, ..event(status(), 3) };
+    let subscribe = scripted(VecDeque::from([
+        // The first stream: its snapshot, one change, then it ends.
+        Ok((vec![Ok(event(status(), 1)), Ok(event(status(), 2))], false)),
+        Err("connection refused".into()),
+        // Its heartbeat is 1 ms: silent past 1 s + 3 ms is lost.
+        Ok((vec![Ok(silent)], true)),
+        Ok((vec![Err("broker: the broker is stopping".into())], false)),
+        Ok((vec![Ok(event(status(), 9))], true)),
+    ]));
+    let watcher = watcher::Watcher::start(subscribe, fast(), tx).unwrap();
+    let mut got = Vec::new();
+    while got.len() < 7 {
+        got.push(rx.recv_timeout(Duration::from_secs(10)).expect("the watcher went quiet"));
+    }
+    drop(watcher);
+    let seen: Vec<String> = got
+        .iter()
+        .map(|w| match w {
+            Ok(e) => format!("event {}", e.sequence),
+            Err(why) => why.split(';').next().unwrap_or_default().to_owned(),
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            "event 1",
+            "event 2",
+            "the broker ended the stream",
+            "connection refused",
+            "event 3",
+            "no event for 1.0 s",
+            "broker: the broker is stopping",
+        ]
+    );
+    assert!(got[2].as_ref().unwrap_err().ends_with("subscribing again in 0.0 s"), "{:?}", got[2]);
+    let mut state = ClusterState::new("broker:7700");
+    for watched in got {
+        state.apply(watched, 0);
+    }
+    assert!(
+        matches!(state.link(), BrokerLink::Lost(why) if why.starts_with("broker: the broker is stopping"))
+    );
+    assert_eq!(state.sequence(), Some(3), "the last figures stay");
 }

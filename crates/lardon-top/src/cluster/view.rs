@@ -48,7 +48,7 @@ fn header(frame: &mut Frame<'_>, area: Rect, state: &ClusterState, theme: &Theme
         BrokerLink::Live => ("live".to_owned(), Semantic::Healthy),
         BrokerLink::Lost(why) => {
             let age = state.age_ms(now_ms).map(|ms| format!(", figures {} old", format::duration(ms)));
-            (format!("unreachable: {why}{}", age.unwrap_or_default()), Semantic::Error)
+            (format!("not answering{}: {why}", age.unwrap_or_default()), Semantic::Error)
         }
     };
     let first = Line::from(vec![
