@@ -209,6 +209,8 @@ pub struct Submitter {
     dial: crate::dial::Dial,
     /// The CAS client, connected on first use.
     blobs: std::sync::Arc<tokio::sync::OnceCell<BlobClient>>,
+    /// Whether its stream to the broker is open now.
+    connected: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for Command {
@@ -230,14 +232,22 @@ impl Submitter {
         let (tx, rx) = mpsc::unbounded_channel();
         let submitter = config.submitter.clone();
         let dial = config.dial.clone();
+        let connected = std::sync::Arc::<std::sync::atomic::AtomicBool>::default();
         let state = Loop {
             config: SubmitterConfig { broker: broker.clone(), ..config },
             rx,
             outstanding: HashMap::new(),
             cancels: Vec::new(),
+            connected: std::sync::Arc::clone(&connected),
         };
         tokio::spawn(state.run());
-        Ok(Submitter { tx, submitter, broker, dial, blobs: std::sync::Arc::default() })
+        Ok(Submitter { tx, submitter, broker, dial, blobs: std::sync::Arc::default(), connected })
+    }
+
+    /// Whether its stream to the broker is open now (the broker accepted
+    /// its hello and the stream has not ended since).
+    pub fn connected(&self) -> bool {
+        self.connected.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     async fn blobs(&self) -> Result<BlobClient, TransferError> {
@@ -324,6 +334,8 @@ struct Loop {
     outstanding: HashMap<String, (pb::TaskSpec, Vec<oneshot::Sender<Answer>>)>,
     /// Cancels asked for while disconnected.
     cancels: Vec<TaskId>,
+    /// Set while a stream is open (see [`Submitter::connected`]).
+    connected: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn answer(reply: pb::SubmitReply) -> Option<Answer> {
@@ -343,7 +355,9 @@ impl Loop {
         let mut wait = self.config.backoff.initial;
         let mut last_contact = Instant::now();
         loop {
-            match self.session().await {
+            let session = self.session().await;
+            self.connected.store(false, std::sync::atomic::Ordering::SeqCst);
+            match session {
                 Session::Closed => return,
                 Session::Served => {
                     wait = self.config.backoff.initial;
@@ -399,6 +413,7 @@ impl Loop {
                 return Session::Failed;
             }
         };
+        self.connected.store(true, std::sync::atomic::Ordering::SeqCst);
         let request =
             |spec: pb::TaskSpec| pb::SubmitMessage { kind: Some(pb::submit_message::Kind::Request(spec)) };
         for (spec, _) in self.outstanding.values() {
