@@ -10,9 +10,18 @@
 //! `offload_max_retries`, a refused request — hands the task back to run
 //! here, saying why in its course: never a hang, never a loss.
 //!
+//! A shippable task that joined the local queue is watched (`reroute`):
+//! one that still waits there `offload_wait_ms` after it was queued is
+//! taken out of the queue (atomically: it can never both start here and
+//! ship) and shipped. Its input files travel through the broker's CAS and
+//! its outputs come back into its working directory (`files`).
+//!
 //! The answers arrive on the daemon's Tokio runtime; each is judged on a
 //! blocking thread (the store writer is synchronous).
 
+mod capacity;
+mod files;
+mod reroute;
 mod route;
 
 use std::collections::HashMap;
@@ -28,7 +37,7 @@ use lardon_cluster::client::{Answer, RemoteTask, Submitter, SubmitterConfig};
 use lardon_cluster::{Capability, SubmitterId};
 
 pub(crate) use route::remote_of_handle;
-use route::{Out, Registry, Route, Verdict};
+use route::{Here, Load, Out, Registry, Route, Verdict};
 
 use crate::engine::{DaemonEvent, Shared, queue_locally};
 use crate::spec::{Offload, TaskId, TaskSpec, TaskState};
@@ -122,6 +131,8 @@ struct Inner {
     out: Mutex<Registry>,
     /// The specs of the tasks out, to run them here on a fallback.
     specs: Mutex<HashMap<TaskId, Arc<TaskSpec>>>,
+    /// The agents' load, for `balance`.
+    capacity: capacity::Capacity,
 }
 
 impl OffloadEngine {
@@ -151,6 +162,7 @@ impl OffloadEngine {
             .map_err(|e| format!("--broker: {e}"))?
         };
         tracing::info!("offloading to broker {} as submitter {submitter_id}", config.broker);
+        let capacity = capacity::Capacity::new(&config.broker, &config.dial, rt.clone());
         Ok(OffloadEngine {
             inner: Arc::new(Inner {
                 shared,
@@ -161,30 +173,36 @@ impl OffloadEngine {
                 rt,
                 out: Mutex::default(),
                 specs: Mutex::default(),
+                capacity,
             }),
         })
     }
 
-    /// Routes a stored, PENDING shippable task: ships it, or returns false
-    /// for the caller to queue it here.
+    /// Routes a stored, PENDING shippable task ([`route::route`]): ships
+    /// it, or returns false for the caller to queue it here (and then
+    /// [`OffloadEngine::watch`] it).
     pub(crate) fn offer(&self, id: TaskId, spec: &TaskSpec) -> bool {
         let Some(offload) = &spec.offload else { return false };
         let shared = &self.inner.shared;
-        let prefer = shared.settings().offload.prefer;
-        let refused = || {
+        let settings = shared.settings().offload;
+        let here = || {
             let estimate = spec.estimate.to_estimate();
             let decision = match shared.governor.sample() {
                 Ok(snapshot) => shared.governor.decide(&estimate, &snapshot),
-                Err(e) => return Some(format!("the host probe failed: {e}")),
+                Err(e) => return Here::Wait(format!("the host probe failed: {e}")),
             };
+            let why = format!("{}: {}", decision.reason().as_str(), decision.message());
             match &decision {
-                lardon::Decision::Wait(_) | lardon::Decision::Reject(_) => {
-                    Some(format!("{}: {}", decision.reason().as_str(), decision.message()))
-                }
-                lardon::Decision::Admit(_) | lardon::Decision::ReduceBatch(..) => None,
+                lardon::Decision::Wait(_) => Here::Wait(why),
+                lardon::Decision::Reject(_) => Here::Reject(why),
+                lardon::Decision::Admit(_) | lardon::Decision::ReduceBatch(..) => Here::Admit,
             }
         };
-        match route::route(prefer, refused) {
+        let balance = || {
+            let remote = self.inner.capacity.load(&offload.capability);
+            route::balance(self.inner.local_load(), remote, &offload.capability)
+        };
+        match route::route(settings.prefer, settings.wait_ms, here, balance) {
             Route::Local => false,
             Route::Remote(why) => {
                 self.inner.ship(id, Arc::new(spec.clone()), offload, &why, Ship::Fresh);
@@ -225,6 +243,9 @@ impl OffloadEngine {
     }
 }
 
+/// Output files fetched from the broker: (path, bytes).
+type Files = Vec<(String, Vec<u8>)>;
+
 /// How a task is shipped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Ship {
@@ -237,6 +258,19 @@ enum Ship {
 }
 
 impl Inner {
+    /// How busy this host is for `balance`: the larger of its compute pool
+    /// reserved and, under `max_running`, its running slots taken.
+    fn local_load(&self) -> Load {
+        let av = self.shared.governor.availability();
+        let cpus = Load { used: av.cpu_reserved_millis, total: av.cpu_pool_millis };
+        let Some(max) = self.shared.governor.policy().max_running else { return cpus };
+        let slots = Load { used: av.reservations as u64, total: u64::from(max) };
+        // slots.used / slots.total > cpus.used / cpus.total, exactly.
+        let slots_busier =
+            u128::from(slots.used) * u128::from(cpus.total) > u128::from(cpus.used) * u128::from(slots.total);
+        if slots_busier || cpus.total == 0 { slots } else { cpus }
+    }
+
     fn ship(self: &Arc<Self>, id: TaskId, spec: Arc<TaskSpec>, offload: &Offload, why: &str, how: Ship) {
         if let Some(deadline) = offload.deadline_unix_ms
             && deadline <= crate::now_ms()
@@ -300,15 +334,54 @@ impl Inner {
         task.need = Need { memory: spec.estimate.memory_fixed, cpu_millis: spec.estimate.cpu_millis };
         task.env = spec.env.iter().map(|e| (e.key.clone(), e.value.clone())).collect();
         task.deadline_unix_ms = offload.deadline_unix_ms;
+        task.outputs.clone_from(&offload.outputs);
+        if !offload.inputs.is_empty() {
+            let cwd = Path::new(spec.cwd.as_deref().unwrap_or("/"));
+            match files::read_inputs(cwd, &offload.inputs) {
+                Ok(inputs) => task.inputs = inputs,
+                Err(e) => {
+                    return self.fall_back(id, &spec, "inputs_unreadable", &format!("{e}: ran locally"));
+                }
+            }
+        }
         lock(&self.out).put(id, Out { remote: remote.clone(), retry });
         lock(&self.specs).insert(id, Arc::clone(&spec));
         tracing::info!("task {id}: shipped as {remote} ({why})");
-        let ticket = self.submitter.submit(&task);
         let me = Arc::clone(self);
         self.rt.spawn(async move {
+            let ticket = if task.inputs.is_empty() {
+                me.submitter.submit(&task)
+            } else {
+                match me.submitter.submit_with_files(&task).await {
+                    Ok(ticket) => ticket,
+                    Err(e) => {
+                        let why =
+                            format!("its input files could not be uploaded to the broker ({e}): ran locally");
+                        let _ = tokio::task::spawn_blocking(move || me.not_sent(id, &remote, &why)).await;
+                        return;
+                    }
+                }
+            };
             let answer = ticket.answer().await;
-            let _ = tokio::task::spawn_blocking(move || me.answered(id, &remote, answer)).await;
+            let outputs = match &answer {
+                Ok(Answer::Done(ended)) if ended.success && !ended.outputs.is_empty() => {
+                    Some(me.submitter.download_outputs(ended).await.map_err(|e| e.to_string()))
+                }
+                _ => None,
+            };
+            let _ = tokio::task::spawn_blocking(move || me.answered(id, &remote, answer, outputs)).await;
         });
+    }
+
+    /// A task whose request never left (its inputs could not be uploaded):
+    /// run here, if it is still out as `remote`.
+    fn not_sent(&self, id: TaskId, remote: &str, why: &str) {
+        if lock(&self.out).take(id, remote).is_none() {
+            return;
+        }
+        if let Some(spec) = lock(&self.specs).remove(&id) {
+            self.fall_back(id, &spec, "upload_failed", why);
+        }
     }
 
     /// Judges the answer for `id` shipped as `remote`; a duplicate or stale
@@ -318,6 +391,7 @@ impl Inner {
         id: TaskId,
         remote: &str,
         answer: Result<Answer, lardon_cluster::client::Stopped>,
+        outputs: Option<Result<Files, String>>,
     ) {
         let Ok(answer) = answer else {
             // The submitter stopped: the daemon is stopping. The task stays
@@ -333,10 +407,26 @@ impl Inner {
         let max_retries = self.shared.settings().offload.max_retries;
         match route::verdict(&answer, out.retry, max_retries, &self.broker, &capability) {
             Verdict::Ran => {
-                if let Answer::Done(ended) = answer {
-                    let deadline = spec.offload.as_ref().and_then(|o| o.deadline_unix_ms);
-                    self.record_run(id, remote, ended, deadline);
+                let Answer::Done(mut ended) = answer else { return };
+                // Outputs go into the working directory before the task
+                // is COMPLETED; a CAS that lost them runs it here.
+                match outputs {
+                    None => {}
+                    Some(Err(e)) => {
+                        let why =
+                            format!("its outputs could not be fetched from the broker ({e}): ran locally");
+                        return self.fall_back(id, &spec, "outputs_lost", &why);
+                    }
+                    Some(Ok(files)) => {
+                        let cwd = Path::new(spec.cwd.as_deref().unwrap_or("/"));
+                        if let Err(e) = files::write_outputs(cwd, &files, &format!("t{id}")) {
+                            ended.success = false;
+                            ended.reason = format!("ran, but {e}");
+                        }
+                    }
                 }
+                let deadline = spec.offload.as_ref().and_then(|o| o.deadline_unix_ms);
+                self.record_run(id, remote, ended, deadline);
             }
             Verdict::End { cancelled, reason } => {
                 let state = if cancelled { TaskState::Cancelled } else { TaskState::Failed };

@@ -126,21 +126,32 @@ pub(crate) fn spec_from_pb(spec: Option<pb::TaskSpec>) -> Result<TaskSpec, Statu
             .engine
             .parse()
             .map_err(|e: crate::spec::SpecError| Status::invalid_argument(e.to_string()))?,
-        offload: offload_from_pb(&spec.capability, spec.deadline_unix_ms)?,
+        offload: offload_from_pb(&spec.capability, spec.deadline_unix_ms, spec.inputs, spec.outputs)?,
     };
     // Validated once, by the engine's submit (`Engine::submit_many`).
     Ok(out)
 }
 
-/// A shippable task's capability (canonical key) and deadline; `None`
-/// without a capability. A deadline without a capability is refused: it
-/// is only enforced where the task ships.
-fn offload_from_pb(capability: &str, deadline_unix_ms: i64) -> Result<Option<crate::spec::Offload>, Status> {
+/// A shippable task's capability (canonical key), deadline and files;
+/// `None` without a capability. A deadline or files without a capability
+/// are refused: only a shipped task needs them.
+fn offload_from_pb(
+    capability: &str,
+    deadline_unix_ms: i64,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+) -> Result<Option<crate::spec::Offload>, Status> {
     if capability.is_empty() {
         if deadline_unix_ms != 0 {
             return Err(Status::invalid_argument(
                 "deadline_unix_ms: only a shippable task (with a capability) has a deadline",
             ));
+        }
+        if !inputs.is_empty() || !outputs.is_empty() {
+            let field = if inputs.is_empty() { "outputs" } else { "inputs" };
+            return Err(Status::invalid_argument(format!(
+                "{field}: only a shippable task (with a capability) names files to move"
+            )));
         }
         return Ok(None);
     }
@@ -152,6 +163,8 @@ fn offload_from_pb(capability: &str, deadline_unix_ms: i64) -> Result<Option<cra
     Ok(Some(crate::spec::Offload {
         capability: cap.key(),
         deadline_unix_ms: (deadline_unix_ms > 0).then_some(deadline_unix_ms),
+        inputs,
+        outputs,
     }))
 }
 
@@ -188,6 +201,8 @@ pub(crate) fn spec_to_pb(s: &TaskSpec) -> pb::TaskSpec {
         engine: if s.engine.is_local() { String::new() } else { s.engine.as_str().to_owned() },
         capability: s.offload.as_ref().map(|o| o.capability.clone()).unwrap_or_default(),
         deadline_unix_ms: s.offload.as_ref().and_then(|o| o.deadline_unix_ms).unwrap_or(0),
+        inputs: s.offload.as_ref().map(|o| o.inputs.clone()).unwrap_or_default(),
+        outputs: s.offload.as_ref().map(|o| o.outputs.clone()).unwrap_or_default(),
     }
 }
 
