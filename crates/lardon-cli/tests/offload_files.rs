@@ -150,3 +150,35 @@ fn bad_file_flags_are_refused_at_submit_naming_the_flag() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--shippable"), "{}", stderr(&o));
 }
+
+#[test]
+fn balance_ships_a_task_this_host_would_admit_when_it_is_busier_than_the_agents() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let c = Cluster::start(d, "offload = { prefer = \"balance\" }\n", "1");
+    // Half of the simulated host's 1-CPU pool is taken; the agent is idle.
+    let go = d.join("go");
+    let busy = c.submit(&["--cpus", "0.5", "--", "sh", "-c", &until_file(&go)]);
+    c.until("the local task running", || task_json(&c.state, &busy)["state"] == "running");
+
+    let mut args = vec!["--cpus", "0.25"];
+    args.extend(sh("echo where=$ONLY_ON_AGENT."));
+    let id = c.submit(&args);
+    let t = c.ended(&id);
+    assert_eq!(t["state"].as_str(), Some("completed"), "{t}\n{}", logs(&c.procs()));
+    assert!(c.log(&id).contains("where=agent-side."), "{}", c.log(&id));
+    let course = c.course(&id);
+    assert!(
+        course.iter().any(|(k, _, m)| k == "offloaded"
+            && m.contains("balance: this host is 50% busy, the agents for sh@1:* 0% (0 of 1 tokens held)")),
+        "{course:?}"
+    );
+    assert!(course.iter().all(|(k, _, _)| k != "waited"), "it was admissible here: {course:?}");
+
+    // Idle here as there: the same task stays here.
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(c.ended(&busy)["state"].as_str(), Some("completed"));
+    let here = c.submit(&args);
+    assert_eq!(c.ended(&here)["state"].as_str(), Some("completed"));
+    assert!(c.log(&here).contains("where=."), "{}", c.log(&here));
+}

@@ -3,7 +3,7 @@
 //! at most once a second however many tasks arrive (no poll per task, and
 //! none at all while nothing is routed).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use lardon_proto::cluster as pb;
@@ -18,13 +18,17 @@ const FRESH: Duration = Duration::from_secs(1);
 /// A status older than this says nothing: the remote load is unknown.
 const STALE: Duration = Duration::from_secs(5);
 
+/// With no usable status, routing waits this long for a fresh one (then
+/// the remote load is unknown and the task stays here).
+const FIRST_WAIT: Duration = Duration::from_millis(500);
+
 /// The agents' load per capability, from the broker's status.
 #[derive(Debug)]
 pub(crate) struct Capacity {
     broker: String,
     dial: lardon_cluster::dial::Dial,
     rt: tokio::runtime::Handle,
-    state: Arc<Mutex<Cached>>,
+    state: Arc<(Mutex<Cached>, Condvar)>,
 }
 
 #[derive(Debug, Default)]
@@ -39,15 +43,24 @@ impl Capacity {
     }
 
     /// The load of the agents serving `capability` (a canonical key) as of
-    /// the last status no older than 5 s; `None` when there is none. A
-    /// status older than 1 s is refreshed in the background (one fetch at
-    /// a time), for the next task.
+    /// the last status, when it is at most 5 s old. A status older than
+    /// 1 s is refreshed in the background (one fetch at a time) for the
+    /// next task; with none usable, this waits up to 500 ms for the fetch
+    /// (called on a blocking thread: the fetch runs on the runtime), then
+    /// says `None` (unknown).
     pub(crate) fn load(&self, capability: &str) -> Option<Load> {
-        let mut st = lock(&self.state);
+        let (state, fetched) = &*self.state;
+        let mut st = lock(state);
         let age = st.status.as_ref().map(|(at, _)| at.elapsed());
         if age.is_none_or(|a| a >= FRESH) && !st.fetching {
             st.fetching = true;
             self.refresh();
+        }
+        if age.is_none_or(|a| a >= STALE) {
+            st = fetched
+                .wait_timeout_while(st, FIRST_WAIT, |c| c.fetching)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
         st.status.as_ref().filter(|(at, _)| at.elapsed() < STALE).map(|(_, s)| remote_load(s, capability))
     }
@@ -56,13 +69,15 @@ impl Capacity {
         let (broker, dial, state) = (self.broker.clone(), self.dial.clone(), Arc::clone(&self.state));
         self.rt.spawn(async move {
             let got = tokio::time::timeout(STALE, lardon_cluster::client::status(&broker, &dial)).await;
-            let mut st = lock(&state);
+            let (cached, fetched) = &*state;
+            let mut st = lock(cached);
             st.fetching = false;
             match got {
                 Ok(Ok(status)) => st.status = Some((Instant::now(), status)),
                 Ok(Err(e)) => tracing::debug!("balance: broker status unavailable: {e}"),
                 Err(_) => tracing::debug!("balance: broker status not answered within {STALE:?}"),
             }
+            fetched.notify_all();
         });
     }
 }
