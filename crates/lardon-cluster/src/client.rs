@@ -261,14 +261,24 @@ impl Submitter {
     /// [`TransferError`] when the CAS cannot be reached or refuses a blob;
     /// nothing was submitted then.
     pub async fn submit_with_files(&self, task: &RemoteTask) -> Result<Ticket, TransferError> {
-        // A malformed task is answered Rejected without uploading anything.
+        self.upload_inputs(task).await?;
+        Ok(self.submit(task))
+    }
+
+    /// Uploads `task`'s input files that the broker's CAS lacks, without
+    /// submitting it (for a caller that decides at the last moment whether
+    /// to [`Submitter::submit`] it). A malformed task uploads nothing.
+    ///
+    /// # Errors
+    /// [`TransferError`] when the CAS cannot be reached or refuses a blob.
+    pub async fn upload_inputs(&self, task: &RemoteTask) -> Result<(), TransferError> {
         let valid = wire::task_spec(task.to_spec(), &self.submitter).is_ok();
         if valid && !task.inputs.is_empty() {
             let blobs: Vec<(crate::cache::reapi::Digest, &[u8])> =
                 task.inputs.iter().map(|f| (digest_of(&f.data), f.data.as_slice())).collect();
             self.blobs().await?.upload(&blobs).await?;
         }
-        Ok(self.submit(task))
+        Ok(())
     }
 
     /// Fetches the output files a task's answer names, as (path, bytes)

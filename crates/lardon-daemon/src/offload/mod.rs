@@ -37,7 +37,7 @@ use lardon_cluster::client::{Answer, RemoteTask, Submitter, SubmitterConfig};
 use lardon_cluster::{Capability, SubmitterId};
 
 pub(crate) use route::remote_of_handle;
-use route::{Here, Load, Out, Registry, Route, Verdict};
+use route::{Here, Load, Registry, Route, Verdict};
 
 use crate::engine::{DaemonEvent, Shared, queue_locally};
 use crate::spec::{Offload, TaskId, TaskSpec, TaskState};
@@ -205,7 +205,7 @@ impl OffloadEngine {
         match route::route(settings.prefer, settings.wait_ms, here, balance) {
             Route::Local => false,
             Route::Remote(why) => {
-                self.inner.ship(id, Arc::new(spec.clone()), offload, &why, Ship::Fresh);
+                self.inner.ship(id, Arc::new(spec.clone()), offload, &why, Ship::Fresh, false);
                 true
             }
         }
@@ -218,7 +218,7 @@ impl OffloadEngine {
     pub(crate) fn adopt(&self, id: TaskId, spec: &TaskSpec, remote: &str) {
         let Some(offload) = &spec.offload else { return };
         let why = "asked for again after a daemon restart";
-        self.inner.ship(id, Arc::new(spec.clone()), offload, why, Ship::Adopt(remote.to_owned()));
+        self.inner.ship(id, Arc::new(spec.clone()), offload, why, Ship::Adopt(remote.to_owned()), false);
     }
 
     /// Cancels a task out at the broker: it ends CANCELLED now and the
@@ -227,11 +227,17 @@ impl OffloadEngine {
     pub(crate) fn cancel(&self, id: TaskId) -> Option<TaskState> {
         let out = lock(&self.inner.out).take_any(id)?;
         lock(&self.inner.specs).remove(&id);
-        match lardon_cluster::TaskId::new(&out.remote) {
-            Ok(remote) => self.inner.submitter.cancel(&remote),
-            Err(e) => tracing::warn!("task {id}: cannot cancel {}: {e}", out.remote),
-        }
-        let reason = format!("cancelled by user (and at the broker as {})", out.remote);
+        // A claim without a remote id was never sent: nothing to cancel
+        // there, and it will not be sent now (`Registry::promote`).
+        let reason = if out.remote.is_empty() {
+            "cancelled by user (before it was sent to the broker)".to_owned()
+        } else {
+            match lardon_cluster::TaskId::new(&out.remote) {
+                Ok(remote) => self.inner.submitter.cancel(&remote),
+                Err(e) => tracing::warn!("task {id}: cannot cancel {}: {e}", out.remote),
+            }
+            format!("cancelled by user (and at the broker as {})", out.remote)
+        };
         self.inner
             .finish(id, &Outcome { state: TaskState::Cancelled, exit_code: None, reason: Some(reason) });
         Some(TaskState::Cancelled)
@@ -271,23 +277,40 @@ impl Inner {
         if slots_busier || cpus.total == 0 { slots } else { cpus }
     }
 
-    fn ship(self: &Arc<Self>, id: TaskId, spec: Arc<TaskSpec>, offload: &Offload, why: &str, how: Ship) {
+    /// Ships task `id`: records it RUNNING with its remote id, reads its
+    /// inputs and sends it (uploading them first). `claimed`: the caller
+    /// already claimed it in the registry (`Registry::claim`), so that a
+    /// cancel arriving from then on stops it; otherwise it is claimed here.
+    /// A claim a cancel took meanwhile is not sent.
+    fn ship(
+        self: &Arc<Self>,
+        id: TaskId,
+        spec: Arc<TaskSpec>,
+        offload: &Offload,
+        why: &str,
+        how: Ship,
+        claimed: bool,
+    ) {
+        let retry = match &how {
+            Ship::Fresh | Ship::Adopt(_) => 0,
+            Ship::Retry(n) => *n,
+        };
+        if !claimed {
+            lock(&self.out).claim(id, retry);
+        }
         if let Some(deadline) = offload.deadline_unix_ms
             && deadline <= crate::now_ms()
         {
-            let reason = "deadline passed before it shipped".to_owned();
-            let outcome = Outcome { state: TaskState::Failed, exit_code: None, reason: Some(reason) };
-            self.finish(id, &outcome);
+            if lock(&self.out).take(id, "").is_some() {
+                let reason = "deadline passed before it shipped".to_owned();
+                self.finish(id, &Outcome { state: TaskState::Failed, exit_code: None, reason: Some(reason) });
+            }
             return;
         }
         let (submitter, broker) = (self.submitter_id.clone(), self.broker.clone());
-        let (retry, how2) = match &how {
-            Ship::Fresh | Ship::Adopt(_) => (0, how.clone()),
-            Ship::Retry(n) => (*n, how.clone()),
-        };
         let note = why.to_owned();
         let recorded = self.shared.writer.call(move |s| {
-            let remote = match &how2 {
+            let remote = match &how {
                 Ship::Fresh => {
                     let attempt = s.start_attempt(id)?;
                     route::remote_id(&submitter, id, attempt, 0)
@@ -310,26 +333,55 @@ impl Inner {
             Ok(r) => r,
             Err(e) => {
                 // Cancelled or removed meanwhile: nothing to ship.
+                lock(&self.out).take(id, "");
                 tracing::warn!("task {id}: not shipped: {e}");
                 return;
             }
         };
         self.shared.emit(DaemonEvent::TaskChanged(id));
-        let capability = match Capability::parse(&offload.capability) {
-            Ok(c) => c,
-            Err(e) => {
-                return self.fall_back(
-                    id,
-                    &spec,
-                    "broker_rejected",
-                    &format!("capability: {e}: ran locally"),
-                );
+        if !lock(&self.out).promote(id, &remote) {
+            tracing::info!("task {id}: cancelled while it was being shipped: not sent");
+            return;
+        }
+        let built = self.remote_task(&spec, offload, &remote);
+        let task = match built {
+            Ok(task) => task,
+            Err((code, message)) => {
+                lock(&self.out).take(id, &remote);
+                return self.fall_back(id, &spec, code, &message);
             }
         };
-        let task_id = match lardon_cluster::TaskId::new(&remote) {
-            Ok(t) => t,
-            Err(e) => return self.fall_back(id, &spec, "broker_rejected", &format!("{e}: ran locally")),
-        };
+        lock(&self.specs).insert(id, Arc::clone(&spec));
+        tracing::info!("task {id}: shipped as {remote} ({why})");
+        if task.inputs.is_empty() {
+            let ticket = self.send(id, &remote, &task);
+            self.await_answer(id, remote, ticket);
+            return;
+        }
+        let me = Arc::clone(self);
+        self.rt.spawn(async move {
+            if let Err(e) = me.submitter.upload_inputs(&task).await {
+                let why = format!("its input files could not be uploaded to the broker ({e}): ran locally");
+                let _ = tokio::task::spawn_blocking(move || me.not_sent(id, &remote, &why)).await;
+                return;
+            }
+            let ticket = me.send(id, &remote, &task);
+            me.await_answer(id, remote, ticket);
+        });
+    }
+
+    /// What goes to the broker for `spec` shipped as `remote`; on an error,
+    /// the fallback's reason code and words.
+    fn remote_task(
+        &self,
+        spec: &TaskSpec,
+        offload: &Offload,
+        remote: &str,
+    ) -> Result<RemoteTask, (&'static str, String)> {
+        let capability = Capability::parse(&offload.capability)
+            .map_err(|e| ("broker_rejected", format!("capability: {e}: ran locally")))?;
+        let task_id = lardon_cluster::TaskId::new(remote)
+            .map_err(|e| ("broker_rejected", format!("{e}: ran locally")))?;
         let mut task = RemoteTask::new(task_id, capability, spec.argv.clone());
         task.need = Need { memory: spec.estimate.memory_fixed, cpu_millis: spec.estimate.cpu_millis };
         task.env = spec.env.iter().map(|e| (e.key.clone(), e.value.clone())).collect();
@@ -337,31 +389,32 @@ impl Inner {
         task.outputs.clone_from(&offload.outputs);
         if !offload.inputs.is_empty() {
             let cwd = Path::new(spec.cwd.as_deref().unwrap_or("/"));
-            match files::read_inputs(cwd, &offload.inputs) {
-                Ok(inputs) => task.inputs = inputs,
-                Err(e) => {
-                    return self.fall_back(id, &spec, "inputs_unreadable", &format!("{e}: ran locally"));
-                }
-            }
+            task.inputs = files::read_inputs(cwd, &offload.inputs)
+                .map_err(|e| ("inputs_unreadable", format!("{e}: ran locally")))?;
         }
-        lock(&self.out).put(id, Out { remote: remote.clone(), retry });
-        lock(&self.specs).insert(id, Arc::clone(&spec));
-        tracing::info!("task {id}: shipped as {remote} ({why})");
+        Ok(task)
+    }
+
+    /// Sends `task` unless `id` was cancelled since it was shipped as
+    /// `remote`. The registry's lock is held across the check and the send,
+    /// and a cancel takes the task out under it before it sends its own
+    /// cancel: the broker sees the request before the cancel, or neither.
+    fn send(&self, id: TaskId, remote: &str, task: &RemoteTask) -> Option<lardon_cluster::client::Ticket> {
+        let out = lock(&self.out);
+        out.is_out_as(id, remote).then(|| self.submitter.submit(task))
+    }
+
+    /// Waits (on the runtime) for the answer to `ticket` and judges it on
+    /// a blocking thread, fetching a successful run's outputs first.
+    fn await_answer(
+        self: &Arc<Self>,
+        id: TaskId,
+        remote: String,
+        ticket: Option<lardon_cluster::client::Ticket>,
+    ) {
+        let Some(ticket) = ticket else { return };
         let me = Arc::clone(self);
         self.rt.spawn(async move {
-            let ticket = if task.inputs.is_empty() {
-                me.submitter.submit(&task)
-            } else {
-                match me.submitter.submit_with_files(&task).await {
-                    Ok(ticket) => ticket,
-                    Err(e) => {
-                        let why =
-                            format!("its input files could not be uploaded to the broker ({e}): ran locally");
-                        let _ = tokio::task::spawn_blocking(move || me.not_sent(id, &remote, &why)).await;
-                        return;
-                    }
-                }
-            };
             let answer = ticket.answer().await;
             let outputs = match &answer {
                 Ok(Answer::Done(ended)) if ended.success && !ended.outputs.is_empty() => {
@@ -434,7 +487,9 @@ impl Inner {
             }
             Verdict::Reship(why) => {
                 if let Some(offload) = spec.offload.clone() {
-                    self.ship(id, spec, &offload, &why, Ship::Retry(out.retry + 1));
+                    // Claimed again at once: a cancel from here on stops it.
+                    lock(&self.out).claim(id, out.retry + 1);
+                    self.ship(id, spec, &offload, &why, Ship::Retry(out.retry + 1), true);
                 }
             }
             Verdict::Local { code, message } => {

@@ -72,11 +72,15 @@ impl Inner {
         let Some(offload) = spec.offload.clone() else { return };
         match self.queue.withdraw(qid(id)) {
             Ok(_) => {
+                // Claimed at once: a cancel from here on finds it out, and
+                // one that came between the withdrawal and the claim ended
+                // it in the store, so it does not start as an attempt.
+                super::lock(&self.out).claim(id, 0);
                 // The pump's writes for this task's queue events go first:
                 // none lands on it after it shipped.
                 self.shared.pumped.wait_for(self.queue.events_emitted());
                 tracing::info!("task {id}: taken out of the local queue to ship: {why}");
-                self.ship(id, spec, &offload, &why, Ship::Fresh);
+                self.ship(id, spec, &offload, &why, Ship::Fresh, true);
             }
             // Another task waits on it: it stays here.
             Err(QueueError::HasDependents(_)) => {}

@@ -150,15 +150,34 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    /// Records `id` as out under `out.remote` (replacing an earlier ship).
-    pub(crate) fn put(&mut self, id: TaskId, out: Out) {
-        self.out.insert(id, out);
-    }
-
     /// Takes `id` if it is out as `remote`; `None` for a duplicate or a
     /// stale answer.
     pub(crate) fn take(&mut self, id: TaskId, remote: &str) -> Option<Out> {
         if self.out.get(&id).is_some_and(|o| o.remote == remote) { self.out.remove(&id) } else { None }
+    }
+
+    /// Claims `id` before it has a remote id (it is being shipped): from
+    /// here a cancel finds it ([`Registry::take_any`]), and
+    /// [`Registry::promote`] then fails, so it is not sent.
+    pub(crate) fn claim(&mut self, id: TaskId, retry: u32) {
+        self.out.insert(id, Out { remote: String::new(), retry });
+    }
+
+    /// Gives the claim on `id` its remote id; false when the claim is gone
+    /// (cancelled meanwhile: do not send it).
+    pub(crate) fn promote(&mut self, id: TaskId, remote: &str) -> bool {
+        match self.out.get_mut(&id) {
+            Some(o) if o.remote.is_empty() => {
+                remote.clone_into(&mut o.remote);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether `id` is out as `remote` now.
+    pub(crate) fn is_out_as(&self, id: TaskId, remote: &str) -> bool {
+        self.out.get(&id).is_some_and(|o| o.remote == remote)
     }
 
     /// Takes `id` whatever its remote id (a cancel).
@@ -285,13 +304,28 @@ mod tests {
     #[test]
     fn an_answer_counts_once_and_only_for_the_current_remote_id() {
         let mut r = Registry::default();
-        r.put(TaskId(7), Out { remote: "h:t7:a1:r0".into(), retry: 0 });
+        r.claim(TaskId(7), 0);
+        assert!(r.promote(TaskId(7), "h:t7:a1:r0"));
         assert_eq!(r.take(TaskId(7), "h:t7:a1:r9"), None, "a stale id");
         assert!(r.take(TaskId(7), "h:t7:a1:r0").is_some());
         assert_eq!(r.take(TaskId(7), "h:t7:a1:r0"), None, "the same answer twice");
-        r.put(TaskId(8), Out { remote: "x".into(), retry: 0 });
+        r.claim(TaskId(8), 0);
+        assert!(r.promote(TaskId(8), "x"));
         assert!(r.take_any(TaskId(8)).is_some());
         assert_eq!(r.take(TaskId(8), "x"), None, "an answer after a cancel");
+    }
+
+    #[test]
+    fn a_claim_cancelled_before_its_remote_id_is_never_promoted() {
+        let mut r = Registry::default();
+        r.claim(TaskId(9), 0);
+        assert!(r.contains(TaskId(9)), "a cancel finds it");
+        assert!(r.promote(TaskId(9), "h:t9:a1:r0"));
+        assert!(r.is_out_as(TaskId(9), "h:t9:a1:r0"));
+        assert!(!r.promote(TaskId(9), "h:t9:a1:r1"), "promoted once");
+        r.claim(TaskId(10), 0);
+        assert_eq!(r.take_any(TaskId(10)).map(|o| o.remote), Some(String::new()));
+        assert!(!r.promote(TaskId(10), "h:t10:a1:r0"), "cancelled meanwhile: not sent");
     }
 
     #[test]
