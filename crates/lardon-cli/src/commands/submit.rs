@@ -95,7 +95,7 @@ fn files(args: &SubmitArgs, cwd: &Path, spec: &mut pb::TaskSpec) -> Result<()> {
         };
         let text = relative("--input", rel)?;
         let full = cwd.join(rel);
-        match std::fs::symlink_metadata(&full) {
+        match std::fs::metadata(&full) {
             Ok(m) if m.is_file() => {}
             Ok(_) => {
                 return Err(usage(format!("--input: `{}` is not a regular file", full.display())));
