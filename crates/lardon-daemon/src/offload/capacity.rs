@@ -20,7 +20,7 @@ const STALE: Duration = Duration::from_secs(5);
 
 /// With no usable status, routing waits this long for a fresh one (then
 /// the remote load is unknown and the task stays here).
-const FIRST_WAIT: Duration = Duration::from_millis(500);
+const FIRST_WAIT: Duration = Duration::from_secs(1);
 
 /// The agents' load per capability, from the broker's status.
 #[derive(Debug)]
@@ -45,7 +45,7 @@ impl Capacity {
     /// The load of the agents serving `capability` (a canonical key) as of
     /// the last status, when it is at most 5 s old. A status older than
     /// 1 s is refreshed in the background (one fetch at a time) for the
-    /// next task; with none usable, this waits up to 500 ms for the fetch
+    /// next task; with none usable, this waits up to 1 s for the fetch
     /// (called on a blocking thread: the fetch runs on the runtime), then
     /// says `None` (unknown).
     pub(crate) fn load(&self, capability: &str) -> Option<Load> {
