@@ -286,3 +286,24 @@ pub(crate) fn task_to_pb(rec: &TaskRecord, live: Option<&TaskView>, host: &str) 
         learned: None,
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::offload_from_pb;
+
+    #[test]
+    fn files_travel_only_with_a_capability_and_are_kept_in_order() {
+        let files = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let o = offload_from_pb("sh@1", 0, files(&["a", "b/c"]), files(&["x.o"])).unwrap().unwrap();
+        assert_eq!(
+            (o.capability.as_str(), o.inputs, o.outputs),
+            ("sh@1:*", files(&["a", "b/c"]), files(&["x.o"]))
+        );
+        let e = offload_from_pb("", 0, files(&["a"]), Vec::new()).unwrap_err();
+        assert!(e.message().starts_with("inputs: only a shippable task"), "{}", e.message());
+        let e = offload_from_pb("", 0, Vec::new(), files(&["x.o"])).unwrap_err();
+        assert!(e.message().starts_with("outputs: only a shippable task"), "{}", e.message());
+        assert_eq!(offload_from_pb("", 0, Vec::new(), Vec::new()).unwrap(), None);
+    }
+}
