@@ -731,6 +731,18 @@ pub(crate) struct SubmitArgs {
     /// Kill it past this long from now (e.g. 10m), at the agent it ships to; needs --shippable
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms, requires = "shippable")]
     pub(crate) deadline: Option<u64>,
+    /// A file the task reads, relative to its working directory (repeat for several); needs
+    /// --shippable. When it ships, the file is uploaded to the broker's cache (only if the broker
+    /// lacks it) and written into the task's directory at the agent. It must exist now and be a
+    /// regular file; no `..`
+    #[arg(long = "input", value_name = "PATH", requires = "shippable")]
+    pub(crate) inputs: Vec<PathBuf>,
+    /// A file the task writes, relative to its working directory (repeat for several); needs
+    /// --shippable. After a run at an agent it is fetched and written into the working
+    /// directory (atomically: a temporary file, then a rename) before the task is COMPLETED;
+    /// not produced fails the task. No absolute path, no `..`
+    #[arg(long = "output", value_name = "PATH", requires = "shippable")]
+    pub(crate) outputs: Vec<PathBuf>,
     /// One task per line of FILE (`-` or nothing: standard input), as GNU
     /// parallel does: in the command and --name, `{}` is the line and `{#}`
     /// its number; without `{}` the line is the last argument. Blank lines

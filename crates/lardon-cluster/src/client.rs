@@ -212,6 +212,8 @@ pub struct Submitter {
     dial: crate::dial::Dial,
     /// The CAS client, connected on first use.
     blobs: std::sync::Arc<tokio::sync::OnceCell<BlobClient>>,
+    /// Whether its stream to the broker is open now.
+    connected: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for Command {
@@ -233,14 +235,22 @@ impl Submitter {
         let (tx, rx) = mpsc::unbounded_channel();
         let submitter = config.submitter.clone();
         let dial = config.dial.clone();
+        let connected = std::sync::Arc::<std::sync::atomic::AtomicBool>::default();
         let state = Loop {
             config: SubmitterConfig { broker: broker.clone(), ..config },
             rx,
             outstanding: HashMap::new(),
             cancels: Vec::new(),
+            connected: std::sync::Arc::clone(&connected),
         };
         tokio::spawn(state.run());
-        Ok(Submitter { tx, submitter, broker, dial, blobs: std::sync::Arc::default() })
+        Ok(Submitter { tx, submitter, broker, dial, blobs: std::sync::Arc::default(), connected })
+    }
+
+    /// Whether its stream to the broker is open now (the broker accepted
+    /// its hello and the stream has not ended since).
+    pub fn connected(&self) -> bool {
+        self.connected.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     async fn blobs(&self) -> Result<BlobClient, TransferError> {
@@ -254,14 +264,24 @@ impl Submitter {
     /// [`TransferError`] when the CAS cannot be reached or refuses a blob;
     /// nothing was submitted then.
     pub async fn submit_with_files(&self, task: &RemoteTask) -> Result<Ticket, TransferError> {
-        // A malformed task is answered Rejected without uploading anything.
+        self.upload_inputs(task).await?;
+        Ok(self.submit(task))
+    }
+
+    /// Uploads `task`'s input files that the broker's CAS lacks, without
+    /// submitting it (for a caller that decides at the last moment whether
+    /// to [`Submitter::submit`] it). A malformed task uploads nothing.
+    ///
+    /// # Errors
+    /// [`TransferError`] when the CAS cannot be reached or refuses a blob.
+    pub async fn upload_inputs(&self, task: &RemoteTask) -> Result<(), TransferError> {
         let valid = wire::task_spec(task.to_spec(), &self.submitter).is_ok();
         if valid && !task.inputs.is_empty() {
             let blobs: Vec<(crate::cache::reapi::Digest, &[u8])> =
                 task.inputs.iter().map(|f| (digest_of(&f.data), f.data.as_slice())).collect();
             self.blobs().await?.upload(&blobs).await?;
         }
-        Ok(self.submit(task))
+        Ok(())
     }
 
     /// Fetches the output files a task's answer names, as (path, bytes)
@@ -327,6 +347,8 @@ struct Loop {
     outstanding: HashMap<String, (pb::TaskSpec, Vec<oneshot::Sender<Answer>>)>,
     /// Cancels asked for while disconnected.
     cancels: Vec<TaskId>,
+    /// Set while a stream is open (see [`Submitter::connected`]).
+    connected: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn answer(reply: pb::SubmitReply) -> Option<Answer> {
@@ -346,7 +368,9 @@ impl Loop {
         let mut wait = self.config.backoff.initial;
         let mut last_contact = Instant::now();
         loop {
-            match self.session().await {
+            let session = self.session().await;
+            self.connected.store(false, std::sync::atomic::Ordering::SeqCst);
+            match session {
                 Session::Closed => return,
                 Session::Served => {
                     wait = self.config.backoff.initial;
@@ -402,6 +426,7 @@ impl Loop {
                 return Session::Failed;
             }
         };
+        self.connected.store(true, std::sync::atomic::Ordering::SeqCst);
         let request =
             |spec: pb::TaskSpec| pb::SubmitMessage { kind: Some(pb::submit_message::Kind::Request(spec)) };
         for (spec, _) in self.outstanding.values() {

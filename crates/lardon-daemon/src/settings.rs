@@ -84,9 +84,10 @@ pub enum OffloadPrefer {
     Local,
     /// At an agent, whatever the local Governor says.
     Remote,
-    /// As `local` today: here while this host admits it, at an agent when
-    /// it would wait. Kept apart so that a policy written for balancing
-    /// keeps its meaning when balancing learns more.
+    /// As `local`, and also at an agent when this host would admit it but
+    /// is already busier (its running tasks over its slots) than the
+    /// agents serving the capability (their held tokens over all of them)
+    /// and one of them has a free token.
     Balance,
 }
 
@@ -122,13 +123,42 @@ impl FromStr for OffloadPrefer {
 }
 
 /// The `offload_*` policy keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OffloadSettings {
     /// Where shippable tasks run.
     pub prefer: OffloadPrefer,
     /// How many times a task the broker hands back after an infrastructure
     /// failure (its agents lost) is shipped again before it runs here.
     pub max_retries: u32,
+    /// A shippable task that joined the local queue and, this many
+    /// milliseconds later, has not started and is told WAIT by the local
+    /// Governor ships (0: at its first WAIT).
+    pub wait_ms: u64,
+}
+
+impl Default for OffloadSettings {
+    fn default() -> Self {
+        OffloadSettings { prefer: OffloadPrefer::Local, max_retries: 0, wait_ms: DEFAULT_OFFLOAD_WAIT_MS }
+    }
+}
+
+/// `offload_wait_ms` by default: two seconds in the local queue.
+pub const DEFAULT_OFFLOAD_WAIT_MS: u64 = 2000;
+
+/// The most `offload_wait_ms` allows: one day.
+pub const MAX_OFFLOAD_WAIT_MS: u64 = 86_400_000;
+
+/// Parses an `offload_wait_ms` value; the error does not name the field.
+///
+/// # Errors
+/// Not a whole number, or above [`MAX_OFFLOAD_WAIT_MS`].
+pub fn parse_wait_ms(value: &str) -> Result<u64, String> {
+    let n: u64 =
+        value.trim().parse().map_err(|_| format!("`{value}` is not a whole number of milliseconds"))?;
+    if n > MAX_OFFLOAD_WAIT_MS {
+        return Err(format!("at most {MAX_OFFLOAD_WAIT_MS} (one day)"));
+    }
+    Ok(n)
 }
 
 /// The most `offload_max_retries` allows (each retry is a new remote id).
@@ -210,6 +240,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "daemon with --broker: where shippable tasks run: local (here unless it would wait), remote, balance",
     ),
     (
+        "offload_wait_ms",
+        "daemon with --broker: a shippable task told WAIT here this long after it was queued ships (0: at once)",
+    ),
+    (
         "offload_max_retries",
         "daemon with --broker: re-ships after the broker hands a task back, before running it here",
     ),
@@ -258,6 +292,7 @@ pub fn get(policy: &HostPolicy, settings: &DaemonSettings, key: &str) -> Option<
         "slurm_poll_ms" => settings.slurm.poll_ms.to_string(),
         "offload_prefer" => settings.offload.prefer.to_string(),
         "offload_max_retries" => settings.offload.max_retries.to_string(),
+        "offload_wait_ms" => settings.offload.wait_ms.to_string(),
         _ => return None,
     })
 }
@@ -348,6 +383,9 @@ pub fn set(
         "offload_max_retries" => {
             settings.offload.max_retries = parse_max_retries(value).map_err(|e| format!("{key}: {e}"))?;
         }
+        "offload_wait_ms" => {
+            settings.offload.wait_ms = parse_wait_ms(value).map_err(|e| format!("{key}: {e}"))?;
+        }
         _ => {
             return Err(format!(
                 "{key}: unknown policy key (known: {})",
@@ -403,14 +441,27 @@ mod tests {
     fn offload_keys_are_checked_and_named() {
         let mut policy = HostPolicy::default_for(&HostProfile::new(16 << 30, 8));
         let mut settings = DaemonSettings::default();
-        assert_eq!(settings.offload, OffloadSettings { prefer: OffloadPrefer::Local, max_retries: 0 });
+        assert_eq!(
+            settings.offload,
+            OffloadSettings { prefer: OffloadPrefer::Local, max_retries: 0, wait_ms: 2000 }
+        );
         set(&mut policy, &mut settings, "offload_prefer", "Remote").unwrap();
         set(&mut policy, &mut settings, "offload_max_retries", "2").unwrap();
-        assert_eq!(settings.offload, OffloadSettings { prefer: OffloadPrefer::Remote, max_retries: 2 });
+        set(&mut policy, &mut settings, "offload_wait_ms", "0").unwrap();
+        assert_eq!(
+            settings.offload,
+            OffloadSettings { prefer: OffloadPrefer::Remote, max_retries: 2, wait_ms: 0 }
+        );
         assert_eq!(get(&policy, &settings, "offload_prefer").unwrap(), "remote");
-        for (key, bad) in
-            [("offload_prefer", "elsewhere"), ("offload_max_retries", "-1"), ("offload_max_retries", "101")]
-        {
+        assert_eq!(get(&policy, &settings, "offload_wait_ms").unwrap(), "0");
+        for (key, bad) in [
+            ("offload_prefer", "elsewhere"),
+            ("offload_max_retries", "-1"),
+            ("offload_max_retries", "101"),
+            ("offload_wait_ms", "-5"),
+            ("offload_wait_ms", "1.5"),
+            ("offload_wait_ms", "86400001"),
+        ] {
             let e = set(&mut policy, &mut settings, key, bad).unwrap_err();
             assert!(e.starts_with(&format!("{key}:")), "{e}");
         }

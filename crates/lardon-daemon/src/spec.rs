@@ -243,6 +243,17 @@ pub struct Offload {
     /// deadline already passed when the task would ship fails it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_unix_ms: Option<i64>,
+    /// Files the task reads, relative to its working directory (plain
+    /// names, no `..`): uploaded to the broker's CAS when it ships and
+    /// written into its directory at the agent. Omitted when empty (specs
+    /// stored before files travelled read the same).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<String>,
+    /// Files the task writes, relative to its working directory: fetched
+    /// from the agent's run and written (atomically) into the working
+    /// directory before the task is marked COMPLETED.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<String>,
 }
 
 /// Where a task's runs happen.
@@ -352,6 +363,36 @@ impl TaskSpec {
             if offload.deadline_unix_ms.is_some_and(|d| d <= 0) {
                 return Err(SpecError::BadDeadline);
             }
+            self.validate_files(offload)?;
+        }
+        Ok(())
+    }
+
+    /// A shippable task's files: each a relative path of plain names
+    /// (`lardon_cluster::wire::relative_path`), none named twice, at most
+    /// [`MAX_TASK_FILES`] of each, and a working directory to hold them.
+    fn validate_files(&self, offload: &Offload) -> Result<(), SpecError> {
+        for (field, paths) in [("inputs", &offload.inputs), ("outputs", &offload.outputs)] {
+            if paths.len() > MAX_TASK_FILES {
+                return Err(SpecError::BadFile(format!(
+                    "{field}: {} paths, at most {MAX_TASK_FILES}",
+                    paths.len()
+                )));
+            }
+            let mut seen = std::collections::HashSet::new();
+            for (i, path) in paths.iter().enumerate() {
+                lardon_cluster::wire::relative_path(&format!("{field}[{i}]"), path)
+                    .map_err(|e| SpecError::BadFile(e.to_string()))?;
+                if !seen.insert(path.as_str()) {
+                    return Err(SpecError::BadFile(format!("{field}[{i}]: `{path}` named twice")));
+                }
+            }
+        }
+        let files = !offload.inputs.is_empty() || !offload.outputs.is_empty();
+        if files && self.cwd.is_none() {
+            return Err(SpecError::BadFile(
+                "cwd: a task with input or output files needs a working directory".into(),
+            ));
         }
         Ok(())
     }
@@ -388,6 +429,10 @@ pub fn is_valid_env_name(key: &str) -> bool {
 pub fn check_cwd_exists(cwd: &str) -> Result<(), SpecError> {
     if std::path::Path::new(cwd).is_dir() { Ok(()) } else { Err(SpecError::MissingCwd(cwd.to_owned())) }
 }
+
+/// Most input files, and most output files, of a shippable task (the
+/// broker's own bound).
+pub const MAX_TASK_FILES: usize = lardon_cluster::wire::MAX_FILES;
 
 /// Longest task name accepted, in characters.
 pub const MAX_NAME_CHARS: usize = 256;
@@ -451,6 +496,10 @@ pub enum SpecError {
     /// The capability of a shippable task does not parse.
     #[error("capability: {0}")]
     BadCapability(String),
+    /// A bad input or output path of a shippable task (the message names
+    /// the field, e.g. `inputs[0]: …`).
+    #[error("{0}")]
+    BadFile(String),
     /// A deadline at or before the Unix epoch.
     #[error("deadline: must be a positive Unix time in milliseconds")]
     BadDeadline,

@@ -87,3 +87,32 @@ fn words_round_trip() {
     assert_eq!("42".parse::<TaskId>().unwrap(), TaskId(42));
     assert!("x".parse::<TaskId>().is_err());
 }
+
+#[test]
+fn a_shippable_tasks_files_are_relative_plain_names_once_each_with_a_cwd() {
+    let mut spec = TaskSpec::command(["cc", "-c", "x.c"]);
+    spec.cwd = Some("/work".into());
+    let files = |inputs: &[&str], outputs: &[&str]| Offload {
+        capability: "gcc@12:*".into(),
+        deadline_unix_ms: None,
+        inputs: inputs.iter().map(|s| (*s).to_owned()).collect(),
+        outputs: outputs.iter().map(|s| (*s).to_owned()).collect(),
+    };
+    spec.offload = Some(files(&["x.c", "inc/x.h"], &["x.o"]));
+    assert_eq!(spec.validate(), Ok(()));
+    for (inputs, outputs, field) in [
+        (&["../x.c"][..], &[][..], "inputs[0]:"),
+        (&["x.c", "/etc/passwd"][..], &[][..], "inputs[1]:"),
+        (&["x.c", "x.c"][..], &[][..], "inputs[1]: `x.c` named twice"),
+        (&[][..], &["/tmp/x.o"][..], "outputs[0]:"),
+        (&[][..], &["a/./b"][..], "outputs[0]:"),
+        (&[][..], &[""][..], "outputs[0]:"),
+    ] {
+        spec.offload = Some(files(inputs, outputs));
+        let e = spec.validate().unwrap_err().to_string();
+        assert!(e.starts_with(field), "{inputs:?} {outputs:?}: {e}");
+    }
+    spec.offload = Some(files(&["x.c"], &[]));
+    spec.cwd = None;
+    assert!(spec.validate().unwrap_err().to_string().starts_with("cwd:"));
+}

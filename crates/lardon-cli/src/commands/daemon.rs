@@ -57,14 +57,14 @@ pub(crate) fn run(cli: &Cli, args: &DaemonArgs) -> Result<u8> {
 /// A policy file's `key = value` pairs (in key order; the daemon applies
 /// them in its own, as for `lardon policy --set`): every
 /// top-level scalar is a policy key (checked when the daemon applies it,
-/// naming the key), and the `offload` table's `prefer` and `max_retries`
-/// become `offload_prefer` and `offload_max_retries` (checked here, naming
-/// `offload.FIELD`).
+/// naming the key), and the `offload` table's `prefer`, `max_retries` and
+/// `wait_ms` become `offload_prefer`, `offload_max_retries` and
+/// `offload_wait_ms` (checked here, naming `offload.FIELD`).
 ///
 /// # Errors
 /// One line naming the offending field.
 pub(crate) fn policy_pairs(text: &str) -> std::result::Result<Vec<(String, String)>, String> {
-    use lardon_daemon::settings::{OffloadPrefer, parse_max_retries};
+    use lardon_daemon::settings::{OffloadPrefer, parse_max_retries, parse_wait_ms};
     let table: toml::Table = toml::from_str(text).map_err(|e| e.message().to_owned())?;
     let mut pairs = Vec::new();
     for (key, value) in table {
@@ -90,8 +90,17 @@ pub(crate) fn policy_pairs(text: &str) -> std::result::Result<Vec<(String, Strin
                         pairs.push(("offload_max_retries".to_owned(), n.to_string()));
                     }
                     ("max_retries", _) => return Err("offload.max_retries: must be a whole number".into()),
+                    ("wait_ms", toml::Value::Integer(n)) => {
+                        let n = parse_wait_ms(&n.to_string()).map_err(|e| format!("offload.wait_ms: {e}"))?;
+                        pairs.push(("offload_wait_ms".to_owned(), n.to_string()));
+                    }
+                    ("wait_ms", _) => {
+                        return Err("offload.wait_ms: must be a whole number of milliseconds".into());
+                    }
                     (other, _) => {
-                        return Err(format!("offload.{other}: unknown field (known: prefer, max_retries)"));
+                        return Err(format!(
+                            "offload.{other}: unknown field (known: prefer, max_retries, wait_ms)"
+                        ));
                     }
                 }
             }
@@ -116,9 +125,16 @@ mod tests {
 
     #[test]
     fn a_policy_file_gives_offload_and_plain_keys_and_names_bad_fields() {
-        let pairs =
-            policy_pairs("max_running = 1\noffload = { prefer = \"Remote\", max_retries = 2 }\n").unwrap();
-        let want = [("max_running", "1"), ("offload_max_retries", "2"), ("offload_prefer", "remote")];
+        let pairs = policy_pairs(
+            "max_running = 1\noffload = { prefer = \"Remote\", max_retries = 2, wait_ms = 0 }\n",
+        )
+        .unwrap();
+        let want = [
+            ("max_running", "1"),
+            ("offload_max_retries", "2"),
+            ("offload_prefer", "remote"),
+            ("offload_wait_ms", "0"),
+        ];
         assert_eq!(pairs, want.map(|(k, v)| (k.to_owned(), v.to_owned())));
         for (text, field) in [
             ("offload = { prefer = \"elsewhere\" }", "offload.prefer:"),
@@ -126,6 +142,8 @@ mod tests {
             ("offload = { max_retries = -1 }", "offload.max_retries:"),
             ("offload = { max_retries = \"x\" }", "offload.max_retries:"),
             ("offload = { retries = 1 }", "offload.retries:"),
+            ("offload = { wait_ms = -1 }", "offload.wait_ms:"),
+            ("offload = { wait_ms = \"2s\" }", "offload.wait_ms:"),
             ("offload = 1", "offload:"),
             ("memory_reserve = [1]", "memory_reserve:"),
         ] {

@@ -129,6 +129,8 @@ pub(crate) fn task_spec(needs: &NeedsArgs, parts: SpecParts, style: Style) -> Re
         engine: String::new(),
         capability: String::new(),
         deadline_unix_ms: 0,
+        inputs: Vec::new(),
+        outputs: Vec::new(),
     })
 }
 

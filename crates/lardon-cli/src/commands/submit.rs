@@ -27,6 +27,7 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
     let mut spec = task_spec(&args.needs, parts, Style::Flags)?;
     spec.engine = engine_name(args.engine);
     shippable(args, &mut spec)?;
+    files(args, &cwd, &mut spec)?;
     let mut client = crate::client::connect(cli).await?;
     let resp = client
         .submit(pb::SubmitRequest { spec: Some(spec), paused: args.paused })
@@ -75,6 +76,58 @@ fn shippable(args: &SubmitArgs, spec: &mut pb::TaskSpec) -> Result<()> {
     Ok(())
 }
 
+/// `--input PATH… --output PATH…`: each made relative to the task's
+/// working directory `cwd` and checked here, naming the flag: no `..`, an
+/// input must lie inside `cwd` and be an existing regular file, an output
+/// must be relative.
+fn files(args: &SubmitArgs, cwd: &Path, spec: &mut pb::TaskSpec) -> Result<()> {
+    for path in &args.inputs {
+        let rel = if path.is_absolute() {
+            path.strip_prefix(cwd).map_err(|_| {
+                usage(format!(
+                    "--input: `{}` is outside the working directory `{}`; name it relative to it",
+                    path.display(),
+                    cwd.display()
+                ))
+            })?
+        } else {
+            path.as_path()
+        };
+        let text = relative("--input", rel)?;
+        let full = cwd.join(rel);
+        match std::fs::metadata(&full) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => {
+                return Err(usage(format!("--input: `{}` is not a regular file", full.display())));
+            }
+            Err(e) => return Err(usage(format!("--input: `{}`: {e}", full.display()))),
+        }
+        spec.inputs.push(text);
+    }
+    for path in &args.outputs {
+        if path.is_absolute() {
+            return Err(usage(format!(
+                "--output: `{}` is absolute; name it relative to the working directory",
+                path.display()
+            )));
+        }
+        spec.outputs.push(relative("--output", path)?);
+    }
+    Ok(())
+}
+
+/// `path` as the `/`-separated relative path the daemon and the broker
+/// take (plain names only), or a usage error naming `flag`.
+fn relative(flag: &str, path: &Path) -> Result<String> {
+    let text =
+        path.to_str().ok_or_else(|| usage(format!("{flag}: `{}` is not valid UTF-8", path.display())))?;
+    // `./x` and `a//b` mean `x` and `a/b`; `..` never passes.
+    let clean: Vec<&str> = text.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+    let clean = clean.join("/");
+    lardon_cluster::wire::relative_path(flag, &clean).map_err(|e| usage(e.to_string()))?;
+    Ok(clean)
+}
+
 /// Everything of the spec but its needs, from the flags (`cwd` resolved).
 pub(crate) fn parts(args: &SubmitArgs, cwd: &Path) -> SpecParts {
     SpecParts {
@@ -98,6 +151,7 @@ pub(crate) fn each_spec(args: &SubmitArgs, parts: &SpecParts, input: &each::Inpu
     let mut spec = task_spec(&args.needs, p, Style::Flags)?;
     spec.engine = engine_name(args.engine);
     shippable(args, &mut spec)?;
+    files(args, Path::new(&parts.cwd), &mut spec)?;
     Ok(spec)
 }
 

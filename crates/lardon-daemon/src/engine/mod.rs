@@ -458,14 +458,18 @@ impl Engine {
             return Ok(());
         }
         // Shippable tasks are never paused nor dependent (refused at submit).
-        if !paused
-            && deps.is_empty()
+        let shippable = !paused && deps.is_empty() && spec.offload.is_some();
+        if shippable
             && let Some(offload) = &self.offload
             && offload.offer(id, spec)
         {
             return Ok(());
         }
-        queue_locally(&self.shared, &self.queue, id, spec, paused, deps)
+        queue_locally(&self.shared, &self.queue, id, spec, paused, deps)?;
+        if shippable && let Some(offload) = &self.offload {
+            offload.watch(id, spec);
+        }
+        Ok(())
     }
 
     /// Waits until every queue event emitted so far (those of a queue call

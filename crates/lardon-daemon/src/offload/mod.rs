@@ -10,9 +10,18 @@
 //! `offload_max_retries`, a refused request — hands the task back to run
 //! here, saying why in its course: never a hang, never a loss.
 //!
+//! A shippable task that joined the local queue is watched (`reroute`):
+//! one that still waits there `offload_wait_ms` after it was queued is
+//! taken out of the queue (atomically: it can never both start here and
+//! ship) and shipped. Its input files travel through the broker's CAS and
+//! its outputs come back into its working directory (`files`).
+//!
 //! The answers arrive on the daemon's Tokio runtime; each is judged on a
 //! blocking thread (the store writer is synchronous).
 
+mod capacity;
+mod files;
+mod reroute;
 mod route;
 
 use std::collections::HashMap;
@@ -28,7 +37,7 @@ use lardon_cluster::client::{Answer, RemoteTask, Submitter, SubmitterConfig};
 use lardon_cluster::{Capability, SubmitterId};
 
 pub(crate) use route::remote_of_handle;
-use route::{Out, Registry, Route, Verdict};
+use route::{Here, Load, Registry, Route, Verdict};
 
 use crate::engine::{DaemonEvent, Shared, queue_locally};
 use crate::spec::{Offload, TaskId, TaskSpec, TaskState};
@@ -122,6 +131,8 @@ struct Inner {
     out: Mutex<Registry>,
     /// The specs of the tasks out, to run them here on a fallback.
     specs: Mutex<HashMap<TaskId, Arc<TaskSpec>>>,
+    /// The agents' load, for `balance`.
+    capacity: capacity::Capacity,
 }
 
 impl OffloadEngine {
@@ -151,6 +162,7 @@ impl OffloadEngine {
             .map_err(|e| format!("--broker: {e}"))?
         };
         tracing::info!("offloading to broker {} as submitter {submitter_id}", config.broker);
+        let capacity = capacity::Capacity::new(&config.broker, &config.dial, rt.clone());
         Ok(OffloadEngine {
             inner: Arc::new(Inner {
                 shared,
@@ -161,33 +173,39 @@ impl OffloadEngine {
                 rt,
                 out: Mutex::default(),
                 specs: Mutex::default(),
+                capacity,
             }),
         })
     }
 
-    /// Routes a stored, PENDING shippable task: ships it, or returns false
-    /// for the caller to queue it here.
+    /// Routes a stored, PENDING shippable task ([`route::route`]): ships
+    /// it, or returns false for the caller to queue it here (and then
+    /// [`OffloadEngine::watch`] it).
     pub(crate) fn offer(&self, id: TaskId, spec: &TaskSpec) -> bool {
         let Some(offload) = &spec.offload else { return false };
         let shared = &self.inner.shared;
-        let prefer = shared.settings().offload.prefer;
-        let refused = || {
+        let settings = shared.settings().offload;
+        let here = || {
             let estimate = spec.estimate.to_estimate();
             let decision = match shared.governor.sample() {
                 Ok(snapshot) => shared.governor.decide(&estimate, &snapshot),
-                Err(e) => return Some(format!("the host probe failed: {e}")),
+                Err(e) => return Here::Wait(format!("the host probe failed: {e}")),
             };
+            let why = format!("{}: {}", decision.reason().as_str(), decision.message());
             match &decision {
-                lardon::Decision::Wait(_) | lardon::Decision::Reject(_) => {
-                    Some(format!("{}: {}", decision.reason().as_str(), decision.message()))
-                }
-                lardon::Decision::Admit(_) | lardon::Decision::ReduceBatch(..) => None,
+                lardon::Decision::Wait(_) => Here::Wait(why),
+                lardon::Decision::Reject(_) => Here::Reject(why),
+                lardon::Decision::Admit(_) | lardon::Decision::ReduceBatch(..) => Here::Admit,
             }
         };
-        match route::route(prefer, refused) {
+        let balance = || {
+            let remote = self.inner.capacity.load(&offload.capability);
+            route::balance(self.inner.local_load(), remote, &offload.capability)
+        };
+        match route::route(settings.prefer, settings.wait_ms, here, balance) {
             Route::Local => false,
             Route::Remote(why) => {
-                self.inner.ship(id, Arc::new(spec.clone()), offload, &why, Ship::Fresh);
+                self.inner.ship(id, Arc::new(spec.clone()), offload, &why, Ship::Fresh, false);
                 true
             }
         }
@@ -200,7 +218,7 @@ impl OffloadEngine {
     pub(crate) fn adopt(&self, id: TaskId, spec: &TaskSpec, remote: &str) {
         let Some(offload) = &spec.offload else { return };
         let why = "asked for again after a daemon restart";
-        self.inner.ship(id, Arc::new(spec.clone()), offload, why, Ship::Adopt(remote.to_owned()));
+        self.inner.ship(id, Arc::new(spec.clone()), offload, why, Ship::Adopt(remote.to_owned()), false);
     }
 
     /// Cancels a task out at the broker: it ends CANCELLED now and the
@@ -209,11 +227,17 @@ impl OffloadEngine {
     pub(crate) fn cancel(&self, id: TaskId) -> Option<TaskState> {
         let out = lock(&self.inner.out).take_any(id)?;
         lock(&self.inner.specs).remove(&id);
-        match lardon_cluster::TaskId::new(&out.remote) {
-            Ok(remote) => self.inner.submitter.cancel(&remote),
-            Err(e) => tracing::warn!("task {id}: cannot cancel {}: {e}", out.remote),
-        }
-        let reason = format!("cancelled by user (and at the broker as {})", out.remote);
+        // A claim without a remote id was never sent: nothing to cancel
+        // there, and it will not be sent now (`Registry::promote`).
+        let reason = if out.remote.is_empty() {
+            "cancelled by user (before it was sent to the broker)".to_owned()
+        } else {
+            match lardon_cluster::TaskId::new(&out.remote) {
+                Ok(remote) => self.inner.submitter.cancel(&remote),
+                Err(e) => tracing::warn!("task {id}: cannot cancel {}: {e}", out.remote),
+            }
+            format!("cancelled by user (and at the broker as {})", out.remote)
+        };
         self.inner
             .finish(id, &Outcome { state: TaskState::Cancelled, exit_code: None, reason: Some(reason) });
         Some(TaskState::Cancelled)
@@ -224,6 +248,9 @@ impl OffloadEngine {
         lock(&self.inner.out).contains(id)
     }
 }
+
+/// Output files fetched from the broker: (path, bytes).
+type Files = Vec<(String, Vec<u8>)>;
 
 /// How a task is shipped.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -237,23 +264,53 @@ enum Ship {
 }
 
 impl Inner {
-    fn ship(self: &Arc<Self>, id: TaskId, spec: Arc<TaskSpec>, offload: &Offload, why: &str, how: Ship) {
+    /// How busy this host is for `balance`: the larger of its compute pool
+    /// reserved and, under `max_running`, its running slots taken.
+    fn local_load(&self) -> Load {
+        let av = self.shared.governor.availability();
+        let cpus = Load { used: av.cpu_reserved_millis, total: av.cpu_pool_millis };
+        let Some(max) = self.shared.governor.policy().max_running else { return cpus };
+        let slots = Load { used: av.reservations as u64, total: u64::from(max) };
+        // slots.used / slots.total > cpus.used / cpus.total, exactly.
+        let slots_busier =
+            u128::from(slots.used) * u128::from(cpus.total) > u128::from(cpus.used) * u128::from(slots.total);
+        if slots_busier || cpus.total == 0 { slots } else { cpus }
+    }
+
+    /// Ships task `id`: records it RUNNING with its remote id, reads its
+    /// inputs and sends it (uploading them first). `claimed`: the caller
+    /// already claimed it in the registry (`Registry::claim`), so that a
+    /// cancel arriving from then on stops it; otherwise it is claimed here.
+    /// A claim a cancel took meanwhile is not sent.
+    fn ship(
+        self: &Arc<Self>,
+        id: TaskId,
+        spec: Arc<TaskSpec>,
+        offload: &Offload,
+        why: &str,
+        how: Ship,
+        claimed: bool,
+    ) {
+        let retry = match &how {
+            Ship::Fresh | Ship::Adopt(_) => 0,
+            Ship::Retry(n) => *n,
+        };
+        if !claimed {
+            lock(&self.out).claim(id, retry);
+        }
         if let Some(deadline) = offload.deadline_unix_ms
             && deadline <= crate::now_ms()
         {
-            let reason = "deadline passed before it shipped".to_owned();
-            let outcome = Outcome { state: TaskState::Failed, exit_code: None, reason: Some(reason) };
-            self.finish(id, &outcome);
+            if lock(&self.out).take(id, "").is_some() {
+                let reason = "deadline passed before it shipped".to_owned();
+                self.finish(id, &Outcome { state: TaskState::Failed, exit_code: None, reason: Some(reason) });
+            }
             return;
         }
         let (submitter, broker) = (self.submitter_id.clone(), self.broker.clone());
-        let (retry, how2) = match &how {
-            Ship::Fresh | Ship::Adopt(_) => (0, how.clone()),
-            Ship::Retry(n) => (*n, how.clone()),
-        };
         let note = why.to_owned();
         let recorded = self.shared.writer.call(move |s| {
-            let remote = match &how2 {
+            let remote = match &how {
                 Ship::Fresh => {
                     let attempt = s.start_attempt(id)?;
                     route::remote_id(&submitter, id, attempt, 0)
@@ -276,39 +333,108 @@ impl Inner {
             Ok(r) => r,
             Err(e) => {
                 // Cancelled or removed meanwhile: nothing to ship.
+                lock(&self.out).take(id, "");
                 tracing::warn!("task {id}: not shipped: {e}");
                 return;
             }
         };
         self.shared.emit(DaemonEvent::TaskChanged(id));
-        let capability = match Capability::parse(&offload.capability) {
-            Ok(c) => c,
-            Err(e) => {
-                return self.fall_back(
-                    id,
-                    &spec,
-                    "broker_rejected",
-                    &format!("capability: {e}: ran locally"),
-                );
+        if !lock(&self.out).promote(id, &remote) {
+            tracing::info!("task {id}: cancelled while it was being shipped: not sent");
+            return;
+        }
+        let built = self.remote_task(&spec, offload, &remote);
+        let task = match built {
+            Ok(task) => task,
+            Err((code, message)) => {
+                lock(&self.out).take(id, &remote);
+                return self.fall_back(id, &spec, code, &message);
             }
         };
-        let task_id = match lardon_cluster::TaskId::new(&remote) {
-            Ok(t) => t,
-            Err(e) => return self.fall_back(id, &spec, "broker_rejected", &format!("{e}: ran locally")),
-        };
+        lock(&self.specs).insert(id, Arc::clone(&spec));
+        tracing::info!("task {id}: shipped as {remote} ({why})");
+        if task.inputs.is_empty() {
+            let ticket = self.send(id, &remote, &task);
+            self.await_answer(id, remote, ticket);
+            return;
+        }
+        let me = Arc::clone(self);
+        self.rt.spawn(async move {
+            if let Err(e) = me.submitter.upload_inputs(&task).await {
+                let why = format!("its input files could not be uploaded to the broker ({e}): ran locally");
+                let _ = tokio::task::spawn_blocking(move || me.not_sent(id, &remote, &why)).await;
+                return;
+            }
+            let ticket = me.send(id, &remote, &task);
+            me.await_answer(id, remote, ticket);
+        });
+    }
+
+    /// What goes to the broker for `spec` shipped as `remote`; on an error,
+    /// the fallback's reason code and words.
+    fn remote_task(
+        &self,
+        spec: &TaskSpec,
+        offload: &Offload,
+        remote: &str,
+    ) -> Result<RemoteTask, (&'static str, String)> {
+        let capability = Capability::parse(&offload.capability)
+            .map_err(|e| ("broker_rejected", format!("capability: {e}: ran locally")))?;
+        let task_id = lardon_cluster::TaskId::new(remote)
+            .map_err(|e| ("broker_rejected", format!("{e}: ran locally")))?;
         let mut task = RemoteTask::new(task_id, capability, spec.argv.clone());
         task.need = Need { memory: spec.estimate.memory_fixed, cpu_millis: spec.estimate.cpu_millis };
         task.env = spec.env.iter().map(|e| (e.key.clone(), e.value.clone())).collect();
         task.deadline_unix_ms = offload.deadline_unix_ms;
-        lock(&self.out).put(id, Out { remote: remote.clone(), retry });
-        lock(&self.specs).insert(id, Arc::clone(&spec));
-        tracing::info!("task {id}: shipped as {remote} ({why})");
-        let ticket = self.submitter.submit(&task);
+        task.outputs.clone_from(&offload.outputs);
+        if !offload.inputs.is_empty() {
+            let cwd = Path::new(spec.cwd.as_deref().unwrap_or("/"));
+            task.inputs = files::read_inputs(cwd, &offload.inputs)
+                .map_err(|e| ("inputs_unreadable", format!("{e}: ran locally")))?;
+        }
+        Ok(task)
+    }
+
+    /// Sends `task` unless `id` was cancelled since it was shipped as
+    /// `remote`. The registry's lock is held across the check and the send,
+    /// and a cancel takes the task out under it before it sends its own
+    /// cancel: the broker sees the request before the cancel, or neither.
+    fn send(&self, id: TaskId, remote: &str, task: &RemoteTask) -> Option<lardon_cluster::client::Ticket> {
+        let out = lock(&self.out);
+        out.is_out_as(id, remote).then(|| self.submitter.submit(task))
+    }
+
+    /// Waits (on the runtime) for the answer to `ticket` and judges it on
+    /// a blocking thread, fetching a successful run's outputs first.
+    fn await_answer(
+        self: &Arc<Self>,
+        id: TaskId,
+        remote: String,
+        ticket: Option<lardon_cluster::client::Ticket>,
+    ) {
+        let Some(ticket) = ticket else { return };
         let me = Arc::clone(self);
         self.rt.spawn(async move {
             let answer = ticket.answer().await;
-            let _ = tokio::task::spawn_blocking(move || me.answered(id, &remote, answer)).await;
+            let outputs = match &answer {
+                Ok(Answer::Done(ended)) if ended.success && !ended.outputs.is_empty() => {
+                    Some(me.submitter.download_outputs(ended).await.map_err(|e| e.to_string()))
+                }
+                _ => None,
+            };
+            let _ = tokio::task::spawn_blocking(move || me.answered(id, &remote, answer, outputs)).await;
         });
+    }
+
+    /// A task whose request never left (its inputs could not be uploaded):
+    /// run here, if it is still out as `remote`.
+    fn not_sent(&self, id: TaskId, remote: &str, why: &str) {
+        if lock(&self.out).take(id, remote).is_none() {
+            return;
+        }
+        if let Some(spec) = lock(&self.specs).remove(&id) {
+            self.fall_back(id, &spec, "upload_failed", why);
+        }
     }
 
     /// Judges the answer for `id` shipped as `remote`; a duplicate or stale
@@ -318,6 +444,7 @@ impl Inner {
         id: TaskId,
         remote: &str,
         answer: Result<Answer, lardon_cluster::client::Stopped>,
+        outputs: Option<Result<Files, String>>,
     ) {
         let Ok(answer) = answer else {
             // The submitter stopped: the daemon is stopping. The task stays
@@ -333,10 +460,26 @@ impl Inner {
         let max_retries = self.shared.settings().offload.max_retries;
         match route::verdict(&answer, out.retry, max_retries, &self.broker, &capability) {
             Verdict::Ran => {
-                if let Answer::Done(ended) = answer {
-                    let deadline = spec.offload.as_ref().and_then(|o| o.deadline_unix_ms);
-                    self.record_run(id, remote, ended, deadline);
+                let Answer::Done(mut ended) = answer else { return };
+                // Outputs go into the working directory before the task
+                // is COMPLETED; a CAS that lost them runs it here.
+                match outputs {
+                    None => {}
+                    Some(Err(e)) => {
+                        let why =
+                            format!("its outputs could not be fetched from the broker ({e}): ran locally");
+                        return self.fall_back(id, &spec, "outputs_lost", &why);
+                    }
+                    Some(Ok(files)) => {
+                        let cwd = Path::new(spec.cwd.as_deref().unwrap_or("/"));
+                        if let Err(e) = files::write_outputs(cwd, &files, &format!("t{id}")) {
+                            ended.success = false;
+                            ended.reason = format!("ran, but {e}");
+                        }
+                    }
                 }
+                let deadline = spec.offload.as_ref().and_then(|o| o.deadline_unix_ms);
+                self.record_run(id, remote, ended, deadline);
             }
             Verdict::End { cancelled, reason } => {
                 let state = if cancelled { TaskState::Cancelled } else { TaskState::Failed };
@@ -344,7 +487,9 @@ impl Inner {
             }
             Verdict::Reship(why) => {
                 if let Some(offload) = spec.offload.clone() {
-                    self.ship(id, spec, &offload, &why, Ship::Retry(out.retry + 1));
+                    // Claimed again at once: a cancel from here on stops it.
+                    lock(&self.out).claim(id, out.retry + 1);
+                    self.ship(id, spec, &offload, &why, Ship::Retry(out.retry + 1), true);
                 }
             }
             Verdict::Local { code, message } => {

@@ -19,21 +19,99 @@ pub(crate) const HANDLE_PREFIX: &str = "offload:";
 pub(crate) enum Route {
     /// At an agent; the words say why (for its course).
     Remote(String),
-    /// Here.
+    /// Here: it joins the local queue (and ships later if it waits there
+    /// longer than `offload_wait_ms`).
     Local,
 }
 
-/// The routing rule (docs/DESIGN.md §14): `remote` always ships; `local`
-/// and `balance` ship only a task the local Governor would not admit now
-/// (`refused` is its WAIT or REJECT message, `None` when it would admit).
-pub(crate) fn route(prefer: OffloadPrefer, refused: impl FnOnce() -> Option<String>) -> Route {
-    match prefer {
-        OffloadPrefer::Remote => Route::Remote("offload prefer = remote".to_owned()),
-        OffloadPrefer::Local | OffloadPrefer::Balance => match refused() {
-            Some(why) => Route::Remote(format!("this host would make it wait ({why})")),
-            None => Route::Local,
-        },
+/// What the local Governor, asked without reserving, says of a task now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Here {
+    /// It would start now.
+    Admit,
+    /// It would wait; the reason code and message.
+    Wait(String),
+    /// It can never run here; the reason code and message.
+    Reject(String),
+}
+
+/// The routing rule when a task is queued (docs/DESIGN.md §14): `remote`
+/// always ships; a task this host rejects ships; a task it would make wait
+/// ships now only with `wait_ms == 0` (else it joins the local queue, and
+/// [`overdue`] ships it later); a task it would admit stays, except under
+/// `balance`, where `balance` (the rule [`balance`]) may ship it.
+pub(crate) fn route(
+    prefer: OffloadPrefer,
+    wait_ms: u64,
+    here: impl FnOnce() -> Here,
+    balance: impl FnOnce() -> Option<String>,
+) -> Route {
+    if prefer == OffloadPrefer::Remote {
+        return Route::Remote("offload prefer = remote".to_owned());
     }
+    match here() {
+        Here::Reject(why) => Route::Remote(format!("this host can never run it ({why})")),
+        Here::Wait(why) if wait_ms == 0 => Route::Remote(format!("this host would make it wait ({why})")),
+        Here::Wait(_) => Route::Local,
+        Here::Admit if prefer == OffloadPrefer::Balance => balance().map_or(Route::Local, Route::Remote),
+        Here::Admit => Route::Local,
+    }
+}
+
+/// A shippable task waiting in the local queue: whether it ships now, and
+/// why. It ships once it has been queued here `wait_ms` or more and the
+/// local Governor's latest word on it is WAIT (`waiting`: that WAIT's
+/// reason), as long as the broker is connected; `None` keeps it here for
+/// now (look again later).
+pub(crate) fn overdue(
+    queued_for_ms: u64,
+    wait_ms: u64,
+    waiting: Option<&str>,
+    broker_connected: bool,
+) -> Option<String> {
+    let why = waiting?;
+    (queued_for_ms >= wait_ms && broker_connected).then(|| {
+        format!("it waited {queued_for_ms} ms in the local queue ({why}; offload wait_ms = {wait_ms})")
+    })
+}
+
+/// How busy a side is: `used` of `total` (CPUs in thousandths here,
+/// tokens at the agents).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Load {
+    pub(crate) used: u64,
+    pub(crate) total: u64,
+}
+
+impl Load {
+    fn percent(self) -> u64 {
+        self.used.saturating_mul(100).checked_div(self.total).unwrap_or(100)
+    }
+}
+
+/// The `balance` rule for a task this host would admit: ship it when an
+/// agent serving its capability has a free token (`remote`: tokens held,
+/// queued ones counted as held, of all the serving agents' tokens) and
+/// this host is busier than those agents (a larger fraction used); keep
+/// it here otherwise — also when the agents' load is unknown (`None`).
+/// Returns why it ships.
+pub(crate) fn balance(local: Load, remote: Option<Load>, capability: &str) -> Option<String> {
+    let remote = remote?;
+    if remote.used >= remote.total || local.total == 0 {
+        return None;
+    }
+    // local.used / local.total > remote.used / remote.total, exactly.
+    let busier =
+        u128::from(local.used) * u128::from(remote.total) > u128::from(remote.used) * u128::from(local.total);
+    busier.then(|| {
+        format!(
+            "balance: this host is {}% busy, the agents for {capability} {}% ({} of {} tokens held)",
+            local.percent(),
+            remote.percent(),
+            remote.used,
+            remote.total
+        )
+    })
 }
 
 /// The id a task carries at the broker: unique across daemons (the
@@ -72,15 +150,34 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    /// Records `id` as out under `out.remote` (replacing an earlier ship).
-    pub(crate) fn put(&mut self, id: TaskId, out: Out) {
-        self.out.insert(id, out);
-    }
-
     /// Takes `id` if it is out as `remote`; `None` for a duplicate or a
     /// stale answer.
     pub(crate) fn take(&mut self, id: TaskId, remote: &str) -> Option<Out> {
         if self.out.get(&id).is_some_and(|o| o.remote == remote) { self.out.remove(&id) } else { None }
+    }
+
+    /// Claims `id` before it has a remote id (it is being shipped): from
+    /// here a cancel finds it ([`Registry::take_any`]), and
+    /// [`Registry::promote`] then fails, so it is not sent.
+    pub(crate) fn claim(&mut self, id: TaskId, retry: u32) {
+        self.out.insert(id, Out { remote: String::new(), retry });
+    }
+
+    /// Gives the claim on `id` its remote id; false when the claim is gone
+    /// (cancelled meanwhile: do not send it).
+    pub(crate) fn promote(&mut self, id: TaskId, remote: &str) -> bool {
+        match self.out.get_mut(&id) {
+            Some(o) if o.remote.is_empty() => {
+                remote.clone_into(&mut o.remote);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether `id` is out as `remote` now.
+    pub(crate) fn is_out_as(&self, id: TaskId, remote: &str) -> bool {
+        self.out.get(&id).is_some_and(|o| o.remote == remote)
     }
 
     /// Takes `id` whatever its remote id (a cancel).
@@ -157,27 +254,81 @@ mod tests {
     use lardon_proto::cluster as pb;
 
     #[test]
-    fn remote_always_ships_and_the_others_ship_only_what_would_wait() {
-        assert_eq!(route(OffloadPrefer::Remote, || None), Route::Remote("offload prefer = remote".into()));
+    fn remote_always_ships_a_rejected_task_ships_and_a_wait_ships_at_once_only_with_wait_ms_0() {
+        let never = || -> Option<String> { panic!("balance asked") };
+        assert_eq!(
+            route(OffloadPrefer::Remote, 0, || panic!("not asked"), never),
+            Route::Remote("offload prefer = remote".into())
+        );
         for prefer in [OffloadPrefer::Local, OffloadPrefer::Balance] {
-            assert_eq!(route(prefer, || None), Route::Local, "{prefer}");
-            let Route::Remote(why) = route(prefer, || Some("max_running: 1 task running".into())) else {
-                panic!("{prefer}: a task that would wait ships")
-            };
-            assert!(why.contains("max_running"), "{why}");
+            let wait = || Here::Wait("max_running: 1 task running".into());
+            let Route::Remote(why) = route(prefer, 0, wait, never) else { panic!("{prefer}: ships at once") };
+            assert!(why.contains("would make it wait (max_running"), "{why}");
+            assert_eq!(route(prefer, 2000, wait, never), Route::Local, "{prefer}: joins the queue");
+            let reject = || Here::Reject("memory: needs 64 GiB".into());
+            let Route::Remote(why) = route(prefer, 2000, reject, never) else { panic!("{prefer}: rejected") };
+            assert!(why.contains("can never run it (memory"), "{why}");
         }
+        assert_eq!(route(OffloadPrefer::Local, 2000, || Here::Admit, never), Route::Local);
+        let ship = || Some("balance: …".to_owned());
+        assert_eq!(
+            route(OffloadPrefer::Balance, 2000, || Here::Admit, ship),
+            Route::Remote("balance: …".into())
+        );
+        assert_eq!(route(OffloadPrefer::Balance, 2000, || Here::Admit, || None), Route::Local);
+    }
+
+    #[test]
+    fn a_queued_task_ships_once_it_waited_wait_ms_told_wait_with_a_broker() {
+        assert_eq!(overdue(1999, 2000, Some("max_running"), true), None, "not yet");
+        let why = overdue(2000, 2000, Some("max_running: 1 running"), true).unwrap();
+        assert!(why.contains("waited 2000 ms") && why.contains("max_running: 1 running"), "{why}");
+        assert_eq!(overdue(5000, 2000, None, true), None, "not told WAIT (not yet evaluated, or admitted)");
+        assert_eq!(overdue(5000, 2000, Some("memory"), false), None, "no broker connected");
+        assert!(overdue(0, 0, Some("memory"), true).is_some(), "0: at the first WAIT");
+    }
+
+    #[test]
+    fn balance_ships_only_to_free_tokens_from_a_busier_host() {
+        let l = |used, total| Load { used, total };
+        let cap = "sh@1:*";
+        // 3 of 4 CPUs here, 1 of 4 tokens there: ship.
+        let why = balance(l(3000, 4000), Some(l(1, 4)), cap).unwrap();
+        assert_eq!(why, "balance: this host is 75% busy, the agents for sh@1:* 25% (1 of 4 tokens held)");
+        assert_eq!(balance(l(0, 4000), Some(l(0, 4)), cap), None, "both idle: here");
+        assert_eq!(balance(l(2000, 4000), Some(l(2, 4)), cap), None, "as busy: here");
+        assert_eq!(balance(l(1000, 4000), Some(l(2, 4)), cap), None, "less busy: here");
+        assert_eq!(balance(l(4000, 4000), Some(l(4, 4)), cap), None, "no free token");
+        assert_eq!(balance(l(4000, 4000), Some(l(0, 0)), cap), None, "no agent");
+        assert_eq!(balance(l(4000, 4000), None, cap), None, "unknown remote load");
+        assert!(balance(l(1, 4000), Some(l(0, 1)), cap).is_some(), "any load here against idle agents");
     }
 
     #[test]
     fn an_answer_counts_once_and_only_for_the_current_remote_id() {
         let mut r = Registry::default();
-        r.put(TaskId(7), Out { remote: "h:t7:a1:r0".into(), retry: 0 });
+        r.claim(TaskId(7), 0);
+        assert!(r.promote(TaskId(7), "h:t7:a1:r0"));
         assert_eq!(r.take(TaskId(7), "h:t7:a1:r9"), None, "a stale id");
         assert!(r.take(TaskId(7), "h:t7:a1:r0").is_some());
         assert_eq!(r.take(TaskId(7), "h:t7:a1:r0"), None, "the same answer twice");
-        r.put(TaskId(8), Out { remote: "x".into(), retry: 0 });
+        r.claim(TaskId(8), 0);
+        assert!(r.promote(TaskId(8), "x"));
         assert!(r.take_any(TaskId(8)).is_some());
         assert_eq!(r.take(TaskId(8), "x"), None, "an answer after a cancel");
+    }
+
+    #[test]
+    fn a_claim_cancelled_before_its_remote_id_is_never_promoted() {
+        let mut r = Registry::default();
+        r.claim(TaskId(9), 0);
+        assert!(r.contains(TaskId(9)), "a cancel finds it");
+        assert!(r.promote(TaskId(9), "h:t9:a1:r0"));
+        assert!(r.is_out_as(TaskId(9), "h:t9:a1:r0"));
+        assert!(!r.promote(TaskId(9), "h:t9:a1:r1"), "promoted once");
+        r.claim(TaskId(10), 0);
+        assert_eq!(r.take_any(TaskId(10)).map(|o| o.remote), Some(String::new()));
+        assert!(!r.promote(TaskId(10), "h:t10:a1:r0"), "cancelled meanwhile: not sent");
     }
 
     #[test]

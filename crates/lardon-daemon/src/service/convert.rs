@@ -126,21 +126,32 @@ pub(crate) fn spec_from_pb(spec: Option<pb::TaskSpec>) -> Result<TaskSpec, Statu
             .engine
             .parse()
             .map_err(|e: crate::spec::SpecError| Status::invalid_argument(e.to_string()))?,
-        offload: offload_from_pb(&spec.capability, spec.deadline_unix_ms)?,
+        offload: offload_from_pb(&spec.capability, spec.deadline_unix_ms, spec.inputs, spec.outputs)?,
     };
     // Validated once, by the engine's submit (`Engine::submit_many`).
     Ok(out)
 }
 
-/// A shippable task's capability (canonical key) and deadline; `None`
-/// without a capability. A deadline without a capability is refused: it
-/// is only enforced where the task ships.
-fn offload_from_pb(capability: &str, deadline_unix_ms: i64) -> Result<Option<crate::spec::Offload>, Status> {
+/// A shippable task's capability (canonical key), deadline and files;
+/// `None` without a capability. A deadline or files without a capability
+/// are refused: only a shipped task needs them.
+fn offload_from_pb(
+    capability: &str,
+    deadline_unix_ms: i64,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+) -> Result<Option<crate::spec::Offload>, Status> {
     if capability.is_empty() {
         if deadline_unix_ms != 0 {
             return Err(Status::invalid_argument(
                 "deadline_unix_ms: only a shippable task (with a capability) has a deadline",
             ));
+        }
+        if !inputs.is_empty() || !outputs.is_empty() {
+            let field = if inputs.is_empty() { "outputs" } else { "inputs" };
+            return Err(Status::invalid_argument(format!(
+                "{field}: only a shippable task (with a capability) names files to move"
+            )));
         }
         return Ok(None);
     }
@@ -152,6 +163,8 @@ fn offload_from_pb(capability: &str, deadline_unix_ms: i64) -> Result<Option<cra
     Ok(Some(crate::spec::Offload {
         capability: cap.key(),
         deadline_unix_ms: (deadline_unix_ms > 0).then_some(deadline_unix_ms),
+        inputs,
+        outputs,
     }))
 }
 
@@ -188,6 +201,8 @@ pub(crate) fn spec_to_pb(s: &TaskSpec) -> pb::TaskSpec {
         engine: if s.engine.is_local() { String::new() } else { s.engine.as_str().to_owned() },
         capability: s.offload.as_ref().map(|o| o.capability.clone()).unwrap_or_default(),
         deadline_unix_ms: s.offload.as_ref().and_then(|o| o.deadline_unix_ms).unwrap_or(0),
+        inputs: s.offload.as_ref().map(|o| o.inputs.clone()).unwrap_or_default(),
+        outputs: s.offload.as_ref().map(|o| o.outputs.clone()).unwrap_or_default(),
     }
 }
 
@@ -269,5 +284,26 @@ pub(crate) fn task_to_pb(rec: &TaskRecord, live: Option<&TaskView>, host: &str) 
         overrun_note: rec.overrun_note.clone().unwrap_or_default(),
         // Filled by the engine's view (it needs the Governor).
         learned: None,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::offload_from_pb;
+
+    #[test]
+    fn files_travel_only_with_a_capability_and_are_kept_in_order() {
+        let files = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let o = offload_from_pb("sh@1", 0, files(&["a", "b/c"]), files(&["x.o"])).unwrap().unwrap();
+        assert_eq!(
+            (o.capability.as_str(), o.inputs, o.outputs),
+            ("sh@1:*", files(&["a", "b/c"]), files(&["x.o"]))
+        );
+        let e = offload_from_pb("", 0, files(&["a"]), Vec::new()).unwrap_err();
+        assert!(e.message().starts_with("inputs: only a shippable task"), "{}", e.message());
+        let e = offload_from_pb("", 0, Vec::new(), files(&["x.o"])).unwrap_err();
+        assert!(e.message().starts_with("outputs: only a shippable task"), "{}", e.message());
+        assert_eq!(offload_from_pb("", 0, Vec::new(), Vec::new()).unwrap(), None);
     }
 }

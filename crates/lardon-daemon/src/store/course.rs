@@ -340,6 +340,10 @@ impl Store {
         if exists.is_none() {
             return Err(StoreError::NotFound(id));
         }
+        // A task that ships no longer waits here: its open wait ends.
+        if kind == CourseKind::Offloaded {
+            close_wait(&tx, id, now)?;
+        }
         push(&tx, id, kind, now, None, reason_code, message)?;
         push_event(&tx, Some(id), EventKind::Note, message, now, self.max_events)?;
         tx.commit().ctx("commit offload note")

@@ -11,7 +11,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use super::error::{Ctx, StoreError};
 
 /// Migration `i` (0-based) brings the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -205,6 +205,14 @@ DROP TABLE task_course;
 ALTER TABLE task_course_v6 RENAME TO task_course;
 CREATE INDEX task_course_by_task ON task_course (task_id, seq);
 ";
+
+/// Version 7: a shippable task's spec (the JSON in `tasks.spec`) may name
+/// input and output files (`offload.inputs`, `offload.outputs`; absent when
+/// empty, so every older spec reads the same). No table changes: the bump
+/// is for older builds, whose spec reader refuses unknown fields, to refuse
+/// this database as too new (naming both versions) instead of failing on
+/// one task's spec.
+const V7: &str = "-- tasks.spec: offload.inputs and offload.outputs";
 
 /// The database's `user_version`.
 pub(crate) fn version(conn: &Connection) -> Result<u32, StoreError> {

@@ -118,6 +118,39 @@ fn an_older_database_migrates_step_by_step_keeping_its_rows() {
 }
 
 #[test]
+fn a_version_6_store_opens_with_its_shippable_task_and_takes_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut conn = rusqlite::Connection::open(&path).unwrap();
+    schema::migrate_to(&mut conn, &path, 6).unwrap();
+    conn.execute(
+        "INSERT INTO tasks (id, name, spec, class, priority, retry_on_interrupt, state, created_ms)
+         VALUES (100, 'old', '{\"argv\":[\"true\"],\"offload\":{\"capability\":\"sh@1:*\"}}',
+                 'default', 0, 1, 'pending', 5)",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    let old = store.get_task(TaskId(100)).unwrap().unwrap();
+    let offload = old.spec.offload.clone().unwrap();
+    assert_eq!((offload.capability.as_str(), offload.inputs.len(), offload.outputs.len()), ("sh@1:*", 0, 0));
+    // A spec with files is stored and read back whole.
+    let mut spec = old.spec.clone();
+    spec.cwd = Some("/work".into());
+    spec.offload = Some(crate::spec::Offload {
+        inputs: vec!["in.txt".into(), "src/a.c".into()],
+        outputs: vec!["out.txt".into()],
+        ..offload
+    });
+    let id = store.insert_task(&NewTask::new(spec.clone())).unwrap();
+    drop(store);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.get_task(id).unwrap().unwrap().spec, spec);
+}
+
+#[test]
 fn history_rows_from_version_2_migrate_and_rows_that_carry_nothing_go() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");

@@ -124,6 +124,48 @@ fn cancel_racing_an_admission_releases_exactly_once() {
     });
 }
 
+/// `withdraw` on another thread racing the dispatcher's admission of the
+/// task (a daemon shipping a waiting task elsewhere): exactly one of "it
+/// ran here" and "it was withdrawn" happens. Withdrawn, it never runs and
+/// ends no way here (no event); otherwise it runs once and ends once. Its
+/// callback is dropped exactly once, and after `close` the Governor holds
+/// nothing.
+///
+/// To see it fail, make `TaskQueue::withdraw` read `started` under one
+/// lock and remove the entry under a second one (so the dispatcher can
+/// start it in between): the task then runs although it was withdrawn.
+#[test]
+fn withdraw_racing_an_admission_runs_it_here_or_takes_it_never_both() {
+    model(|| {
+        let q = StdArc::new(queue());
+        let events = q.subscribe();
+        let drops = StdArc::new(AtomicUsize::new(0));
+        let ran = StdArc::new(AtomicUsize::new(0));
+        let (guard, counter) = (DropCounter(StdArc::clone(&drops)), StdArc::clone(&ran));
+        let id = q
+            .submit(Task::new("t", mem(4 * GIB), move |_| {
+                let _guard = guard;
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }))
+            .unwrap();
+        let taker = {
+            let q = StdArc::clone(&q);
+            thread::spawn(move || q.withdraw(id))
+        };
+        let withdrawn = taker.join().unwrap();
+        q.close();
+        assert_eq!(q.governor().availability().reservations, 0, "close returns only after the release");
+        assert_eq!(drops.load(Ordering::SeqCst), 1, "the callback is dropped exactly once");
+        let (runs, ends) = (ran.load(Ordering::SeqCst), finished_events(&events, id));
+        match withdrawn {
+            Ok(_) => assert_eq!((runs, ends), (0, 0), "withdrawn: never run, never ended here"),
+            // Started (or already ended) first: it ran here, once.
+            Err(e) => assert_eq!((runs, ends), (1, 1), "{e}"),
+        }
+    });
+}
+
 /// `close` racing the admission and the run of a task: close cancels it
 /// if still pending, otherwise waits for its callback to return; when
 /// `close` returns every reservation is released and the callback, if it

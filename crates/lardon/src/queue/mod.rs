@@ -22,6 +22,7 @@ mod state;
 mod task;
 #[cfg(all(test, not(loom)))]
 mod tests;
+mod withdraw;
 mod worker;
 
 use std::sync::mpsc::{Receiver, channel};
@@ -119,6 +120,12 @@ pub enum QueueError {
     /// Progress figures were refused.
     #[error("bad progress: {0}")]
     BadProgress(String),
+    /// The task has started (for `withdraw`: it runs here).
+    #[error("task {0} has started")]
+    Started(TaskId),
+    /// A live task waits on this one (for `withdraw`: it stays).
+    #[error("task {0} has dependents waiting on it")]
+    HasDependents(TaskId),
 }
 
 pub(crate) struct Inner {

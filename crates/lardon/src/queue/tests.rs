@@ -12,6 +12,7 @@ use crate::{
 };
 
 mod handoff;
+mod withdraw;
 
 const GIB: u64 = 1 << 30;
 const LIMIT: Duration = Duration::from_secs(20);
