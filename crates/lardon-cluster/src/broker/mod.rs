@@ -271,7 +271,16 @@ fn start_with_cache(config: &BrokerConfig, cache: Option<BrokerCache>) -> Result
     ))
 }
 
-/// Serves the broker on `listener` until `shutdown` resolves.
+/// How long open calls have to end after `shutdown` resolves before
+/// [`serve`] returns anyway. Agent, submitter and `Watch` streams never
+/// end on their own, so without this a broker asked to stop with an agent
+/// connected waited until the agent left (its idle exit, minutes). What
+/// it holds is in its store, so stopping with them open loses nothing: the
+/// peers see the connection close and dial again, as after a restart.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// Serves the broker on `listener` until `shutdown` resolves, then lets
+/// open calls end for at most [`SHUTDOWN_GRACE`].
 ///
 /// # Errors
 /// [`BrokerError`] when the state cannot be opened or the server fails.
@@ -308,7 +317,23 @@ pub async fn serve(
             ))
             .add_service(InterceptedService::new(ByteStreamServer::new(cache), check));
     }
-    router.serve_with_incoming_shutdown(no_delay(listener), shutdown).await?;
+    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        shutdown.await;
+        let _ = stopping.send(());
+    };
+    let server = router.serve_with_incoming_shutdown(no_delay(listener), shutdown);
+    tokio::pin!(server);
+    tokio::select! {
+        served = &mut server => served?,
+        () = async {
+            if stopped.await.is_ok() {
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        } => tracing::info!("stopping with streams still open (agents and submitters will dial again)"),
+    }
     Ok(())
 }
 
