@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Per-task overhead on a real Slurm, in one run: plain `sbatch --wait`,
+# Per-task overhead on a real Slurm, in one run: plain `sbatch` (polled),
 # native mode (`lardon submit --engine slurm`, one job per task) and pilot
 # mode (`lardon cluster submit` through a broker whose Slurm provider keeps
 # one agent allocation; docs/DESIGN.md §14). Usage:
@@ -70,9 +70,13 @@ row() { printf '%-26s turnaround %-22s throughput %6.1f ms/task (%d at once)\n' 
 # Plain sbatch: the floor Slurm itself sets.
 plain() {
     local lat=() t0
+    local id
     for i in $(seq "$TASKS"); do
         t0=$(ms)
-        sbatch --wait --parsable --job-name="lbo-plain-$i" --output=/dev/null --wrap=true >/dev/null
+        # Polled every 50 ms (sbatch --wait polls every 2 s or more, which
+        # would be its own figure, not Slurm's).
+        id=$(sbatch --parsable --job-name="lbo-plain-$i" --output=/dev/null --wrap=true)
+        while squeue -h -j "$id" -t PENDING,RUNNING,CONFIGURING,COMPLETING 2>/dev/null | grep -q .; do sleep 0.05; done
         lat+=($(($(ms) - t0)))
     done
     t0=$(ms)
@@ -83,7 +87,7 @@ plain() {
     local list
     list=$(IFS=,; echo "${ids[*]}")
     while squeue -h -j "$list" -t PENDING,RUNNING,CONFIGURING,COMPLETING 2>/dev/null | grep -q .; do sleep 0.05; done
-    row "plain sbatch --wait" "$(printf '%s\n' "${lat[@]}" | pct)" "$(echo "$(ms) $t0 $BATCH" | awk '{print ($1-$2)/$3}')"
+    row "plain sbatch" "$(printf '%s\n' "${lat[@]}" | pct)" "$(echo "$(ms) $t0 $BATCH" | awk '{print ($1-$2)/$3}')"
 }
 
 l() { "$LARDON" --state-dir "$D/daemon" "$@"; }
