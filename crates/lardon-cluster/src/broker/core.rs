@@ -326,17 +326,12 @@ impl Core {
                 self.apply(events, &touched, None);
                 self.count_requeued(&attempts);
                 // What it runs that is not its own here (finished, cancelled
-                // or placed elsewhere meanwhile) is stopped; a finished one
-                // whose report is pending is re-reported and acknowledged.
+                // or placed elsewhere meanwhile) was cancelled by the
+                // router's events; a finished one whose report is pending
+                // is re-reported and acknowledged.
                 let own: BTreeSet<TaskId> = self.router.holding(&agent).into_iter().collect();
                 // Cancels asked while it was away reach it now.
                 for task in cancels.into_iter().filter(|t| own.contains(t)) {
-                    self.to_agent(
-                        &agent,
-                        pb::broker_to_agent::Kind::Cancel(pb::CancelTask { task_id: task.to_string() }),
-                    );
-                }
-                for task in running.into_iter().filter(|t| !own.contains(t)) {
                     self.to_agent(
                         &agent,
                         pb::broker_to_agent::Kind::Cancel(pb::CancelTask { task_id: task.to_string() }),
