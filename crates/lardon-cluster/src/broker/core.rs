@@ -355,13 +355,9 @@ impl Core {
                 }
                 let events = self.router.report(&agent, &task, report);
                 // Who ran it is the broker's word, not the agent's claim.
-                let ended = ended.map(|e| (task.clone(), pb::TaskEnded { agent_id: agent.to_string(), ..e }));
-                self.apply(events, std::slice::from_ref(&task), ended);
-                // Recorded (or a duplicate): the agent may forget it.
-                self.to_agent(
-                    &agent,
-                    pb::broker_to_agent::Kind::Ack(pb::ReportAck { task_id: task.to_string() }),
-                );
+                let ended = ended.map(|e| pb::TaskEnded { agent_id: agent.to_string(), ..e });
+                let touched = [task.clone()];
+                self.apply(events, &touched, Some(Reported { agent, task, ended }));
             }
             Input::AgentGone { agent, conn } => {
                 if self.is_current_agent(&agent, conn) {
@@ -645,11 +641,22 @@ impl Core {
     }
 
     /// Records what `events` and the `touched` tasks changed, then sends
-    /// the messages. `ended` is the agent's result for the task it reported.
-    fn apply(&mut self, events: Vec<Event>, touched: &[TaskId], ended: Option<(TaskId, pb::TaskEnded)>) {
-        let mut ended = ended;
+    /// the messages. `report` is the agent's report these events answer:
+    /// its acknowledgement goes first.
+    fn apply(&mut self, events: Vec<Event>, touched: &[TaskId], report: Option<Reported>) {
         let mut places: BTreeSet<TaskId> = touched.iter().cloned().collect();
         let mut outbox = Vec::new();
+        let mut ended = None;
+        if let Some(Reported { agent, task, ended: result }) = report {
+            // Recorded (or a duplicate): the agent may forget it. Told
+            // before anything these events send it, so a new assignment of
+            // the same task never finds the old run's report still
+            // unacknowledged there (the agent would send it again as the
+            // new run's).
+            let ack = pb::ReportAck { task_id: task.to_string() };
+            outbox.push(Out::Agent(agent, pb::broker_to_agent::Kind::Ack(ack)));
+            ended = result.map(|e| (task, e));
+        }
         for event in events {
             match event {
                 Event::Assign { agent, task } => {
@@ -798,6 +805,14 @@ impl Core {
 enum Out {
     Agent(AgentId, pb::broker_to_agent::Kind),
     Submitter(SubmitterId, pb::SubmitReply),
+}
+
+/// An agent's report being applied: who sent it (owed an
+/// acknowledgement), on which task, and its result if the task ended.
+struct Reported {
+    agent: AgentId,
+    task: TaskId,
+    ended: Option<pb::TaskEnded>,
 }
 
 /// The cache key of a cacheable task: its capability, argv, every
