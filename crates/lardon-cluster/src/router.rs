@@ -494,59 +494,6 @@ impl Router {
         events
     }
 
-    /// Routes no agent serves any more (gone or draining): their tasks are
-    /// handed back. On routes still served, tasks no agent has the time
-    /// for are answered [`Delivery::NoExecutor`].
-    fn sweep_orphans(&mut self) -> Vec<Event> {
-        let mut events = Vec::new();
-        let orphaned: Vec<String> = self
-            .routes
-            .keys()
-            .filter(|k| !self.provisionable.contains(*k) && !self.agents.values().any(|a| a.serves(k)))
-            .cloned()
-            .collect();
-        for key in orphaned {
-            if let Some(route) = self.routes.remove(&key) {
-                for id in route.queues.into_values().flatten() {
-                    let reason = format!("no agent for {key} any more");
-                    events.extend(self.finish(&id, Delivery::RunLocally(reason)));
-                }
-            }
-        }
-        // A provisionable route waits: a new allocation may have the time.
-        let keys: Vec<String> =
-            self.routes.keys().filter(|k| !self.provisionable.contains(*k)).cloned().collect();
-        for key in keys {
-            let timeless: Vec<(SubmitterId, TaskId)> = self
-                .routes
-                .get(&key)
-                .into_iter()
-                .flat_map(|r| r.queues.iter())
-                .flat_map(|(s, q)| q.iter().map(move |t| (s.clone(), t.clone())))
-                .filter(|(_, t)| {
-                    let duration = self.tasks.get(t).and_then(|e| e.request.duration_ms);
-                    !self.could_ever(&key, duration)
-                })
-                .collect();
-            for (submitter, id) in timeless {
-                events.extend(self.hand_back_timeless(&key, &submitter, &id));
-            }
-        }
-        events
-    }
-
-    /// Takes a queued task no agent has the time for off its route and
-    /// answers it [`Delivery::NoExecutor`].
-    fn hand_back_timeless(&mut self, key: &str, submitter: &SubmitterId, task: &TaskId) -> Option<Event> {
-        if let Some(route) = self.routes.get_mut(key) {
-            route.remove(submitter, task);
-            if route.is_empty() {
-                self.routes.remove(key);
-            }
-        }
-        self.finish(task, Delivery::NoExecutor)
-    }
-
     fn dispatch_all(&mut self) -> Vec<Event> {
         let keys: Vec<String> = self.routes.keys().cloned().collect();
         keys.iter().flat_map(|k| self.dispatch_route(k)).collect()
