@@ -41,7 +41,11 @@
 //! * **Exactly once.** A task id is in one place at a time (queued, or in
 //!   flight at one agent); a report from an agent that does not hold the
 //!   task is ignored; a finished id is remembered (bounded), so a
-//!   resubmission after a broker restart is answered, not run again.
+//!   resubmission after a broker restart is answered, not run again. A run
+//!   an agent was told to stop (its task was placed elsewhere meanwhile) is
+//!   stale: the task goes back to that agent only after that run's end was
+//!   reported, and never by the agent's hello, so the stale run's end is
+//!   never taken for a newer run's ([`stale`]).
 //!
 //! # Invariants
 //! Checked by [`Router::check`] (debug builds after every transition, and
@@ -54,6 +58,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 mod check;
 mod handback;
 mod parts;
+mod stale;
 
 use crate::capability::Capability;
 use crate::ids::{AgentId, SubmitterId, TaskId};
@@ -61,6 +66,7 @@ use crate::messages::{
     AgentView, Availability, Delivery, Event, Hello, Need, Report, Request, Submitted, TaskPlace,
 };
 use parts::{Agent, Route, SplitMix};
+use stale::StaleRuns;
 
 #[derive(Debug, Clone)]
 enum Place {
@@ -89,6 +95,8 @@ pub struct Router {
     provisionable: BTreeSet<String>,
     /// The caller's clock, Unix milliseconds (walltime checks).
     now_ms: u64,
+    /// Runs agents were told to stop (see [`stale`]).
+    stale: StaleRuns,
 }
 
 impl Router {
@@ -109,6 +117,7 @@ impl Router {
             rng: SplitMix(seed),
             provisionable: BTreeSet::new(),
             now_ms: 0,
+            stale: StaleRuns::default(),
         }
     }
 
@@ -182,11 +191,15 @@ impl Router {
 
     /// An agent connects (or reconnects after a broker restart). Tasks it
     /// says it runs that are queued here (resubmitted meanwhile) become its
-    /// own again instead of running twice.
+    /// own again instead of running twice — unless it was told to stop
+    /// them before (a stale run, see [`stale`]). Every other task it lists
+    /// is cancelled at it ([`Event::Cancel`]), and one still live is not
+    /// placed on it again until that run's end is reported.
     pub fn hello(&mut self, hello: Hello) -> Vec<Event> {
         // A reconnect: what it no longer says it runs is queued again (the
         // route is not orphaned: the agent is back).
         let mut events = self.lose_agent(&hello.agent, "the agent reconnected", &hello.running, false);
+        self.stale.forget_unlisted(&hello.agent, &hello.running.iter().collect());
         let mut agent = Agent {
             capabilities: hello.capabilities.iter().map(Capability::key).collect(),
             mirror: hello.availability,
@@ -196,15 +209,25 @@ impl Router {
             draining: false,
         };
         for id in hello.running {
-            if let Some(entry) = self.tasks.get_mut(&id)
-                && matches!(entry.place, Place::Queued)
-            {
-                let key = entry.request.capability.key();
-                if let Some(route) = self.routes.get_mut(&key) {
-                    route.remove(&entry.request.submitter, &id);
+            let stale = self.stale.has(&hello.agent, &id);
+            match self.tasks.get_mut(&id) {
+                Some(entry) if matches!(entry.place, Place::Queued) && !stale => {
+                    let key = entry.request.capability.key();
+                    if let Some(route) = self.routes.get_mut(&key) {
+                        route.remove(&entry.request.submitter, &id);
+                    }
+                    entry.place = Place::InFlight(hello.agent.clone());
+                    agent.holding.insert(id);
                 }
-                entry.place = Place::InFlight(hello.agent.clone());
-                agent.holding.insert(id);
+                // Live, not its own: its run is stale; its report may come
+                // any time.
+                Some(_) => {
+                    self.stale.told_to_stop(&hello.agent, &id);
+                    events.push(Event::Cancel { agent: hello.agent.clone(), task: id });
+                }
+                // Finished (its report may be pending: it is acknowledged
+                // and ignored) or unknown.
+                None => events.push(Event::Cancel { agent: hello.agent.clone(), task: id }),
             }
         }
         self.agents.insert(hello.agent, agent);
@@ -258,10 +281,16 @@ impl Router {
         events
     }
 
-    /// An agent reports on a task. Ignored unless that agent holds it.
+    /// An agent reports on a task. Ignored unless that agent holds it (a
+    /// stale run's end lets the task go to that agent again).
     pub fn report(&mut self, agent: &AgentId, task: &TaskId, report: Report) -> Vec<Event> {
         let holds = self.agents.get(agent).is_some_and(|a| a.holding.contains(task));
         if !holds {
+            if self.stale.reported(agent, task) && self.tasks.contains_key(task) {
+                let events = self.dispatch_all();
+                self.debug_check();
+                return events;
+            }
             return Vec::new();
         }
         if let Some(a) = self.agents.get_mut(agent) {
@@ -414,6 +443,7 @@ impl Router {
 
     fn finish(&mut self, task: &TaskId, delivery: Delivery) -> Option<Event> {
         let entry = self.tasks.remove(task)?;
+        self.stale.forget_task(task);
         self.finished.push_back(task.clone());
         self.finished_set.insert(task.clone());
         while self.finished.len() > Self::FINISHED_MEMORY {
@@ -464,59 +494,6 @@ impl Router {
         events
     }
 
-    /// Routes no agent serves any more (gone or draining): their tasks are
-    /// handed back. On routes still served, tasks no agent has the time
-    /// for are answered [`Delivery::NoExecutor`].
-    fn sweep_orphans(&mut self) -> Vec<Event> {
-        let mut events = Vec::new();
-        let orphaned: Vec<String> = self
-            .routes
-            .keys()
-            .filter(|k| !self.provisionable.contains(*k) && !self.agents.values().any(|a| a.serves(k)))
-            .cloned()
-            .collect();
-        for key in orphaned {
-            if let Some(route) = self.routes.remove(&key) {
-                for id in route.queues.into_values().flatten() {
-                    let reason = format!("no agent for {key} any more");
-                    events.extend(self.finish(&id, Delivery::RunLocally(reason)));
-                }
-            }
-        }
-        // A provisionable route waits: a new allocation may have the time.
-        let keys: Vec<String> =
-            self.routes.keys().filter(|k| !self.provisionable.contains(*k)).cloned().collect();
-        for key in keys {
-            let timeless: Vec<(SubmitterId, TaskId)> = self
-                .routes
-                .get(&key)
-                .into_iter()
-                .flat_map(|r| r.queues.iter())
-                .flat_map(|(s, q)| q.iter().map(move |t| (s.clone(), t.clone())))
-                .filter(|(_, t)| {
-                    let duration = self.tasks.get(t).and_then(|e| e.request.duration_ms);
-                    !self.could_ever(&key, duration)
-                })
-                .collect();
-            for (submitter, id) in timeless {
-                events.extend(self.hand_back_timeless(&key, &submitter, &id));
-            }
-        }
-        events
-    }
-
-    /// Takes a queued task no agent has the time for off its route and
-    /// answers it [`Delivery::NoExecutor`].
-    fn hand_back_timeless(&mut self, key: &str, submitter: &SubmitterId, task: &TaskId) -> Option<Event> {
-        if let Some(route) = self.routes.get_mut(key) {
-            route.remove(submitter, task);
-            if route.is_empty() {
-                self.routes.remove(key);
-            }
-        }
-        self.finish(task, Delivery::NoExecutor)
-    }
-
     fn dispatch_all(&mut self) -> Vec<Event> {
         let keys: Vec<String> = self.routes.keys().cloned().collect();
         keys.iter().flat_map(|k| self.dispatch_route(k)).collect()
@@ -541,7 +518,7 @@ impl Router {
                 else {
                     continue;
                 };
-                let Some(agent) = self.choose(key, need, duration) else {
+                let Some(agent) = self.choose(key, &task, need, duration) else {
                     // Time left only shrinks: a task no serving agent has
                     // the time for now never runs here. (A route nobody
                     // serves waits for the sweep: agents may be
@@ -588,13 +565,14 @@ impl Router {
         events
     }
 
-    /// Power of two choices among the agents that can take `need` now.
-    fn choose(&mut self, key: &str, need: Need, duration_ms: Option<u64>) -> Option<AgentId> {
+    /// Power of two choices among the agents that can take `need` now
+    /// (and have no stale run of `task` whose end is unreported).
+    fn choose(&mut self, key: &str, task: &TaskId, need: Need, duration_ms: Option<u64>) -> Option<AgentId> {
         let now = self.now_ms;
         let able: Vec<&AgentId> = self
             .agents
             .iter()
-            .filter(|(_, a)| a.can_take(key, need, duration_ms, now))
+            .filter(|(id, a)| a.can_take(key, need, duration_ms, now) && !self.stale.blocks(id, task))
             .map(|(id, _)| id)
             .collect();
         let pick = match able.len() {

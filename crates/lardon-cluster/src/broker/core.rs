@@ -4,27 +4,42 @@
 //! message that depends on it leaves (an assignment is recorded before the
 //! agent sees it, an answer before the agent's report is acknowledged), so
 //! a crash at any point loses nothing and runs nothing twice.
+//!
+//! Here: the inputs, the state and its restoring, and the dispatch of each
+//! input. Beside it: the agents' streams (`core_agents.rs`), submissions
+//! (`core_submit.rs`), carrying out the router's events (`core_apply.rs`),
+//! the read-only views (`core_views.rs`) and provisioning
+//! (`core_provision.rs`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use lardon_proto::cluster as pb;
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
-use crate::cache::hooks::{CacheHook, HookChain, HookVerdict, PreRoute};
-use crate::cache::key::ActionKey;
+use crate::cache::hooks::{CacheHook, HookChain};
 use crate::ids::{AgentId, SubmitterId, TaskId};
-use crate::learned::{Learned, class_of};
-use crate::messages::{Availability, Delivery, Event, Hello, Outcome, Report, Submitted, TaskPlace};
+use crate::learned::Learned;
+use crate::messages::{Availability, Delivery, Hello, Outcome, Report, TaskPlace};
 use crate::router::Router;
 use crate::store::{Store, StoreError};
 use crate::wire::{self, Job};
 
 pub(crate) use super::provisioning::ProvisionView;
 
+#[path = "core_agents.rs"]
+mod agents;
+#[path = "core_apply.rs"]
+mod apply;
 #[path = "core_provision.rs"]
 mod provision;
+#[path = "core_submit.rs"]
+mod submit;
+#[path = "core_views.rs"]
+mod views;
+
+pub(crate) use submit::action_key;
 
 /// Messages to one peer's stream.
 pub(crate) type AgentTx = mpsc::UnboundedSender<Result<pb::BrokerToAgent, Status>>;
@@ -285,23 +300,6 @@ impl Core {
         self.learned.estimate(class)
     }
 
-    /// Publishes the status to `Watch` subscribers if it may have changed
-    /// since the last publication (and someone watches); `busy`: more
-    /// inputs wait. Returns when to call again if it was put off for
-    /// time (see [`super::watch::Feed::due`]).
-    pub(crate) fn publish_watch(&mut self, busy: bool) -> Option<std::time::Instant> {
-        let now = std::time::Instant::now();
-        match self.watch.due(self.changes, busy, now) {
-            super::watch::Due::Now => {
-                let status = self.status();
-                self.watch.publish(self.changes, status, now);
-                None
-            }
-            super::watch::Due::At(at) => Some(at),
-            super::watch::Due::No => None,
-        }
-    }
-
     /// Handles one input.
     pub(crate) fn handle(&mut self, input: Input) {
         self.router.set_now((self.clock)());
@@ -309,97 +307,16 @@ impl Core {
             self.changes += 1;
         }
         match input {
-            Input::AgentHello { hello, conn, tx } => {
-                let agent = hello.agent.clone();
-                let before = self.router.holding(&agent);
-                let running = hello.running.clone();
-                let cancels = self.ghosts.remove(&agent).unwrap_or_default();
-                info!(
-                    "agent {agent} connected ({} capabilities, {} tokens)",
-                    hello.capabilities.len(),
-                    hello.tokens
-                );
-                let attempts = self.attempts(&before);
-                let events = self.router.hello(hello);
-                self.agents.insert(agent.clone(), Peer { conn, tx });
-                let touched: Vec<TaskId> = before.into_iter().chain(running.iter().cloned()).collect();
-                self.apply(events, &touched, None);
-                self.count_requeued(&attempts);
-                // What it runs that is not its own here (finished, cancelled
-                // or placed elsewhere meanwhile) is stopped; a finished one
-                // whose report is pending is re-reported and acknowledged.
-                let own: BTreeSet<TaskId> = self.router.holding(&agent).into_iter().collect();
-                // Cancels asked while it was away reach it now.
-                for task in cancels.into_iter().filter(|t| own.contains(t)) {
-                    self.to_agent(
-                        &agent,
-                        pb::broker_to_agent::Kind::Cancel(pb::CancelTask { task_id: task.to_string() }),
-                    );
-                }
-                for task in running.into_iter().filter(|t| !own.contains(t)) {
-                    self.to_agent(
-                        &agent,
-                        pb::broker_to_agent::Kind::Cancel(pb::CancelTask { task_id: task.to_string() }),
-                    );
-                }
-            }
-            Input::AgentUpdate { agent, conn, availability } => {
-                if self.is_current_agent(&agent, conn) {
-                    let events = self.router.update(&agent, availability);
-                    self.apply(events, &[], None);
-                }
-            }
+            Input::AgentHello { hello, conn, tx } => self.agent_hello(hello, conn, tx),
+            Input::AgentUpdate { agent, conn, availability } => self.agent_update(agent, conn, availability),
             Input::AgentReport { agent, conn, task, report, ended } => {
-                if !self.is_current_agent(&agent, conn) {
-                    return;
-                }
-                if !self.router.holding(&agent).contains(&task) {
-                    self.counters.late_reports += 1;
-                } else if report == Report::Wait {
-                    self.counters.waited += 1;
-                }
-                let events = self.router.report(&agent, &task, report);
-                // Who ran it is the broker's word, not the agent's claim.
-                let ended = ended.map(|e| (task.clone(), pb::TaskEnded { agent_id: agent.to_string(), ..e }));
-                self.apply(events, std::slice::from_ref(&task), ended);
-                // Recorded (or a duplicate): the agent may forget it.
-                self.to_agent(
-                    &agent,
-                    pb::broker_to_agent::Kind::Ack(pb::ReportAck { task_id: task.to_string() }),
-                );
+                self.agent_report(agent, conn, task, report, ended);
             }
-            Input::AgentGone { agent, conn } => {
-                if self.is_current_agent(&agent, conn) {
-                    warn!("agent {agent} lost");
-                    self.agents.remove(&agent);
-                    self.verdicts.remove(&agent);
-                    let held = self.router.holding(&agent);
-                    let attempts = self.attempts(&held);
-                    let events = self.router.agent_lost(&agent);
-                    self.apply(events, &held, None);
-                    self.count_requeued(&attempts);
-                }
-            }
+            Input::AgentGone { agent, conn } => self.agent_gone(agent, conn),
             Input::AgentDraining { agent, conn, running, reason } => {
-                if self.is_current_agent(&agent, conn) {
-                    let held = self.router.holding(&agent);
-                    let returned = held.iter().filter(|t| !running.contains(t)).count();
-                    info!(
-                        "agent {agent} drains ({reason}): {} task(s) finish there, {returned} queued again",
-                        held.len() - returned
-                    );
-                    let events = self.router.drain(&agent, &running);
-                    self.apply(events, &held, None);
-                    self.to_agent(&agent, pb::broker_to_agent::Kind::DrainAck(pb::DrainAck {}));
-                }
+                self.agent_draining(agent, conn, running, reason);
             }
-            Input::AgentTokens { agent, conn, bound } => {
-                if self.is_current_agent(&agent, conn) {
-                    self.verdicts.insert(agent.clone(), (bound.verdict, bound.reason));
-                    let events = self.router.set_tokens(&agent, bound.tokens);
-                    self.apply(events, &[], None);
-                }
-            }
+            Input::AgentTokens { agent, conn, bound } => self.agent_tokens(agent, conn, bound),
             Input::SubmitterHello { submitter, conn, tx } => {
                 self.submitters.insert(submitter, Peer { conn, tx });
             }
@@ -443,19 +360,7 @@ impl Core {
                 let events = self.router.expire(&task);
                 self.apply(events, std::slice::from_ref(&task), None);
             }
-            Input::RecoveryOver => {
-                let ghosts = std::mem::take(&mut self.ghosts);
-                for agent in ghosts.into_keys() {
-                    warn!("agent {agent} did not come back after the restart: its tasks are queued again");
-                    let held = self.router.holding(&agent);
-                    let attempts = self.attempts(&held);
-                    let events = self.router.agent_lost(&agent);
-                    self.apply(events, &held, None);
-                    self.count_requeued(&attempts);
-                }
-                let events = self.router.sweep();
-                self.apply(events, &[], None);
-            }
+            Input::RecoveryOver => self.recovery_over(),
         }
     }
 
@@ -509,333 +414,7 @@ impl Core {
         }
     }
 
-    /// The router's invariants, and that the live tasks the core keeps
-    /// specs for are exactly those the router knows.
-    #[cfg(test)]
-    fn check(&self) -> Result<(), String> {
-        self.router.check()?;
-        if let Some(t) = self.specs.keys().find(|t| self.router.place(t).is_none()) {
-            return Err(format!("task {t} has a spec but the router does not know it"));
-        }
-        let known = self.router.queued() + self.router.in_flight_total();
-        if known != self.specs.len() {
-            return Err(format!("the router knows {known} tasks, the core {}", self.specs.len()));
-        }
-        Ok(())
-    }
-
-    /// The counters, and the gauges read now.
-    fn metrics(&self) -> super::metrics::MetricsSnapshot {
-        super::metrics::MetricsSnapshot {
-            counters: self.counters,
-            agents: u64::try_from(self.agents.len() + self.ghosts.len()).unwrap_or(u64::MAX),
-            submitters: u64::try_from(self.submitters.len()).unwrap_or(u64::MAX),
-            load: self.load(),
-        }
-    }
-
-    /// Tasks queued and in flight per capability key.
-    fn load(&self) -> BTreeMap<String, super::metrics::Load> {
-        let mut load: BTreeMap<String, super::metrics::Load> = BTreeMap::new();
-        for (task, (_, spec)) in &self.specs {
-            let Ok(capability) = wire::capability("capability", spec.capability.as_ref()) else { continue };
-            let entry = load.entry(capability.key()).or_default();
-            match self.router.place(task) {
-                Some(TaskPlace::Queued { .. }) => entry.queued += 1,
-                Some(TaskPlace::InFlight { .. }) => entry.in_flight += 1,
-                None => {}
-            }
-        }
-        load
-    }
-
-    /// Whether the CAS still holds every output file of a cached result.
-    fn outputs_held(&self, result: &crate::cache::reapi::ActionResult) -> bool {
-        let Some((cache, _)) = &self.cache else { return false };
-        let digests: Vec<_> = result.output_files.iter().filter_map(|f| f.digest.clone()).collect();
-        digests.len() == result.output_files.len()
-            && cache
-                .cas
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .missing(&digests)
-                .is_empty()
-    }
-
     fn is_current_agent(&self, agent: &AgentId, conn: u64) -> bool {
         self.agents.get(agent).is_some_and(|p| p.conn == conn)
     }
-
-    fn submit(&mut self, submitter: SubmitterId, job: Job) {
-        let id = job.request.id.clone();
-        match self.store.finished(id.as_str()) {
-            Ok(Some(reply)) => return self.to_submitter(&submitter, reply),
-            Ok(None) => {}
-            Err(e) => error!("{e}"),
-        }
-        let spec = job.spec.clone();
-        if spec.cacheable
-            && let Some((_, chain)) = &self.cache
-        {
-            let key = action_key(&job.request.capability, &spec);
-            let verdict = chain.check(&PreRoute { cacheable: Some(key) }, std::time::Instant::now());
-            // A hit whose output blobs were evicted meanwhile is a miss: the
-            // submitter could not fetch them.
-            let hit = matches!(&verdict, Some((_, HookVerdict::Intercept(r))) if self.outputs_held(r));
-            if hit {
-                self.counters.cache_hits += 1;
-            } else {
-                self.counters.cache_misses += 1;
-            }
-            match verdict {
-                Some((_, HookVerdict::Intercept(result))) if hit => {
-                    let ended = pb::TaskEnded {
-                        success: true,
-                        exit_code: Some(result.exit_code),
-                        reason: String::new(),
-                        stdout: result.stdout_raw,
-                        stderr: result.stderr_raw,
-                        outputs: result
-                            .output_files
-                            .iter()
-                            .map(|f| pb::OutputFile {
-                                path: f.path.clone(),
-                                digest: f.digest.as_ref().map(crate::blobs::to_pb),
-                            })
-                            .collect(),
-                        ..Default::default()
-                    };
-                    let reply = reply(&id, Delivery::Done(Outcome::Succeeded), Some(ended));
-                    if let Err(e) = self.store.finish(id.as_str(), submitter.as_str(), &reply) {
-                        error!("{e}");
-                    }
-                    return self.to_submitter(&submitter, reply);
-                }
-                Some((hook, HookVerdict::Reject(why))) => {
-                    let reply = reply(&id, Delivery::RunLocally(format!("{hook}: {why}")), None);
-                    return self.to_submitter(&submitter, reply);
-                }
-                Some((_, HookVerdict::Pass | HookVerdict::Intercept(_))) | None => {}
-            }
-        }
-        let mut request = job.request;
-        // What its class took before beats what the submitter guessed.
-        let class = class_of(&request.capability, &spec);
-        if let Some(learned) = self.learned.estimate(&class).filter(|e| !e.duration.is_zero()) {
-            request.duration_ms = Some(u64::try_from(learned.duration.as_millis()).unwrap_or(u64::MAX));
-        }
-        // Provisionable, but no shape could ever hold it and no agent here
-        // could run it: waiting would only end at its deadline.
-        if let Some(reason) = self.unfit(&request.capability, &spec, request.duration_ms) {
-            info!("task {id}: no executor: {reason}");
-            let delivery = Delivery::NoShapeFits(reason);
-            self.count(&delivery);
-            return self.to_submitter(&submitter, reply(&id, delivery, None));
-        }
-        let (submitted, events) = self.router.submit(request);
-        if submitted == Submitted::Queued {
-            if let Err(e) = self.store.insert(submitter.as_str(), &spec) {
-                error!("{e}");
-            }
-            self.arm(&id, spec.deadline_unix_ms);
-            self.specs.insert(id.clone(), (submitter.clone(), spec));
-        }
-        if submitted == Submitted::AlreadyFinished {
-            // Remembered by the router but no longer by the store.
-            let reason = "answered before; the answer is no longer kept".to_owned();
-            let reply = reply(&id, Delivery::RunLocally(reason), None);
-            return self.to_submitter(&submitter, reply);
-        }
-        self.apply(events, std::slice::from_ref(&id), None);
-    }
-
-    /// Records what `events` and the `touched` tasks changed, then sends
-    /// the messages. `ended` is the agent's result for the task it reported.
-    fn apply(&mut self, events: Vec<Event>, touched: &[TaskId], ended: Option<(TaskId, pb::TaskEnded)>) {
-        let mut ended = ended;
-        let mut places: BTreeSet<TaskId> = touched.iter().cloned().collect();
-        let mut outbox = Vec::new();
-        for event in events {
-            match event {
-                Event::Assign { agent, task } => {
-                    places.insert(task.clone());
-                    if let Some((_, spec)) = self.specs.get(&task) {
-                        outbox.push(Out::Agent(agent, pb::broker_to_agent::Kind::Assign(spec.clone())));
-                    }
-                }
-                Event::Cancel { agent, task } => {
-                    if let Some(pending) = self.ghosts.get_mut(&agent) {
-                        pending.push(task);
-                        continue;
-                    }
-                    outbox.push(Out::Agent(
-                        agent,
-                        pb::broker_to_agent::Kind::Cancel(pb::CancelTask { task_id: task.to_string() }),
-                    ));
-                }
-                Event::Deliver { submitter, task, delivery } => {
-                    self.count(&delivery);
-                    let result = match ended.take() {
-                        Some((t, e)) if t == task => Some(e),
-                        other => {
-                            ended = other;
-                            None
-                        }
-                    };
-                    // A NoExecutor for a task that was queued (no agent
-                    // had the time for it) ends a stored task: durable.
-                    let durable = !matches!(delivery, Delivery::NoExecutor) || self.specs.contains_key(&task);
-                    let lesson = match (&result, self.specs.get(&task)) {
-                        (Some(ended), Some((_, spec))) if ended.success => {
-                            wire::capability("capability", spec.capability.as_ref())
-                                .ok()
-                                .map(|cap| (class_of(&cap, spec), ended.peak_memory, ended.wall_ms))
-                        }
-                        _ => None,
-                    };
-                    if let Some((class, peak, wall_ms)) = lesson {
-                        self.learn(&class, peak, wall_ms);
-                    }
-                    if let (Some(ended), Some((cache, _)), Some((_, spec))) =
-                        (&result, &self.cache, self.specs.get(&task))
-                        && ended.success
-                        && spec.cacheable
-                    {
-                        cache.remember(spec, ended);
-                    }
-                    let reply = reply(&task, delivery, result);
-                    if durable {
-                        if let Err(e) = self.store.finish(task.as_str(), submitter.as_str(), &reply) {
-                            error!("{e}");
-                        }
-                        self.specs.remove(&task);
-                    }
-                    places.remove(&task);
-                    outbox.push(Out::Submitter(submitter, reply));
-                }
-            }
-        }
-        for task in places {
-            let placed = match self.router.place(&task) {
-                Some(TaskPlace::Queued { attempts }) => self.store.place(task.as_str(), None, attempts),
-                Some(TaskPlace::InFlight { agent, attempts }) => {
-                    self.store.place(task.as_str(), Some(agent.as_str()), attempts)
-                }
-                None => Ok(()),
-            };
-            if let Err(e) = placed {
-                error!("{e}");
-            }
-        }
-        for out in outbox {
-            match out {
-                Out::Agent(agent, kind) => self.to_agent(&agent, kind),
-                Out::Submitter(submitter, reply) => self.to_submitter(&submitter, reply),
-            }
-        }
-    }
-
-    /// Learns a success's measured peak and wall time for its class.
-    fn learn(&mut self, class: &str, peak: u64, wall_ms: u64) {
-        if self.learned.record(class, peak, wall_ms)
-            && let Err(e) = self.store.learn(class, peak, wall_ms)
-        {
-            error!("{e}");
-        }
-    }
-
-    fn to_agent(&self, agent: &AgentId, kind: pb::broker_to_agent::Kind) {
-        // A closed stream is noticed by its reader, whose AgentGone
-        // re-queues what it held.
-        if let Some(peer) = self.agents.get(agent) {
-            let _ = peer.tx.send(Ok(pb::BrokerToAgent { kind: Some(kind) }));
-        }
-    }
-
-    fn to_submitter(&self, submitter: &SubmitterId, reply: pb::SubmitReply) {
-        // An absent submitter asks again by id and is answered from the
-        // store.
-        if let Some(peer) = self.submitters.get(submitter) {
-            let _ = peer.tx.send(Ok(reply));
-        }
-    }
-
-    fn status(&self) -> pb::ClusterStatusResponse {
-        let agents = self
-            .router
-            .agents()
-            .into_iter()
-            .map(|a| pb::AgentStatus {
-                recovering: self.ghosts.contains_key(&a.agent),
-                draining: a.draining,
-                ends_at_unix_ms: a.ends_at_ms.and_then(|t| i64::try_from(t).ok()).unwrap_or(0),
-                optimizer_verdict: self.verdicts.get(&a.agent).map(|v| v.0.clone()).unwrap_or_default(),
-                optimizer_reason: self.verdicts.get(&a.agent).map(|v| v.1.clone()).unwrap_or_default(),
-                agent_id: a.agent.to_string(),
-                capabilities: a.capabilities,
-                tokens: a.tokens,
-                in_flight: u32::try_from(a.in_flight).unwrap_or(u32::MAX),
-                availability: Some(pb::Availability {
-                    memory: a.mirror.memory,
-                    cpu_millis: a.mirror.cpu_millis,
-                }),
-            })
-            .collect();
-        pb::ClusterStatusResponse {
-            agents,
-            queued: u64::try_from(self.router.queued()).unwrap_or(u64::MAX),
-            in_flight: u64::try_from(self.router.in_flight_total()).unwrap_or(u64::MAX),
-            finished: self.store.finished_count().unwrap_or(0),
-            submitters: u32::try_from(self.submitters.len()).unwrap_or(u32::MAX),
-            routes: self
-                .load()
-                .into_iter()
-                .map(|(capability, l)| pb::RouteStatus {
-                    capability,
-                    queued: l.queued,
-                    in_flight: l.in_flight,
-                })
-                .collect(),
-        }
-    }
-}
-
-enum Out {
-    Agent(AgentId, pb::broker_to_agent::Kind),
-    Submitter(SubmitterId, pb::SubmitReply),
-}
-
-/// The cache key of a cacheable task: its capability, argv, every
-/// variable it sets (the submitter sends only the ones that matter), its
-/// input files' paths and digests, and its declared outputs.
-pub(crate) fn action_key(capability: &crate::Capability, spec: &pb::TaskSpec) -> ActionKey {
-    let env: Vec<(String, String)> = spec.env.iter().map(|v| (v.name.clone(), v.value.clone())).collect();
-    let names: Vec<&str> = spec.env.iter().map(|v| v.name.as_str()).collect();
-    let inputs: Vec<crate::cache::key::InputEntry> = spec
-        .inputs
-        .iter()
-        .map(|f| crate::cache::key::InputEntry {
-            path: f.path.clone(),
-            digest: f.digest.as_ref().map(crate::blobs::from_pb).unwrap_or_default(),
-            executable: f.executable,
-        })
-        .collect();
-    ActionKey::with_files(capability, &spec.argv, &env, &names, &inputs, &spec.outputs)
-}
-
-/// The submitter's answer for `task`.
-fn reply(task: &TaskId, delivery: Delivery, ended: Option<pb::TaskEnded>) -> pb::SubmitReply {
-    use pb::submit_reply::Outcome as O;
-    let outcome = match delivery {
-        Delivery::Done(outcome) => O::Done(ended.unwrap_or_else(|| match outcome {
-            Outcome::Succeeded => pb::TaskEnded { success: true, ..Default::default() },
-            Outcome::Failed(reason) => pb::TaskEnded { success: false, reason, ..Default::default() },
-        })),
-        Delivery::NoExecutor => O::NoExecutor(pb::NoExecutor { reason: String::new() }),
-        Delivery::NoShapeFits(reason) => O::NoExecutor(pb::NoExecutor { reason }),
-        Delivery::RunLocally(reason) => O::RunLocally(pb::RunLocally { reason }),
-        Delivery::Cancelled => O::Cancelled(pb::Cancelled {}),
-        Delivery::Expired => O::DeadlinePassed(pb::DeadlinePassed {}),
-    };
-    pb::SubmitReply { task_id: task.to_string(), outcome: Some(outcome) }
 }

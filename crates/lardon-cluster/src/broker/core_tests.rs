@@ -411,3 +411,45 @@ fn a_scaled_capability_waits_for_an_agent_and_is_never_handed_back() {
     submit(&mut core, "rb", "ruby", 0);
     assert_eq!(no_executors(&mut answers), ["rb: "], "an unscaled capability with no agent: at once");
 }
+
+/// The fault tests' flake, made exact: t runs at a; a's stream drops (t
+/// goes to b); a comes back still running t and is told to stop it; b is
+/// lost. t must not go back to a before that stale run's end is reported,
+/// and that ("cancelled") end must not answer t: only a new run's does.
+#[test]
+fn a_cancelled_stale_run_never_answers_its_task_when_the_task_comes_back() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let store = Store::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let (mut core, _) = Core::restore(store, 1, None).unwrap_or_else(|e| panic!("{e}"));
+    let (tx, mut answers) = mpsc::unbounded_channel();
+    let submitter = SubmitterId::new("s").unwrap_or_else(|e| panic!("{e}"));
+    core.handle(Input::SubmitterHello { submitter, conn: 1, tx });
+    let mut a = hello(&mut core, "a", &[], 1);
+    submit(&mut core, "t", "true", 0);
+    assert_eq!(drain(&mut a), vec!["assign t".to_owned()]);
+    let mut b = hello(&mut core, "b", &[], 2);
+    core.handle(Input::AgentGone { agent: AgentId::new("a").unwrap_or_else(|e| panic!("{e}")), conn: 1 });
+    assert_eq!(drain(&mut b), vec!["assign t".to_owned()]);
+    let mut a = hello(&mut core, "a", &["t"], 3);
+    assert_eq!(drain(&mut a), vec!["cancel t".to_owned()]);
+    core.handle(Input::AgentGone { agent: AgentId::new("b").unwrap_or_else(|e| panic!("{e}")), conn: 2 });
+    assert_eq!(drain(&mut a), Vec::<String>::new(), "t went back to a before its stale run ended");
+
+    let report = |success: bool| {
+        let ended = pb::TaskEnded {
+            success,
+            reason: if success { String::new() } else { "cancelled".into() },
+            ..Default::default()
+        };
+        let report =
+            pb::TaskReport { task_id: "t".into(), report: Some(pb::task_report::Report::Ended(ended)) };
+        let (task, report, ended) = crate::wire::report(report).unwrap_or_else(|e| panic!("{e}"));
+        let agent = AgentId::new("a").unwrap_or_else(|e| panic!("{e}"));
+        Input::AgentReport { agent, conn: 3, task, report, ended }
+    };
+    core.handle(report(false));
+    assert_eq!(replies(&mut answers), Vec::<String>::new(), "the stale run's end answered t");
+    assert_eq!(drain(&mut a), vec!["ack t".to_owned(), "assign t".to_owned()]);
+    core.handle(report(true));
+    assert_eq!(replies(&mut answers), vec!["t done".to_owned()]);
+}

@@ -40,6 +40,13 @@ impl Router {
                 return Err(format!("task {id} is both live and finished"));
             }
         }
+        for (agent, task) in self.stale.blocking() {
+            if self.agents.get(agent).is_some_and(|a| a.holding.contains(task)) {
+                return Err(format!(
+                    "agent {agent} holds task {task} while its stale run of it has not ended"
+                ));
+            }
+        }
         for route in self.routes.values() {
             for q in route.queues.values() {
                 if let Some(t) = q.iter().find(|t| !self.tasks.contains_key(*t)) {
