@@ -325,6 +325,34 @@ async fn a_cached_success_is_answered_with_no_agent_connected() {
         matches!(answer(s.submit(&task("plain", false))).await, Answer::NoExecutor(_)),
         "only cacheable tasks"
     );
+
+    // The hit rate (an EWMA weighing each lookup 1/20: one miss, one hit:
+    // 0.05) raises the capacity the broker advertises: an agent with 4
+    // tokens, and one more hit (0.0975), is advertised as
+    // ceil(4 / (1 - 0.0975)) = 5 tokens.
+    let (started_tx, _started) = mpsc::unbounded_channel();
+    let (_gate, open_rx) = watch::channel(true);
+    let agent_config = AgentConfig {
+        broker: addr.clone(),
+        agent: AgentId::new("a2").unwrap(),
+        capabilities: vec![Capability::parse("gcc@12").unwrap()],
+        tokens: 4,
+        heartbeat: Duration::from_secs(1),
+        backoff: fast(),
+        dial: Default::default(),
+        ends_at_ms: None,
+        drain_grace: None,
+        tuning: None,
+    };
+    let exec = FakeExec { agent: "a2".into(), started: started_tx, open: open_rx };
+    let agent = Agent::new(agent_config, governor(), Arc::new(exec)).unwrap();
+    tokio::spawn(agent.run(std::future::pending()));
+    c.until("a2 to connect", |s| s.agents.len() == 1).await;
+    assert!(matches!(answer(s.submit(&task("third", true))).await, Answer::Done(_)), "a hit");
+    c.until("the hit rate to raise the advertised capacity", |s| {
+        s.tokens == 4 && s.advertised_tokens == 5 && (s.cache_hit_rate - 0.0975).abs() < 1e-9
+    })
+    .await;
 }
 
 /// Ends each task at once, reporting that it took an hour (as measured).

@@ -107,6 +107,7 @@ pub(crate) fn status_json(s: &lardon_proto::cluster::ClusterStatusResponse) -> s
     serde_json::json!({
         "agents": agents, "queued": s.queued, "in_flight": s.in_flight,
         "finished": s.finished, "submitters": s.submitters,
+        "tokens": s.tokens, "advertised_tokens": s.advertised_tokens, "cache_hit_rate": s.cache_hit_rate,
         "routes": s.routes.iter().map(|r| serde_json::json!({
             "capability": r.capability, "queued": r.queued, "in_flight": r.in_flight,
         })).collect::<Vec<_>>(),
@@ -123,6 +124,14 @@ pub(crate) fn status_text(s: &lardon_proto::cluster::ClusterStatusResponse) -> S
         s.in_flight,
         s.finished
     );
+    if s.cache_hit_rate > 0.0 {
+        text.push_str(&format!(
+            "capacity: {} agent token(s), advertised {} (cache hit rate {:.0} %: a hit holds no token)\n",
+            s.tokens,
+            s.advertised_tokens,
+            s.cache_hit_rate * 100.0
+        ));
+    }
     if !s.agents.is_empty() {
         text.push_str(&format!(
             "{:<24} {:>6} {:>9} {:>10} {:>8}  CAPABILITIES\n",

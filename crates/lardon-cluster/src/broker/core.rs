@@ -170,6 +170,9 @@ pub(crate) struct Core {
     /// The result cache and the pre-route chain that reads it (`None`: no
     /// cache).
     cache: Option<(super::BrokerCache, HookChain)>,
+    /// The cache hook's hit rate (`None`: no cache), read for the
+    /// advertised capacity in the status.
+    hits: Option<std::sync::Arc<std::sync::Mutex<crate::cache::hooks::HitRate>>>,
     /// What the metrics endpoint counts; written here only.
     counters: super::metrics::Counters,
     /// What each task class cost when it ran (persisted in the store).
@@ -214,6 +217,7 @@ impl Core {
             submitters: HashMap::new(),
             ghosts: BTreeMap::new(),
             cache: None,
+            hits: None,
             counters: super::metrics::Counters::default(),
             learned: Learned::new(),
             verdicts: HashMap::new(),
@@ -277,7 +281,9 @@ impl Core {
     /// Serves cacheable tasks from `cache` (its first pre-route hook) and
     /// caches their successes.
     pub(crate) fn with_cache(mut self, cache: super::BrokerCache) -> Self {
-        let chain = HookChain::new().with(Box::new(CacheHook::new(std::sync::Arc::clone(&cache.actions))));
+        let hook = CacheHook::new(std::sync::Arc::clone(&cache.actions));
+        self.hits = Some(hook.hits());
+        let chain = HookChain::new().with(Box::new(hook));
         self.cache = Some((cache, chain));
         self
     }

@@ -50,7 +50,39 @@ impl Core {
             agents: u64::try_from(self.agents.len() + self.ghosts.len()).unwrap_or(u64::MAX),
             submitters: u64::try_from(self.submitters.len()).unwrap_or(u64::MAX),
             load: self.load(),
+            tokens: self.capacity().0,
+            advertised_tokens: self.capacity().1,
         }
+    }
+
+    /// The token bounds of the agents taking work (not recovering, not
+    /// draining), and that capacity as advertised: raised by the cache's
+    /// hit rate, since a hit holds no token ([`HitRate::advertised`]:
+    /// tokens ÷ (1 − rate), the rate counted at most 0.9); without a cache,
+    /// the same figure.
+    ///
+    /// [`HitRate::advertised`]: crate::cache::hooks::HitRate::advertised
+    pub(super) fn capacity(&self) -> (u64, u64) {
+        let tokens: u64 = self
+            .router
+            .agents()
+            .into_iter()
+            .filter(|a| !a.draining && !self.ghosts.contains_key(&a.agent))
+            .map(|a| u64::from(a.tokens))
+            .sum();
+        let advertised = match &self.hits {
+            Some(h) => {
+                let rate = *h.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                u64::from(rate.advertised(u32::try_from(tokens).unwrap_or(u32::MAX)))
+            }
+            None => tokens,
+        };
+        (tokens, advertised)
+    }
+
+    /// The cache's hit rate (0–1), 0 without a cache.
+    fn hit_rate(&self) -> f64 {
+        self.hits.as_ref().map_or(0.0, |h| h.lock().unwrap_or_else(std::sync::PoisonError::into_inner).rate())
     }
 
     /// Tasks queued and in flight per capability key.
@@ -89,8 +121,12 @@ impl Core {
                 }),
             })
             .collect();
+        let (tokens, advertised_tokens) = self.capacity();
         pb::ClusterStatusResponse {
             agents,
+            tokens,
+            advertised_tokens,
+            cache_hit_rate: self.hit_rate(),
             queued: u64::try_from(self.router.queued()).unwrap_or(u64::MAX),
             in_flight: u64::try_from(self.router.in_flight_total()).unwrap_or(u64::MAX),
             finished: self.store.finished_count().unwrap_or(0),

@@ -68,6 +68,10 @@ pub(crate) struct MetricsSnapshot {
     pub(crate) submitters: u64,
     /// Per capability key.
     pub(crate) load: BTreeMap<String, Load>,
+    /// Token bounds of the agents taking work.
+    pub(crate) tokens: u64,
+    /// Those raised by the cache's hit rate.
+    pub(crate) advertised_tokens: u64,
 }
 
 impl MetricsSnapshot {
@@ -80,6 +84,13 @@ impl MetricsSnapshot {
         };
         metric("lardon_broker_agents", "gauge", "Agents connected.", self.agents);
         metric("lardon_broker_submitters", "gauge", "Submitters connected.", self.submitters);
+        metric("lardon_broker_tokens", "gauge", "Token bounds of the agents taking work.", self.tokens);
+        metric(
+            "lardon_broker_advertised_tokens",
+            "gauge",
+            "Agent tokens raised by the cache hit rate (a hit holds no token).",
+            self.advertised_tokens,
+        );
         let queued = self.load.values().map(|l| l.queued).sum();
         let in_flight = self.load.values().map(|l| l.in_flight).sum();
         metric("lardon_broker_tasks_queued", "gauge", "Tasks waiting for an agent.", queued);

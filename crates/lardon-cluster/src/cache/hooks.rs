@@ -68,6 +68,9 @@ impl HookChain {
     }
 }
 
+/// How much each lookup weighs in the hit-rate average (1/20).
+pub const HIT_RATE_WEIGHT: f64 = 0.05;
+
 /// The share of cacheable tasks answered from the cache, as an
 /// exponentially weighted moving average.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -113,7 +116,7 @@ impl HitRate {
 #[derive(Debug)]
 pub struct CacheHook {
     cache: Arc<Mutex<ActionCache>>,
-    hits: Mutex<HitRate>,
+    hits: Arc<Mutex<HitRate>>,
 }
 
 impl CacheHook {
@@ -121,7 +124,15 @@ impl CacheHook {
     /// 1/20.
     #[must_use]
     pub fn new(cache: Arc<Mutex<ActionCache>>) -> Self {
-        CacheHook { cache, hits: Mutex::new(HitRate::new(0.05)) }
+        CacheHook { cache, hits: Arc::new(Mutex::new(HitRate::new(HIT_RATE_WEIGHT))) }
+    }
+
+    /// Where the hook keeps its hit rate: the broker reads it to advertise
+    /// its capacity ([`HitRate::advertised`]) while the hook, inside the
+    /// chain, updates it.
+    #[must_use]
+    pub fn hits(&self) -> Arc<Mutex<HitRate>> {
+        Arc::clone(&self.hits)
     }
 
     /// The hit rate so far.

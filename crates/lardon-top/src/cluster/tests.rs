@@ -32,6 +32,7 @@ fn status() -> pb::ClusterStatusResponse {
             pb::RouteStatus { capability: "sh@1:".into(), queued: 0, in_flight: 1 },
             pb::RouteStatus { capability: "gcc@12:x86_64-linux-gnu".into(), queued: 3, in_flight: 2 },
         ],
+        ..Default::default()
     }
 }
 
