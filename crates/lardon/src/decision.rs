@@ -254,30 +254,6 @@ impl Decision {
     pub fn is_granted(&self) -> bool {
         matches!(self, Decision::Admit(_) | Decision::ReduceBatch(..))
     }
-
-    /// The granted contract with the kind and reason of the grant, or the
-    /// WAIT/REJECT decision back.
-    // Moved, never boxed: boxing the refusal would allocate on every WAIT,
-    // the common answer of a queue scan.
-    #[allow(clippy::result_large_err)]
-    pub(crate) fn into_grant(self) -> Result<Grant, Decision> {
-        match self {
-            Decision::Admit(contract) => {
-                Ok(Grant { contract, kind: DecisionKind::Admit, reason: ReasonCode::Admitted })
-            }
-            Decision::ReduceBatch(contract, r) => {
-                Ok(Grant { contract, kind: DecisionKind::ReduceBatch, reason: r.code })
-            }
-            refused @ (Decision::Wait(_) | Decision::Reject(_)) => Err(refused),
-        }
-    }
-}
-
-/// A granted decision taken apart to become a reservation.
-pub(crate) struct Grant {
-    pub(crate) contract: Contract,
-    pub(crate) kind: DecisionKind,
-    pub(crate) reason: ReasonCode,
 }
 
 impl fmt::Display for Decision {
