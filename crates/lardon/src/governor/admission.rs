@@ -390,10 +390,9 @@ fn slots(ledger: &Ledger, est: &Estimate, hold: &Hold, running: usize) -> Result
     if let Some(cap) = policy.max_running
         && running >= cap as usize
     {
-        return Err(Decision::wait(
-            ReasonCode::MaxRunning,
-            format!("{running} task(s) running, the cap is {cap}"),
-        ));
+        // The message is written only if someone reads it: a queue scan
+        // meets this answer for every waiting task.
+        return Err(Decision::Wait(crate::decision::Reason::max_running(running, cap)));
     }
     Ok(Slots { cpu_free, io_free, scratch })
 }

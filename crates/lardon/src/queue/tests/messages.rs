@@ -1,0 +1,56 @@
+//! Recorded decisions keep figures and are written only when read: what an
+//! observer reads (a view, an event) must still say exactly what the
+//! formatters say.
+
+use super::*;
+use crate::{DecisionKind, format_bytes, format_cpus};
+
+/// The grant's message and the `max_running` wait's message, as a view and
+/// as an event, for a running task and one held back by the cap.
+#[test]
+fn granted_and_max_running_messages_read_as_written_text() {
+    let r = rig_with(QueueConfig::default(), |p| p.max_running = Some(1));
+    let (release_a, a_cb) = gated();
+    let a = r.queue.submit(Task::new("a", mem(GIB), a_cb)).unwrap();
+    r.started(a);
+    let (release_b, b_cb) = gated();
+    let b = r.queue.submit(Task::new("b", mem(GIB), b_cb)).unwrap();
+    let wait = "1 task(s) running, the cap is 1";
+    match r.until("b waits", |e| matches!(e, QueueEvent::Decision { id, .. } if *id == b)) {
+        QueueEvent::Decision { reason, message, .. } => {
+            assert_eq!((reason, message.as_str()), (ReasonCode::MaxRunning, wait));
+        }
+        _ => unreachable!(),
+    }
+    let view = r.queue.get(b).unwrap().last_decision.unwrap();
+    assert_eq!((view.reason, view.message.as_str()), (ReasonCode::MaxRunning, wait));
+
+    let running = r.queue.get(a).unwrap();
+    let c = running.contract.unwrap();
+    let granted =
+        format!("batch {}, {} memory, {} CPUs", c.batch, format_bytes(c.memory), format_cpus(c.cpu_millis));
+    let view = running.last_decision.unwrap();
+    assert_eq!((view.kind, view.message.as_str()), (DecisionKind::Admit, granted.as_str()));
+
+    release_a.send(()).unwrap();
+    r.started(b);
+    release_b.send(()).unwrap();
+    r.queue.wait_idle();
+}
+
+/// Two `max_running` reasons are equal exactly when their figures are,
+/// and equal to a written reason with the same text.
+#[test]
+fn max_running_reasons_compare_by_what_they_say() {
+    use crate::decision::Reason;
+    let (two, again, three) =
+        (Reason::max_running(2, 2), Reason::max_running(2, 2), Reason::max_running(3, 2));
+    assert_eq!(two, again);
+    assert_ne!(two, three);
+    assert_eq!(two, Reason::new(ReasonCode::MaxRunning, "2 task(s) running, the cap is 2"));
+    assert_ne!(two, Reason::new(ReasonCode::Memory, "2 task(s) running, the cap is 2"));
+    assert_eq!(
+        format!("{two:?}"),
+        r#"Reason { code: MaxRunning, message: "2 task(s) running, the cap is 2" }"#
+    );
+}
