@@ -42,7 +42,7 @@ use crate::progress::ProgressTracker;
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Condvar, Mutex, MutexGuard};
 use signal::Signal;
-use state::{Entry, QueueState};
+use state::{Entry, QueueState, Retired};
 use worker::Pool;
 
 /// Tunables of a [`TaskQueue`].
@@ -464,7 +464,7 @@ impl TaskQueue {
         }
         let known = st.outcomes.remove(&id).is_some();
         let before = st.history.len();
-        st.history.retain(|v| v.id != id);
+        st.history.retain(|v| v.id() != id);
         if known || st.history.len() != before { Ok(()) } else { Err(QueueError::NotFound(id)) }
     }
 
@@ -477,8 +477,8 @@ impl TaskQueue {
         if st.entries.contains_key(&id) {
             return Err(QueueError::NotEnded(id));
         }
-        let pos = st.history.iter().position(|v| v.id == id).ok_or(QueueError::NotFound(id))?;
-        st.history.remove(pos).ok_or(QueueError::NotFound(id))
+        let pos = st.history.iter().position(|v| v.id() == id).ok_or(QueueError::NotFound(id))?;
+        st.history.remove(pos).map(|r| r.view()).ok_or(QueueError::NotFound(id))
     }
 
     /// A view of `id`, live or among the last 64 ended.
@@ -489,7 +489,7 @@ impl TaskQueue {
         st.entries
             .get(&id)
             .map(|e| e.view(now, green, st.queue_wait.as_ref()))
-            .or_else(|| st.history.iter().find(|v| v.id == id).cloned())
+            .or_else(|| st.history.iter().find(|v| v.id() == id).map(Retired::view))
     }
 
     /// Every live task in submission order, then the last 64 ended ones.
@@ -502,7 +502,7 @@ impl TaskQueue {
         live.sort_by_key(|e| e.seq);
         QueueSnapshot {
             live: live.into_iter().map(|e| e.view(now, green, st.queue_wait.as_ref())).collect(),
-            finished: st.history.iter().cloned().collect(),
+            finished: st.history.iter().map(Retired::view).collect(),
             generation,
         }
     }
@@ -540,7 +540,7 @@ impl TaskQueue {
             {
                 let st = self.inner.lock();
                 if !st.entries.contains_key(&id) {
-                    return st.history.iter().find(|v| v.id == id).cloned();
+                    return st.history.iter().find(|v| v.id() == id).map(Retired::view);
                 }
             }
             self.inner.tasks.wait(epoch, None);

@@ -179,6 +179,26 @@ impl Entry {
     }
 }
 
+/// An ended task kept for observers: its entry as it ended, and when. Its
+/// view is built when read (building it at every task end, under the
+/// locks, cost strings and a message per task that nobody may ever read).
+pub(crate) struct Retired {
+    entry: Entry,
+    at: MonoTime,
+}
+
+impl Retired {
+    /// The ended task's id.
+    pub(crate) fn id(&self) -> TaskId {
+        self.entry.id
+    }
+
+    /// The task as it ended (progress as of its end).
+    pub(crate) fn view(&self) -> TaskView {
+        self.entry.view(self.at, true, None)
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct QueueState {
     pub(crate) entries: HashMap<TaskId, Entry, Ids>,
@@ -186,7 +206,7 @@ pub(crate) struct QueueState {
     /// The queue- or host-wide wait that stopped the last scan early, if
     /// one did (see [`Entry::view`]).
     pub(crate) queue_wait: Option<Recorded>,
-    pub(crate) history: VecDeque<TaskView>,
+    pub(crate) history: VecDeque<Retired>,
     pub(crate) next_id: u64,
     pub(crate) next_seq: u64,
     pub(crate) running: usize,
@@ -305,7 +325,7 @@ impl QueueState {
             if self.history.len() == HISTORY {
                 self.history.pop_front();
             }
-            self.history.push_back(e.view(now, true, None));
+            self.history.push_back(Retired { entry: e, at: now });
             // Dependents, from the reverse index (a pass over every live
             // entry per task end made a backlog of N cost O(N²)).
             for dep_id in self.dependents.remove(&id).unwrap_or_default() {

@@ -36,6 +36,18 @@ fn granted_and_max_running_messages_read_as_written_text() {
     r.started(b);
     release_b.send(()).unwrap();
     r.queue.wait_idle();
+
+    // Ended tasks keep their entry and are viewed when read: the same text,
+    // and the state and end they ended with.
+    let ended = r.queue.get(a).unwrap();
+    assert_eq!((ended.state, ended.last_decision.unwrap().message), (TaskState::Completed, granted.clone()));
+    assert!(ended.finished_at.is_some() && ended.contract.is_none());
+    let snapshot = r.queue.snapshot();
+    let listed: Vec<TaskId> = snapshot.finished.iter().map(|v| v.id).collect();
+    assert_eq!(listed, vec![a, b]);
+    let removed = r.queue.remove(a).unwrap();
+    assert_eq!(removed.last_decision.unwrap().message, granted);
+    assert!(r.queue.get(a).is_none());
 }
 
 /// Two `max_running` reasons are equal exactly when their figures are,
