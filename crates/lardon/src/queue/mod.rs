@@ -304,7 +304,7 @@ impl TaskQueue {
         st.next_seq += 1;
         let entry = Entry {
             id,
-            name: task.name.clone(),
+            name: task.name,
             envelope: task.envelope,
             priority: task.priority,
             seq,
@@ -326,13 +326,16 @@ impl TaskQueue {
             sequences: 0,
             bypassed_since: None,
         };
+        // The name is copied for the event only when someone subscribes
+        // (`emit` builds no event otherwise).
+        let event_name = (!st.subscribers.is_empty()).then(|| entry.name.clone());
         for &dep in entry.waiting_on.iter().chain(&entry.waiting_any) {
             st.dependents.entry(dep).or_default().push(id);
         }
         st.pending.insert(entry.order_key(), id);
         st.entries.insert(id, entry);
         st.fresh.push(id);
-        st.emit(|| QueueEvent::Submitted { id, name: task.name });
+        st.emit(|| QueueEvent::Submitted { id, name: event_name.unwrap_or_default() });
         let dropped = match failed_dep {
             Some((dep, state)) => {
                 st.finish(id, TaskState::Failed, Some(format!("dependency {dep} ended {state}")), now)

@@ -299,8 +299,11 @@ impl QueueState {
     ) -> Vec<Callback> {
         debug_assert!(state.is_terminal());
         let mut dropped = Vec::new();
-        let mut ended = vec![(id, state, message)];
-        while let Some((id, state, message)) = ended.pop() {
+        // Dependents failed by this end queue up here; the common end has
+        // none, and `Vec::new` allocates nothing until one does.
+        let mut ended = Vec::new();
+        let mut next = Some((id, state, message));
+        while let Some((id, state, message)) = next.take().or_else(|| ended.pop()) {
             let Some(mut e) = self.entries.remove(&id) else { continue };
             debug_assert!(!e.state.is_terminal(), "a terminal state is final");
             self.pending.remove(&e.order_key());

@@ -66,3 +66,19 @@ fn max_running_reasons_compare_by_what_they_say() {
         r#"Reason { code: MaxRunning, message: "2 task(s) running, the cap is 2" }"#
     );
 }
+
+/// A submitted task's event names it (the name is copied only for a
+/// subscriber), its views keep the name, and a single-estimate task's one
+/// alternative is `default` (a borrowed name, not one allocated per task).
+#[test]
+fn submitted_event_names_the_task_and_a_single_estimate_is_default() {
+    let r = rig();
+    let id = r.queue.submit(Task::new("named", mem(GIB), |_| Ok(()))).unwrap();
+    match r.until("submitted", |e| matches!(e, QueueEvent::Submitted { id: x, .. } if *x == id)) {
+        QueueEvent::Submitted { name, .. } => assert_eq!(name, "named"),
+        _ => unreachable!(),
+    }
+    assert_eq!(crate::Envelope::single(mem(GIB)).alternatives()[0].name(), "default");
+    r.queue.wait_idle();
+    assert_eq!(r.queue.get(id).unwrap().name, "named");
+}
