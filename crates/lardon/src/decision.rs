@@ -2,6 +2,7 @@
 //! with a machine-readable [`ReasonCode`] and a human message.
 
 use std::fmt;
+use std::sync::OnceLock;
 
 use crate::contract::Contract;
 
@@ -160,16 +161,38 @@ impl fmt::Display for ReasonCode {
 
 /// Why a decision was taken: a machine-readable code and a human message
 /// with the figures behind it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Equal when the codes and the messages are. The message of the reasons
+/// a queue scan meets for every waiting task (`max_running`) is kept as
+/// its figures and written when first read, so a scan that only compares
+/// or records it formats nothing.
+#[derive(Clone)]
 pub struct Reason {
     code: ReasonCode,
-    message: String,
+    text: Text,
+}
+
+/// A reason's message: written when decided, or figures written on first
+/// read (into the cell, so `message` can lend it).
+#[derive(Clone)]
+enum Text {
+    Written(String),
+    MaxRunning { running: usize, cap: u32, written: OnceLock<String> },
 }
 
 impl Reason {
     /// `code` with `message`.
     pub fn new(code: ReasonCode, message: impl Into<String>) -> Self {
-        Reason { code, message: message.into() }
+        Reason { code, text: Text::Written(message.into()) }
+    }
+
+    /// `max_running`: `running` tasks run and the cap is `cap` (the
+    /// message is written when first read).
+    pub(crate) fn max_running(running: usize, cap: u32) -> Self {
+        Reason {
+            code: ReasonCode::MaxRunning,
+            text: Text::MaxRunning { running, cap, written: OnceLock::new() },
+        }
     }
 
     /// The stable code.
@@ -179,7 +202,39 @@ impl Reason {
 
     /// The human explanation.
     pub fn message(&self) -> &str {
-        &self.message
+        match &self.text {
+            Text::Written(message) => message,
+            Text::MaxRunning { running, cap, written } => {
+                written.get_or_init(|| format!("{running} task(s) running, the cap is {cap}"))
+            }
+        }
+    }
+
+    /// Whether `self` says the same as `other`, comparing figures where
+    /// both keep them (no message written).
+    pub(crate) fn same_as(&self, other: &Reason) -> bool {
+        self.code == other.code
+            && match (&self.text, &other.text) {
+                (
+                    Text::MaxRunning { running: a, cap: b, .. },
+                    Text::MaxRunning { running: c, cap: d, .. },
+                ) => (a, b) == (c, d),
+                _ => self.message() == other.message(),
+            }
+    }
+}
+
+impl PartialEq for Reason {
+    fn eq(&self, other: &Self) -> bool {
+        self.same_as(other)
+    }
+}
+
+impl Eq for Reason {}
+
+impl fmt::Debug for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reason").field("code", &self.code).field("message", &self.message()).finish()
     }
 }
 
@@ -231,7 +286,7 @@ impl Decision {
     pub fn message(&self) -> &str {
         match self {
             Decision::Admit(_) => "",
-            Decision::ReduceBatch(_, r) | Decision::Wait(r) | Decision::Reject(r) => &r.message,
+            Decision::ReduceBatch(_, r) | Decision::Wait(r) | Decision::Reject(r) => r.message(),
         }
     }
 
@@ -254,30 +309,6 @@ impl Decision {
     pub fn is_granted(&self) -> bool {
         matches!(self, Decision::Admit(_) | Decision::ReduceBatch(..))
     }
-
-    /// The granted contract with the kind and reason of the grant, or the
-    /// WAIT/REJECT decision back.
-    // Moved, never boxed: boxing the refusal would allocate on every WAIT,
-    // the common answer of a queue scan.
-    #[allow(clippy::result_large_err)]
-    pub(crate) fn into_grant(self) -> Result<Grant, Decision> {
-        match self {
-            Decision::Admit(contract) => {
-                Ok(Grant { contract, kind: DecisionKind::Admit, reason: ReasonCode::Admitted })
-            }
-            Decision::ReduceBatch(contract, r) => {
-                Ok(Grant { contract, kind: DecisionKind::ReduceBatch, reason: r.code })
-            }
-            refused @ (Decision::Wait(_) | Decision::Reject(_)) => Err(refused),
-        }
-    }
-}
-
-/// A granted decision taken apart to become a reservation.
-pub(crate) struct Grant {
-    pub(crate) contract: Contract,
-    pub(crate) kind: DecisionKind,
-    pub(crate) reason: ReasonCode,
 }
 
 impl fmt::Display for Decision {

@@ -41,7 +41,9 @@ pub enum EnvelopeError {
 /// One way to run a task.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Alternative {
-    pub(crate) name: String,
+    /// Borrowed for the one name every single-estimate task shares
+    /// (`default`): no allocation per submitted task.
+    pub(crate) name: std::borrow::Cow<'static, str>,
     pub(crate) estimate: Estimate,
     pub(crate) ramp_cpus: bool,
     pub(crate) ramp_batch: bool,
@@ -52,8 +54,13 @@ pub struct Alternative {
 impl Alternative {
     /// An alternative running `estimate` as declared (nothing ramps).
     pub fn new(name: impl Into<String>, estimate: Estimate) -> Self {
+        Self::named(std::borrow::Cow::Owned(name.into()), estimate)
+    }
+
+    /// [`Alternative::new`] with a name that may be borrowed.
+    fn named(name: std::borrow::Cow<'static, str>, estimate: Estimate) -> Self {
         Alternative {
-            name: name.into(),
+            name,
             estimate,
             ramp_cpus: false,
             ramp_batch: false,
@@ -117,7 +124,7 @@ impl Envelope {
         }
         for a in &alternatives {
             if a.inflight.0 == 0 || a.inflight.0 > a.inflight.1 {
-                return Err(EnvelopeError::Inflight(a.name.clone()));
+                return Err(EnvelopeError::Inflight(a.name.to_string()));
             }
         }
         Ok(Envelope { alternatives })
@@ -125,7 +132,7 @@ impl Envelope {
 
     /// An envelope of one fixed alternative.
     pub fn single(estimate: Estimate) -> Self {
-        Envelope { alternatives: vec![Alternative::new("default", estimate)] }
+        Envelope { alternatives: vec![Alternative::named(std::borrow::Cow::Borrowed("default"), estimate)] }
     }
 
     /// The alternatives, in trial order.

@@ -6,7 +6,7 @@ use thiserror::Error;
 
 use crate::contract::Contract;
 use crate::decision::{DecisionKind, ReasonCode};
-use crate::governor::Shared;
+use crate::governor::{Key, Shared};
 use crate::sync::Arc;
 
 /// Identifies a reservation across the process: the Governor's own id and
@@ -15,9 +15,17 @@ use crate::sync::Arc;
 pub struct ReservationId {
     pub(crate) governor: u64,
     pub(crate) seq: u64,
+    /// Where the Governor's ledger keeps it (determined by `seq`, so it
+    /// changes neither equality nor order between ids).
+    pub(crate) slot: usize,
 }
 
 impl ReservationId {
+    /// The ledger's key of this reservation.
+    pub(crate) fn key(self) -> Key {
+        Key { seq: self.seq, slot: self.slot }
+    }
+
     /// The per-Governor sequence number (from 1).
     pub fn seq(self) -> u64 {
         self.seq
@@ -58,14 +66,23 @@ pub struct Reservation {
 }
 
 impl Reservation {
-    /// The handle of `seq`, just held in `shared`'s ledger for `grant`.
-    pub(crate) fn held(shared: &Arc<Shared>, seq: u64, grant: crate::decision::Grant) -> Self {
+    /// The handle of `key`, just held in `shared`'s ledger for `contract`
+    /// (granted as `kind` for `reason`).
+    #[inline]
+    pub(crate) fn held(
+        shared: &Arc<Shared>,
+        key: Key,
+        contract: Contract,
+        kind: DecisionKind,
+        reason: ReasonCode,
+    ) -> Self {
+        debug_assert!(kind.is_granted(), "only a granted decision becomes a reservation");
         Reservation {
             shared: Arc::clone(shared),
-            id: ReservationId { governor: shared.id(), seq },
-            contract: grant.contract,
-            kind: grant.kind,
-            reason: grant.reason,
+            id: ReservationId { governor: shared.id(), seq: key.seq, slot: key.slot },
+            contract,
+            kind,
+            reason,
             released: false,
         }
     }
@@ -92,7 +109,7 @@ impl Reservation {
 
     /// Whether the Governor still holds it active.
     pub fn is_valid(&self) -> bool {
-        !self.released && self.shared.is_active(self.id.seq)
+        !self.released && self.shared.is_active(self.id.key())
     }
 
     /// Reports the memory the holder actually uses now (from its cgroup or
@@ -102,7 +119,7 @@ impl Reservation {
     /// # Errors
     /// [`ReleaseError::NotActive`] when the reservation was released.
     pub fn report_usage(&self, bytes: u64) -> Result<(), ReleaseError> {
-        if self.shared.report_usage(self.id.seq, bytes) {
+        if self.shared.report_usage(self.id.key(), bytes) {
             Ok(())
         } else {
             Err(ReleaseError::NotActive(self.id))
@@ -115,7 +132,7 @@ impl Reservation {
     /// [`ReleaseError::NotActive`] when it was already released by id.
     pub fn release(mut self) -> Result<(), ReleaseError> {
         self.released = true;
-        if self.shared.release(self.id.seq) { Ok(()) } else { Err(ReleaseError::NotActive(self.id)) }
+        if self.shared.release(self.id.key()) { Ok(()) } else { Err(ReleaseError::NotActive(self.id)) }
     }
 
     pub(crate) fn belongs_to(&self, shared: &Arc<Shared>) -> bool {
@@ -127,7 +144,7 @@ impl Drop for Reservation {
     fn drop(&mut self) {
         if !self.released {
             self.released = true;
-            self.shared.release(self.id.seq);
+            self.shared.release(self.id.key());
         }
     }
 }

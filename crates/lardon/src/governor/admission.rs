@@ -126,18 +126,44 @@ fn admit(
     hold: Option<&Hold>,
 ) -> Decision {
     let hold = hold.copied().unwrap_or_default();
-    let steps = || -> Result<Decision, Decision> {
-        let sizing = gpu_and_sizing(ledger, est)?;
-        never_fits(ledger, est, &sizing)?;
-        host_gates(ledger, est, snap)?;
-        let fit = memory_fit(ledger, est, snap, &sizing, &hold)?;
-        // Capped while memory is contended (packing), then pressure.
-        let target = pressure_target(ledger, est, packed_target(ledger, est, &sizing, now));
-        let batch = batch_within_target(ledger, est, &sizing, &fit, target)?;
-        let slots = slots(ledger, est, &hold, running)?;
-        Ok(grant(ledger, est, &sizing, fit, batch, target, slots))
-    };
-    steps().unwrap_or_else(|refused| refused)
+    // The grant is built in the return slot, not wrapped in a `Result` and
+    // unwrapped again: each move of a decision is a `memcpy` of a contract.
+    match admit_steps(ledger, est, snap, now, running, &hold) {
+        Ok(Granted { sizing, fit, batch, target, slots }) => {
+            grant(ledger, est, &sizing, fit, batch, target, slots)
+        }
+        Err(refused) => refused,
+    }
+}
+
+/// What steps 4–10 found, for step 11 to grant.
+struct Granted {
+    sizing: Learned,
+    fit: Fit,
+    batch: u64,
+    target: u64,
+    slots: Slots,
+}
+
+/// Steps 4–10, each either passing what the next step needs or answering
+/// WAIT/REJECT.
+fn admit_steps(
+    ledger: &Ledger,
+    est: &Estimate,
+    snap: &Snapshot,
+    now: MonoTime,
+    running: usize,
+    hold: &Hold,
+) -> Result<Granted, Decision> {
+    let sizing = gpu_and_sizing(ledger, est)?;
+    never_fits(ledger, est, &sizing)?;
+    host_gates(ledger, est, snap)?;
+    let fit = memory_fit(ledger, est, snap, &sizing, hold)?;
+    // Capped while memory is contended (packing), then pressure.
+    let target = pressure_target(ledger, est, packed_target(ledger, est, &sizing, now));
+    let batch = batch_within_target(ledger, est, &sizing, &fit, target)?;
+    let slots = slots(ledger, est, hold, running)?;
+    Ok(Granted { sizing, fit, batch, target, slots })
 }
 
 /// Steps 4–5: a GPU wanted on a host without one is REJECTed; on a
@@ -390,10 +416,9 @@ fn slots(ledger: &Ledger, est: &Estimate, hold: &Hold, running: usize) -> Result
     if let Some(cap) = policy.max_running
         && running >= cap as usize
     {
-        return Err(Decision::wait(
-            ReasonCode::MaxRunning,
-            format!("{running} task(s) running, the cap is {cap}"),
-        ));
+        // The message is written only if someone reads it: a queue scan
+        // meets this answer for every waiting task.
+        return Err(Decision::Wait(crate::decision::Reason::max_running(running, cap)));
     }
     Ok(Slots { cpu_free, io_free, scratch })
 }

@@ -70,11 +70,11 @@ pub(crate) fn evaluate(
                 continue;
             }
             let why = format!("host pressure: started at minimum ({})", retry.message());
-            decision = match retry.into_grant() {
-                Ok(grant) => {
-                    Decision::ReduceBatch(grant.contract, Reason::new(ReasonCode::PressureDecrease, why))
+            decision = match retry {
+                Decision::Admit(contract) | Decision::ReduceBatch(contract, _) => {
+                    Decision::ReduceBatch(contract, Reason::new(ReasonCode::PressureDecrease, why))
                 }
-                Err(refused) => refused,
+                refused @ (Decision::Wait(_) | Decision::Reject(_)) => refused,
             };
         }
         let (epoch, inflight, limits) = match ledger.ramps.get(&key) {

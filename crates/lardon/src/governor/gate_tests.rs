@@ -206,6 +206,21 @@ fn negative_or_non_finite_load_or_psi_waits_without_touching_pressure() {
     let r = Rig::with(HostProfile::new(16 * GIB, 8), |_| {});
     let s = r.snap_with(|s| s.pressure = Pressure { cpu: None, memory: Some(0.0), io: None });
     assert!(r.gov.decide(&one_cpu(), &s).is_granted());
+    // −0.0 and the largest finite figures are valid too (the fast check
+    // compares bits, and −0.0's sign bit must send it to the exact check,
+    // not to a WAIT). Gates off, so only validity decides.
+    let r = Rig::with(HostProfile::new(16 * GIB, 8), |p| {
+        p.max_load_ratio = None;
+        (p.psi_cpu, p.psi_memory, p.psi_io) = (0.0, 0.0, 0.0);
+    });
+    for value in [-0.0, f64::MIN_POSITIVE / 2.0, f64::MAX] {
+        let s = r.snap_with(|s| {
+            (s.load.one, s.load.five, s.load.fifteen) = (value, value, value);
+            s.pressure = Pressure { cpu: Some(value), memory: Some(value), io: Some(value) };
+        });
+        let d = r.gov.decide(&one_cpu(), &s);
+        assert!(d.is_granted(), "{value:e} is a valid figure: {d}");
+    }
 }
 
 proptest::proptest! {

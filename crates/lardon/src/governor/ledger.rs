@@ -22,11 +22,11 @@ use crate::contract::Contract;
 use crate::envelope::{MAX_RAMPS, Ramp};
 use crate::estimate::Class;
 use crate::history::History;
-use crate::idhash::Ids;
 use crate::policy::{HostPolicy, HostProfile, PolicyError};
 use crate::pressure::{Floors, PressureLevel, PressureMachine, PsiSignal};
 use crate::snapshot::Snapshot;
 
+use super::active::{Active, Key};
 use super::load::{LoadFigures, OwnLoad};
 use super::packing::Contention;
 
@@ -84,7 +84,7 @@ pub(crate) enum Change {
 pub(crate) struct Ledger {
     pub(crate) policy: HostPolicy,
     pub(crate) profile: HostProfile,
-    active: HashMap<u64, Held, Ids>,
+    active: Active,
     totals: Totals,
     next_id: u64,
     generation: u64,
@@ -130,7 +130,7 @@ impl Ledger {
         Ledger {
             policy,
             profile,
-            active: HashMap::default(),
+            active: Active::default(),
             totals: Totals { gpu_memory: vec![0; gpus], gpu_slots: vec![0; gpus], ..Totals::default() },
             next_id: 1,
             generation: 0,
@@ -179,9 +179,9 @@ impl Ledger {
         self.active.len()
     }
 
-    /// Whether reservation `id` is active.
-    pub(crate) fn is_active(&self, id: u64) -> bool {
-        self.active.contains_key(&id)
+    /// Whether reservation `key` is active.
+    pub(crate) fn is_active(&self, key: Key) -> bool {
+        self.active.contains(key)
     }
 
     /// Sums over the active reservations.
@@ -397,7 +397,7 @@ impl Ledger {
         self.last_sample.as_ref().is_none_or(|last| snap.captured_at > last.captured_at)
     }
 
-    pub(crate) fn hold(&mut self, contract: &mut Contract) -> u64 {
+    pub(crate) fn hold(&mut self, contract: &mut Contract) -> Key {
         let id = self.next_id;
         self.next_id += 1;
         if let Some(grant) = contract.scratch.as_mut() {
@@ -425,20 +425,19 @@ impl Ledger {
                 *s += 1;
             }
         }
-        let fresh = self.active.insert(id, held).is_none();
-        debug_assert!(fresh, "reservation ids are never reused");
+        let key = self.active.insert(id, held);
         self.changed(Change::Reservations);
         self.check();
-        id
+        key
     }
 
-    /// Releases `id`; `None` when it is not active (nothing changes), else
+    /// Releases `key`; `None` when it is not active (nothing changes), else
     /// the scratch lease that ended with it, to clean up outside the lock.
-    pub(crate) fn release(&mut self, id: u64) -> Option<Option<super::volumes::LeaseEnd>> {
-        debug_assert!(id < self.next_id, "released an id never issued");
+    pub(crate) fn release(&mut self, key: Key) -> Option<Option<super::volumes::LeaseEnd>> {
+        debug_assert!(key.seq < self.next_id, "released an id never issued");
         // Released once: a second release finds nothing and changes nothing.
-        let held = self.active.remove(&id)?;
-        let lease = self.end_lease(id);
+        let held = self.active.remove(key)?;
+        let lease = self.end_lease(key.seq);
         let t = &mut self.totals;
         t.memory -= held.charged_memory;
         t.unmaterialised -= held.unmaterialised();
@@ -457,9 +456,9 @@ impl Ledger {
         Some(lease)
     }
 
-    /// Records measured usage of `id`; false when it is not active.
-    pub(crate) fn report_usage(&mut self, id: u64, bytes: u64) -> bool {
-        let Some(held) = self.active.get_mut(&id) else { return false };
+    /// Records measured usage of `key`; false when it is not active.
+    pub(crate) fn report_usage(&mut self, key: Key, bytes: u64) -> bool {
+        let Some(held) = self.active.get_mut(key) else { return false };
         let before = held.unmaterialised();
         held.usage = Some(bytes);
         let after = held.unmaterialised();

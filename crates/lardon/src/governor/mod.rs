@@ -4,6 +4,7 @@
 // by value costs a copy, boxing it would cost an allocation every time.
 #![allow(clippy::result_large_err)]
 
+mod active;
 mod admission;
 mod availability;
 mod envelopes;
@@ -44,6 +45,7 @@ use crate::reservation::{ReleaseError, Reservation, ReservationId};
 use crate::snapshot::{Probe, ProbeError, Snapshot};
 use crate::sync::{self, Arc, AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
 
+pub(crate) use active::Key;
 use ledger::{Change, Ledger};
 
 /// Process-wide source of Governor ids (to refuse foreign reservations).
@@ -108,13 +110,13 @@ impl Shared {
         self.id
     }
 
-    pub(crate) fn is_active(&self, seq: u64) -> bool {
-        self.lock().is_active(seq)
+    pub(crate) fn is_active(&self, key: Key) -> bool {
+        self.lock().is_active(key)
     }
 
-    pub(crate) fn release(&self, seq: u64) -> bool {
+    pub(crate) fn release(&self, key: Key) -> bool {
         let mut guard = self.lock();
-        let released = guard.release(seq);
+        let released = guard.release(key);
         self.publish(guard);
         match released {
             None => false,
@@ -127,11 +129,34 @@ impl Shared {
         }
     }
 
-    pub(crate) fn report_usage(&self, seq: u64, bytes: u64) -> bool {
+    pub(crate) fn report_usage(&self, key: Key, bytes: u64) -> bool {
         let mut guard = self.lock();
-        let ok = guard.report_usage(seq, bytes);
+        let ok = guard.report_usage(key, bytes);
         self.publish(guard);
         ok
+    }
+}
+
+/// Holds a granted `decision` in `ledger` and returns its handle, or hands
+/// a WAIT/REJECT back untouched. The contract is held where the decision
+/// keeps it and moved once, into the handle: every move of a contract is
+/// a `memcpy` of its ~180 bytes (BENCHMARKS.md "Fast path II"). The caller
+/// publishes the change once it is done with the lock, and must not drop
+/// the handle before it has let the lock go.
+#[inline]
+pub(crate) fn hold_granted(
+    shared: &Arc<Shared>,
+    ledger: &mut Ledger,
+    mut decision: Decision,
+) -> Result<Reservation, Decision> {
+    let Some(contract) = decision.contract_mut() else { return Err(decision) };
+    let key = ledger.hold(contract);
+    let (kind, reason) = (decision.kind(), decision.reason());
+    match decision {
+        Decision::Admit(contract) | Decision::ReduceBatch(contract, _) => {
+            Ok(Reservation::held(shared, key, contract, kind, reason))
+        }
+        refused @ (Decision::Wait(_) | Decision::Reject(_)) => Err(refused),
     }
 }
 
@@ -244,9 +269,12 @@ impl Governor {
     /// # Errors
     /// The WAIT or REJECT [`Decision`] when nothing was reserved.
     pub fn reserve(&self, estimate: &Estimate, snapshot: &Snapshot) -> Result<Reservation, Decision> {
-        let (guard, decision) = self.evaluate_locked(|l, now, running| {
-            admission::evaluate(l, estimate, snapshot, now, running, None)
-        });
+        // Written out rather than through `evaluate_locked`: returning the
+        // guard and the decision as a pair costs a copy of the decision.
+        let now = self.shared.clock.now();
+        let mut guard = self.shared.lock();
+        let running = guard.reservations();
+        let decision = admission::evaluate(&mut guard, estimate, snapshot, now, running, None);
         self.grant(guard, decision)
     }
 
@@ -292,6 +320,7 @@ impl Governor {
     /// Reads the clock (outside code, so before the lock), locks and runs
     /// one evaluation with the number of active reservations as the
     /// running count.
+    #[inline]
     fn evaluate_locked(
         &self,
         evaluate: impl FnOnce(&mut Ledger, crate::MonoTime, usize) -> Decision,
@@ -305,22 +334,19 @@ impl Governor {
 
     /// Turns a granted decision into a reservation under `guard`.
     fn grant(&self, mut guard: MutexGuard<'_, Ledger>, decision: Decision) -> Result<Reservation, Decision> {
-        let mut grant = match decision.into_grant() {
-            Ok(grant) => grant,
-            Err(refused) => {
-                self.shared.publish(guard);
-                return Err(refused);
-            }
-        };
-        let seq = guard.hold(&mut grant.contract);
+        let granted = hold_granted(&self.shared, &mut guard, decision);
         self.shared.publish(guard);
-        if let Some(scratch) = &grant.contract.scratch
+        // Inspected in place: unwrapping and rewrapping the result would
+        // copy the reservation twice.
+        if let Ok(reservation) = &granted
+            && let Some(scratch) = &reservation.contract.scratch
             && let Err(message) = self.prepare_scratch(scratch)
         {
-            self.shared.release(seq);
+            // Dropping the handle releases it (no lock is held here).
+            drop(granted);
             return Err(Decision::wait(ReasonCode::Scratch, message));
         }
-        Ok(Reservation::held(&self.shared, seq, grant))
+        granted
     }
 
     /// Evaluates a capability envelope: alternatives in order, the first
@@ -488,7 +514,7 @@ impl Governor {
     /// [`ReleaseError::NotActive`] when `id` is not active here (double
     /// release, or another Governor's id); nothing changes.
     pub fn release_id(&self, id: ReservationId) -> Result<(), ReleaseError> {
-        if id.governor != self.shared.id || !self.shared.release(id.seq) {
+        if id.governor != self.shared.id || !self.shared.release(id.key()) {
             return Err(ReleaseError::NotActive(id));
         }
         Ok(())

@@ -51,7 +51,7 @@ impl Scan<'_> {
         // Marked before the ledger call: the handle's drop must not release
         // a second time (it would re-lock the ledger this scan holds).
         reservation.released = true;
-        Released(guard.release(reservation.id.seq).flatten())
+        Released(guard.release(reservation.id.key()).flatten())
     }
 
     /// Whether every GPU of the host is unified-memory.
@@ -89,9 +89,7 @@ impl Scan<'_> {
                 );
             }
         }
-        let mut grant = decision.into_grant()?;
-        let seq = guard.hold(&mut grant.contract);
-        Ok(Reservation::held(&self.governor.shared, seq, grant))
+        super::hold_granted(&self.governor.shared, guard, decision)
     }
 }
 

@@ -26,8 +26,8 @@ use crate::reservation::Reservation;
 use crate::snapshot::Snapshot;
 
 use super::context::{TaskContext, run_callback};
-use super::events::{DecisionRecord, QueueEvent};
-use super::state::QueueState;
+use super::events::QueueEvent;
+use super::state::{Note, QueueState, Recorded};
 use super::task::{Callback, TaskId, TaskState};
 use super::{Inner, MutexGuard};
 
@@ -350,7 +350,7 @@ fn scan_locked(
     let mut dropped: Vec<Callback> = Vec::new();
     let mut unused: Vec<Reservation> = Vec::new();
     let mut blocked = Blocked::default();
-    let mut queue_wait: Option<DecisionRecord> = None;
+    let mut queue_wait: Option<Recorded> = None;
     // Walk the pending order with a cursor (tasks leave it as they start);
     // once a queue- or host-wide reason blocks everything, only tasks never
     // evaluated are still looked at (so an impossible one is rejected now).
@@ -406,8 +406,9 @@ fn scan_locked(
                     bypassed_head = true;
                 }
                 let (kind, reason) = (reservation.kind(), reservation.reason());
-                let message = admitted_message(&reservation);
-                st.record_decision(id, kind, reason, message, now);
+                let c = reservation.contract();
+                let note = Note::Granted { batch: c.batch, memory: c.memory, cpu_millis: c.cpu_millis };
+                st.record_decision(id, kind, reason, note, now);
                 match start(st, id, &reservation, now) {
                     Some(callback) => {
                         #[cfg(test)]
@@ -420,15 +421,16 @@ fn scan_locked(
             Err(Decision::Wait(why)) => {
                 host_wait |= why.code().waits_on_host();
                 blocked.learn(why.code(), need.as_ref());
+                let code = why.code();
                 if blocked.all && queue_wait.is_none() {
-                    queue_wait = Some(DecisionRecord {
+                    queue_wait = Some(Recorded {
                         kind: DecisionKind::Wait,
-                        reason: why.code(),
-                        message: why.message().to_owned(),
+                        reason: code,
+                        note: Note::Reason(why.clone()),
                         at: now,
                     });
                 }
-                st.record_decision(id, DecisionKind::Wait, why.code(), why.message(), now);
+                st.record_decision(id, DecisionKind::Wait, code, why, now);
                 if is_head {
                     head = Some(id);
                     let starving = st
@@ -466,16 +468,16 @@ fn scan_locked(
     Outcome { starts, host_wait, dropped, unused }
 }
 
-/// "batch N, X memory, Y CPUs", written under the locks of every start
-/// (a hand-off's too), so in one allocation and without float formatting.
-fn admitted_message(r: &Reservation) -> String {
+/// "batch N, X memory, Y CPUs": a grant's recorded message, written when
+/// an observer reads it (a view, or an event for a subscriber), in one
+/// allocation and without float formatting.
+pub(crate) fn granted_message(batch: u64, memory: u64, cpu_millis: u32) -> String {
     use std::fmt::Write;
-    let c = r.contract();
     let mut m = String::with_capacity(48);
-    let _ = write!(m, "batch {}, ", c.batch);
-    write_bytes(&mut m, c.memory);
+    let _ = write!(m, "batch {batch}, ");
+    write_bytes(&mut m, memory);
     m.push_str(" memory, ");
-    crate::units::write_cpus(&mut m, c.cpu_millis);
+    crate::units::write_cpus(&mut m, cpu_millis);
     m.push_str(" CPUs");
     m
 }
@@ -573,12 +575,12 @@ pub(crate) fn run_chain(inner: &Arc<Inner>, start: Start) {
 #[cfg(all(test, not(loom)))]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
-    use super::{admitted_message, write_bytes};
+    use super::{granted_message, write_bytes};
 
     /// A grant's recorded message says what `format_bytes` and
     /// `format_cpus` say, whole and fractional CPUs alike.
     #[test]
-    fn admitted_message_matches_the_formatters() {
+    fn granted_message_matches_the_formatters() {
         use crate::{Estimate, FakeProbe, Governor, HostPolicy, HostProfile, format_bytes, format_cpus};
         let profile = HostProfile::new(64 << 30, 16);
         let governor = Governor::new(HostPolicy::default_for(&profile), FakeProbe::new(profile)).unwrap();
@@ -592,7 +594,7 @@ mod tests {
                 format_bytes(c.memory),
                 format_cpus(c.cpu_millis)
             );
-            assert_eq!(admitted_message(&r), expected);
+            assert_eq!(granted_message(c.batch, c.memory, c.cpu_millis), expected);
         }
     }
 

@@ -43,7 +43,7 @@ use crate::progress::ProgressTracker;
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Condvar, Mutex, MutexGuard};
 use signal::Signal;
-use state::{Entry, QueueState};
+use state::{Entry, QueueState, Retired};
 use worker::Pool;
 
 /// Tunables of a [`TaskQueue`].
@@ -311,7 +311,7 @@ impl TaskQueue {
         st.next_seq += 1;
         let entry = Entry {
             id,
-            name: task.name.clone(),
+            name: task.name,
             envelope: task.envelope,
             priority: task.priority,
             seq,
@@ -333,13 +333,16 @@ impl TaskQueue {
             sequences: 0,
             bypassed_since: None,
         };
+        // The name is copied for the event only when someone subscribes
+        // (`emit` builds no event otherwise).
+        let event_name = (!st.subscribers.is_empty()).then(|| entry.name.clone());
         for &dep in entry.waiting_on.iter().chain(&entry.waiting_any) {
             st.dependents.entry(dep).or_default().push(id);
         }
         st.pending.insert(entry.order_key(), id);
         st.entries.insert(id, entry);
         st.fresh.push(id);
-        st.emit(|| QueueEvent::Submitted { id, name: task.name });
+        st.emit(|| QueueEvent::Submitted { id, name: event_name.unwrap_or_default() });
         let dropped = match failed_dep {
             Some((dep, state)) => {
                 st.finish(id, TaskState::Failed, Some(format!("dependency {dep} ended {state}")), now)
@@ -471,7 +474,7 @@ impl TaskQueue {
         }
         let known = st.outcomes.remove(&id).is_some();
         let before = st.history.len();
-        st.history.retain(|v| v.id != id);
+        st.history.retain(|v| v.id() != id);
         if known || st.history.len() != before { Ok(()) } else { Err(QueueError::NotFound(id)) }
     }
 
@@ -484,8 +487,8 @@ impl TaskQueue {
         if st.entries.contains_key(&id) {
             return Err(QueueError::NotEnded(id));
         }
-        let pos = st.history.iter().position(|v| v.id == id).ok_or(QueueError::NotFound(id))?;
-        st.history.remove(pos).ok_or(QueueError::NotFound(id))
+        let pos = st.history.iter().position(|v| v.id() == id).ok_or(QueueError::NotFound(id))?;
+        st.history.remove(pos).map(|r| r.view()).ok_or(QueueError::NotFound(id))
     }
 
     /// A view of `id`, live or among the last 64 ended.
@@ -496,7 +499,7 @@ impl TaskQueue {
         st.entries
             .get(&id)
             .map(|e| e.view(now, green, st.queue_wait.as_ref()))
-            .or_else(|| st.history.iter().find(|v| v.id == id).cloned())
+            .or_else(|| st.history.iter().find(|v| v.id() == id).map(Retired::view))
     }
 
     /// Every live task in submission order, then the last 64 ended ones.
@@ -509,7 +512,7 @@ impl TaskQueue {
         live.sort_by_key(|e| e.seq);
         QueueSnapshot {
             live: live.into_iter().map(|e| e.view(now, green, st.queue_wait.as_ref())).collect(),
-            finished: st.history.iter().cloned().collect(),
+            finished: st.history.iter().map(Retired::view).collect(),
             generation,
         }
     }
@@ -547,7 +550,7 @@ impl TaskQueue {
             {
                 let st = self.inner.lock();
                 if !st.entries.contains_key(&id) {
-                    return st.history.iter().find(|v| v.id == id).cloned();
+                    return st.history.iter().find(|v| v.id() == id).map(Retired::view);
                 }
             }
             self.inner.tasks.wait(epoch, None);

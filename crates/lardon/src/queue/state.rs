@@ -15,7 +15,7 @@ use std::sync::mpsc::Sender;
 
 use crate::clock::MonoTime;
 use crate::contract::Contract;
-use crate::decision::{DecisionKind, ReasonCode};
+use crate::decision::{DecisionKind, Reason, ReasonCode};
 use crate::envelope::Envelope;
 use crate::idhash::Ids;
 use crate::progress::{Outcome, ProgressTracker};
@@ -41,7 +41,7 @@ pub(crate) struct Entry {
     pub(crate) cancel_requested: bool,
     pub(crate) failed_message: Option<String>,
     pub(crate) contract: Option<Contract>,
-    pub(crate) last_decision: Option<DecisionRecord>,
+    pub(crate) last_decision: Option<Recorded>,
     pub(crate) progress: ProgressTracker,
     pub(crate) submitted_at: MonoTime,
     pub(crate) started_at: Option<MonoTime>,
@@ -50,6 +50,89 @@ pub(crate) struct Entry {
     pub(crate) sequences: u32,
     /// Since when this task, at the head of the line, has been bypassed.
     pub(crate) bypassed_since: Option<MonoTime>,
+}
+
+/// The human text of a recorded decision, kept as what produced it and
+/// written only when an observer reads it (a view or an event): a scan
+/// records a decision for every task it evaluates, and formatting each
+/// one under the locks cost about a tenth of a no-op task (BENCHMARKS.md
+/// "Fast path II").
+#[derive(Clone)]
+pub(crate) enum Note {
+    /// Written already.
+    Text(String),
+    /// A WAIT or REJECT reason (its message may itself be written lazily).
+    Reason(Reason),
+    /// A grant: "batch B, X memory, Y CPUs".
+    Granted { batch: u64, memory: u64, cpu_millis: u32 },
+}
+
+impl Note {
+    /// The text observers see.
+    pub(crate) fn render(&self) -> String {
+        match self {
+            Note::Text(text) => text.clone(),
+            Note::Reason(reason) => reason.message().to_owned(),
+            Note::Granted { batch, memory, cpu_millis } => {
+                super::dispatch::granted_message(*batch, *memory, *cpu_millis)
+            }
+        }
+    }
+
+    /// Whether both say the same, without writing either when both keep
+    /// figures.
+    fn same_as(&self, other: &Note) -> bool {
+        match (self, other) {
+            (Note::Reason(a), Note::Reason(b)) => a.same_as(b),
+            (
+                Note::Granted { batch: a, memory: b, cpu_millis: c },
+                Note::Granted { batch: x, memory: y, cpu_millis: z },
+            ) => (a, b, c) == (x, y, z),
+            (Note::Text(a), Note::Text(b)) => a == b,
+            _ => self.render() == other.render(),
+        }
+    }
+}
+
+impl From<&str> for Note {
+    fn from(text: &str) -> Self {
+        Note::Text(text.to_owned())
+    }
+}
+
+impl From<String> for Note {
+    fn from(text: String) -> Self {
+        Note::Text(text)
+    }
+}
+
+impl From<&String> for Note {
+    fn from(text: &String) -> Self {
+        Note::Text(text.clone())
+    }
+}
+
+impl From<Reason> for Note {
+    fn from(reason: Reason) -> Self {
+        Note::Reason(reason)
+    }
+}
+
+/// A decision as the queue records it; [`Recorded::record`] writes it out
+/// as the public [`DecisionRecord`].
+#[derive(Clone)]
+pub(crate) struct Recorded {
+    pub(crate) kind: DecisionKind,
+    pub(crate) reason: ReasonCode,
+    pub(crate) note: Note,
+    pub(crate) at: MonoTime,
+}
+
+impl Recorded {
+    /// The public record, its message written now.
+    pub(crate) fn record(&self) -> DecisionRecord {
+        DecisionRecord { kind: self.kind, reason: self.reason, message: self.note.render(), at: self.at }
+    }
 }
 
 impl Entry {
@@ -66,7 +149,7 @@ impl Entry {
         &self,
         now: MonoTime,
         pressure_green: bool,
-        queue_wait: Option<&DecisionRecord>,
+        queue_wait: Option<&Recorded>,
     ) -> TaskView {
         let last_decision = match (&self.last_decision, queue_wait) {
             (Some(d), Some(q))
@@ -75,9 +158,9 @@ impl Entry {
                     && d.kind == DecisionKind::Wait
                     && d.at < q.at =>
             {
-                Some(q.clone())
+                Some(q.record())
             }
-            _ => self.last_decision.clone(),
+            _ => self.last_decision.as_ref().map(Recorded::record),
         };
         TaskView {
             id: self.id,
@@ -96,14 +179,34 @@ impl Entry {
     }
 }
 
+/// An ended task kept for observers: its entry as it ended, and when. Its
+/// view is built when read (building it at every task end, under the
+/// locks, cost strings and a message per task that nobody may ever read).
+pub(crate) struct Retired {
+    entry: Entry,
+    at: MonoTime,
+}
+
+impl Retired {
+    /// The ended task's id.
+    pub(crate) fn id(&self) -> TaskId {
+        self.entry.id
+    }
+
+    /// The task as it ended (progress as of its end).
+    pub(crate) fn view(&self) -> TaskView {
+        self.entry.view(self.at, true, None)
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct QueueState {
     pub(crate) entries: HashMap<TaskId, Entry, Ids>,
     pub(crate) pending: BTreeMap<(i64, u64), TaskId>,
     /// The queue- or host-wide wait that stopped the last scan early, if
     /// one did (see [`Entry::view`]).
-    pub(crate) queue_wait: Option<DecisionRecord>,
-    pub(crate) history: VecDeque<TaskView>,
+    pub(crate) queue_wait: Option<Recorded>,
+    pub(crate) history: VecDeque<Retired>,
     pub(crate) next_id: u64,
     pub(crate) next_seq: u64,
     pub(crate) running: usize,
@@ -156,23 +259,23 @@ impl QueueState {
 
     /// Records `decision` for `id` and emits an event when its kind or
     /// reason changed (a waiting task re-evaluated each scan stays quiet).
+    /// The note is written out only for the event, when someone subscribes.
     pub(crate) fn record_decision(
         &mut self,
         id: TaskId,
         kind: DecisionKind,
         reason: ReasonCode,
-        message: impl AsRef<str> + Into<String>,
+        note: impl Into<Note>,
         now: MonoTime,
     ) {
         let Some(e) = self.entries.get_mut(&id) else { return };
+        let note = note.into();
         let changed = e.last_decision.as_ref().is_none_or(|d| d.kind != kind || d.reason != reason);
-        // Copied for the event only when someone subscribes: an owned
-        // message (a grant's, written for this record) is moved in.
-        let event_message = (changed && !self.subscribers.is_empty()).then(|| message.as_ref().to_owned());
+        let event_message = (changed && !self.subscribers.is_empty()).then(|| note.render());
         match e.last_decision.as_mut() {
-            // Same decision again (a waiting task re-evaluated): no allocation.
-            Some(d) if !changed && d.message == message.as_ref() => d.at = now,
-            _ => e.last_decision = Some(DecisionRecord { kind, reason, message: message.into(), at: now }),
+            // Same decision again (a waiting task re-evaluated): kept.
+            Some(d) if !changed && d.note.same_as(&note) => d.at = now,
+            _ => e.last_decision = Some(Recorded { kind, reason, note, at: now }),
         }
         if changed {
             self.emit(|| QueueEvent::Decision {
@@ -196,8 +299,11 @@ impl QueueState {
     ) -> Vec<Callback> {
         debug_assert!(state.is_terminal());
         let mut dropped = Vec::new();
-        let mut ended = vec![(id, state, message)];
-        while let Some((id, state, message)) = ended.pop() {
+        // Dependents failed by this end queue up here; the common end has
+        // none, and `Vec::new` allocates nothing until one does.
+        let mut ended = Vec::new();
+        let mut next = Some((id, state, message));
+        while let Some((id, state, message)) = next.take().or_else(|| ended.pop()) {
             let Some(mut e) = self.entries.remove(&id) else { continue };
             debug_assert!(!e.state.is_terminal(), "a terminal state is final");
             self.pending.remove(&e.order_key());
@@ -222,7 +328,7 @@ impl QueueState {
             if self.history.len() == HISTORY {
                 self.history.pop_front();
             }
-            self.history.push_back(e.view(now, true, None));
+            self.history.push_back(Retired { entry: e, at: now });
             // Dependents, from the reverse index (a pass over every live
             // entry per task end made a backlog of N cost O(N²)).
             for dep_id in self.dependents.remove(&id).unwrap_or_default() {

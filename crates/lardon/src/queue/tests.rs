@@ -13,6 +13,7 @@ use crate::{
 
 mod handoff;
 mod withdraw;
+mod messages;
 
 const GIB: u64 = 1 << 30;
 const LIMIT: Duration = Duration::from_secs(20);
