@@ -111,11 +111,21 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
             st.run = Some(Arc::clone(&run));
             run
         };
-        // Durable before the wait: a crash from here on finds the run by it.
+        // Sent, not waited for: the handle is durable with the next group
+        // commit, and the run's end writes queue behind it (the writer
+        // keeps their order). Waiting here would not shrink the window in
+        // which a crash finds a live run with no durable handle (the run
+        // exists from the spawn on either way); it would only hold this
+        // worker for an fsync per run (docs/DESIGN.md §10, crash recovery).
         let handle = run.handle();
-        if let Err(e) = shared.writer.call(move |s| s.set_run_handle(id, Some(&handle))) {
-            tracing::warn!("task {id}: run handle not recorded: {e}");
-        }
+        shared.writer.send(
+            move |s| s.set_run_handle(id, Some(&handle)),
+            move |result| {
+                if let Err(e) = result {
+                    tracing::warn!("task {id}: run handle not recorded: {e}");
+                }
+            },
+        );
         let (exit, past_deadline) = wait_reporting_usage(&*run, ctx, deadline);
         let peak = run.peak();
         let oom = run.oom_killed();

@@ -114,7 +114,10 @@ pub trait TaskCgroup: Send + Sync + fmt::Debug {
     /// Sets the CPU quota in millicpus (`None` = unlimited).
     ///
     /// # Errors
-    /// [`HostError`] when the kernel refuses or no cpu controller exists.
+    /// [`HostError`] when the kernel refuses or no cpu controller exists;
+    /// on cgroup v1, also for a task created without a quota
+    /// ([`TaskLimits::cpu_millis`] `None`): its processes were never put
+    /// in a cpu cgroup (ask for the quota at creation).
     fn set_cpu_quota(&self, millis: Option<u32>) -> Result<(), HostError>;
 
     /// Current memory use in bytes, when known.
