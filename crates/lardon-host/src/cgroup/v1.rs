@@ -105,6 +105,12 @@ impl TaskCgroup for V1Task {
         self.dirs().map(|d| d.join("cgroup.procs")).collect()
     }
 
+    /// Each task dir's `tasks` with its parent's: the base the enforcer
+    /// was given is the daemon's own cgroup in that hierarchy.
+    fn thread_moves(&self) -> Option<Vec<(PathBuf, PathBuf)>> {
+        self.dirs().map(|d| Some((d.join("tasks"), d.parent()?.join("tasks")))).collect()
+    }
+
     fn set_memory_limit(&self, max: Option<u64>, high: Option<u64>) -> Result<(), HostError> {
         let value = |v: Option<u64>| v.map_or_else(|| "-1".to_owned(), |b| b.to_string());
         fsops::write(&self.memory.join("memory.limit_in_bytes"), &value(max))?;
