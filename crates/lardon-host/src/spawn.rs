@@ -161,6 +161,50 @@ fn install_pre_exec(cmd: &mut Command, files: Vec<File>, cpus: Option<CpuSet>) {
     }
 }
 
+/// A child's exit as a descriptor (a pidfd) that one thread can wait on
+/// with a timeout: the runner waits for its command and wakes on its usage
+/// sampling period on the same thread, with no helper thread per run.
+#[derive(Debug)]
+pub struct ExitWatch(std::os::fd::OwnedFd);
+
+impl ExitWatch {
+    /// Watches process `pid` (our child, not yet reaped).
+    ///
+    /// # Errors
+    /// [`HostError::Sys`] when the kernel offers no pidfd (before Linux
+    /// 5.3) or the pid is out of range.
+    pub fn new(pid: u32) -> Result<ExitWatch, HostError> {
+        let raw = i32::try_from(pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .ok_or_else(|| HostError::Unsupported(format!("pid {pid} out of range")))?;
+        rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty())
+            .map(ExitWatch)
+            .map_err(|e| HostError::sys("pidfd_open", nix::Error::from_raw(e.raw_os_error())))
+    }
+
+    /// Blocks until the process has exited (`true`: reaping it no longer
+    /// blocks) or `timeout` has passed (`false`). A failing `poll(2)` says
+    /// `true`, so the caller goes on to a blocking reap rather than spin.
+    pub fn exited_within(&self, timeout: std::time::Duration) -> bool {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let wait = Timespec {
+                tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
+                tv_nsec: i64::from(left.subsec_nanos()),
+            };
+            let mut fds = [PollFd::new(&self.0, PollFlags::IN)];
+            match poll(&mut fds, Some(&wait)) {
+                Ok(0) => return false,
+                Err(rustix::io::Errno::INTR) => {}
+                Ok(_) | Err(_) => return true,
+            }
+        }
+    }
+}
+
 /// Reaps `child` with `wait4(2)` and returns its status and `ru_maxrss`.
 /// Blocks until it exits. Take any piped `stdin`/`stdout`/`stderr` out of
 /// `child` first: they are closed when `child` is consumed.

@@ -261,7 +261,42 @@ const DEADLINE_PASSED: &str = "deadline passed";
 /// admission counts only what the task has not yet materialised; kills its
 /// group at `deadline` (Unix ms; a shippable task's, which holds here as
 /// at an agent). The second value: whether the deadline killed it.
+///
+/// On this thread when the run can be waited for with a timeout (a pidfd):
+/// no thread is started per run. Otherwise a scoped sampler thread does
+/// the periodic part while this one blocks in [`Run::wait`].
 fn wait_reporting_usage(
+    run: &dyn Run,
+    ctx: &TaskContext,
+    deadline: Option<i64>,
+) -> (Result<super::RunExit, super::RunError>, bool) {
+    let mut killed = false;
+    loop {
+        let left = deadline.map(|d| d.saturating_sub(crate::now_ms()));
+        if left.is_some_and(|ms| ms <= 0) && !killed {
+            killed = true;
+            let _ = run.signal(RunSignal::Kill);
+        }
+        // Wakes at the next usage sample or at the deadline, whichever is first.
+        let step = match left {
+            Some(ms) if ms > 0 => USAGE_EVERY.min(Duration::from_millis(ms.unsigned_abs())),
+            _ => USAGE_EVERY,
+        };
+        match run.ended_within(step) {
+            Some(true) => return (run.wait(), killed),
+            Some(false) => {
+                if let Some(bytes) = run.usage() {
+                    ctx.report_usage(bytes);
+                }
+            }
+            None => return wait_with_sampler(run, ctx, deadline),
+        }
+    }
+}
+
+/// [`wait_reporting_usage`] for a run that can only be waited for without
+/// a timeout: the sampling runs on a scoped thread.
+fn wait_with_sampler(
     run: &dyn Run,
     ctx: &TaskContext,
     deadline: Option<i64>,
