@@ -233,3 +233,31 @@ pub fn wait_child(child: Child) -> Result<ChildExit, HostError> {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    use std::time::Duration;
+
+    use super::{ExitWatch, wait_child};
+
+    /// A live child times out; the same child, once its stdin closes and it
+    /// exits, is reported at once and reaps without blocking.
+    #[test]
+    fn exit_watch_times_out_while_alive_and_fires_at_exit() {
+        let mut child = Command::new("cat")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("cat must be installed");
+        let watch = ExitWatch::new(child.id()).expect("a pidfd (Linux >= 5.3)");
+        assert!(!watch.exited_within(Duration::from_millis(20)), "cat waits for its stdin");
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"x").unwrap();
+        drop(stdin);
+        assert!(watch.exited_within(Duration::from_secs(30)), "cat ends at the end of its input");
+        assert!(wait_child(child).unwrap().status.success());
+    }
+}
