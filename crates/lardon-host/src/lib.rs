@@ -70,6 +70,6 @@ pub use proctree::{ProcessTree, TreeRss};
 pub use psi::parse_psi_some_avg10;
 pub use root::HostRoot;
 pub use scratch::DirVolume;
-pub use spawn::{ChildExit, spawn_in, wait_child};
+pub use spawn::{ChildExit, ExitWatch, spawn_in, wait_child};
 pub use topology::{CpuLayout, CpuMask, CpuPlan, default_policy, pin_current_thread, pin_pid, plan_cpu_pool};
 pub use vmstat::parse_vmstat_swap;

@@ -235,3 +235,41 @@ fn forced_none_backend_peak_is_the_sum_over_the_process_tree() {
     assert!(peak >= 120 * MIB, "peak {} MiB is the tree's sum", peak / MIB);
     assert!(peak > exit.max_rss, "more than the largest single process ({} MiB)", exit.max_rss / MIB);
 }
+
+/// The cgroup lines of `/proc/<who>/cgroup`, sorted.
+fn cgroups_of(who: &str) -> Vec<String> {
+    let mut lines: Vec<String> =
+        std::fs::read_to_string(format!("/proc/{who}/cgroup")).unwrap().lines().map(str::to_owned).collect();
+    lines.sort();
+    lines
+}
+
+/// A child spawned into a task cgroup with a CPU pool starts inside the
+/// cgroup and on the pool (whichever way the backend gets it there: the
+/// spawning thread stepping in on v1, the child writing itself in on v2),
+/// and the spawning thread ends where it was, with its own affinity.
+#[test]
+fn spawn_in_places_the_child_and_leaves_the_caller_where_it_was() {
+    let detection = enforcing_backend();
+    let task = detection.enforcer.create(&unique("place"), &TaskLimits::default()).unwrap();
+    let me = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
+    let first = (0..nix::sched::CpuSet::count()).find(|&c| me.is_set(c).unwrap_or(false)).unwrap();
+    let mut one = nix::sched::CpuSet::new();
+    one.set(first).unwrap();
+    let pool = lardon_host::CpuMask::from_cpuset(&one);
+    let before = cgroups_of("thread-self");
+    let mut cmd = Command::new("sleep");
+    cmd.arg("30");
+    let mut child = spawn_in(&mut cmd, Some(task.as_ref()), Some(&pool)).expect("sleep must be installed");
+    assert_eq!(cgroups_of("thread-self"), before, "the spawning thread went back home");
+    let after = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
+    assert_eq!(after, me, "the spawning thread's affinity is its own again");
+    let dir = task.procs_files()[0].parent().unwrap().file_name().unwrap().to_string_lossy().into_owned();
+    let child_groups = cgroups_of(&child.id().to_string());
+    assert!(child_groups.iter().any(|l| l.ends_with(&format!("/{dir}"))), "{child_groups:?} lacks {dir}");
+    let child_cpus = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(child.id() as i32)).unwrap();
+    assert_eq!(child_cpus, one, "the child is on the pool");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    task.remove().unwrap();
+}

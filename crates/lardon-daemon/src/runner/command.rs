@@ -111,11 +111,21 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
             st.run = Some(Arc::clone(&run));
             run
         };
-        // Durable before the wait: a crash from here on finds the run by it.
+        // Sent, not waited for: the handle is durable with the next group
+        // commit, and the run's end writes queue behind it (the writer
+        // keeps their order). Waiting here would not shrink the window in
+        // which a crash finds a live run with no durable handle (the run
+        // exists from the spawn on either way); it would only hold this
+        // worker for an fsync per run (docs/DESIGN.md §10, crash recovery).
         let handle = run.handle();
-        if let Err(e) = shared.writer.call(move |s| s.set_run_handle(id, Some(&handle))) {
-            tracing::warn!("task {id}: run handle not recorded: {e}");
-        }
+        shared.writer.send(
+            move |s| s.set_run_handle(id, Some(&handle)),
+            move |result| {
+                if let Err(e) = result {
+                    tracing::warn!("task {id}: run handle not recorded: {e}");
+                }
+            },
+        );
         let (exit, past_deadline) = wait_reporting_usage(&*run, ctx, deadline);
         let peak = run.peak();
         let oom = run.oom_killed();
@@ -251,7 +261,42 @@ const DEADLINE_PASSED: &str = "deadline passed";
 /// admission counts only what the task has not yet materialised; kills its
 /// group at `deadline` (Unix ms; a shippable task's, which holds here as
 /// at an agent). The second value: whether the deadline killed it.
+///
+/// On this thread when the run can be waited for with a timeout (a pidfd):
+/// no thread is started per run. Otherwise a scoped sampler thread does
+/// the periodic part while this one blocks in [`Run::wait`].
 fn wait_reporting_usage(
+    run: &dyn Run,
+    ctx: &TaskContext,
+    deadline: Option<i64>,
+) -> (Result<super::RunExit, super::RunError>, bool) {
+    let mut killed = false;
+    loop {
+        let left = deadline.map(|d| d.saturating_sub(crate::now_ms()));
+        if left.is_some_and(|ms| ms <= 0) && !killed {
+            killed = true;
+            let _ = run.signal(RunSignal::Kill);
+        }
+        // Wakes at the next usage sample or at the deadline, whichever is first.
+        let step = match left {
+            Some(ms) if ms > 0 => USAGE_EVERY.min(Duration::from_millis(ms.unsigned_abs())),
+            _ => USAGE_EVERY,
+        };
+        match run.ended_within(step) {
+            Some(true) => return (run.wait(), killed),
+            Some(false) => {
+                if let Some(bytes) = run.usage() {
+                    ctx.report_usage(bytes);
+                }
+            }
+            None => return wait_with_sampler(run, ctx, deadline),
+        }
+    }
+}
+
+/// [`wait_reporting_usage`] for a run that can only be waited for without
+/// a timeout: the sampling runs on a scoped thread.
+fn wait_with_sampler(
     run: &dyn Run,
     ctx: &TaskContext,
     deadline: Option<i64>,

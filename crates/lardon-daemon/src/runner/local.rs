@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use lardon_host::{
-    ChildExit, Enforcer, HostRoot, NoneEnforcer, TaskCgroup, TaskLimits, spawn_in, wait_child,
+    ChildExit, Enforcer, ExitWatch, HostRoot, NoneEnforcer, TaskCgroup, TaskLimits, spawn_in, wait_child,
 };
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
@@ -105,9 +105,12 @@ impl Executor for LocalExecutor {
         }
         let pid = child.id();
         let handle = RunHandle { pgid: pid, start: start_time(pid) };
+        // Without a pidfd (Linux < 5.3) the runner samples from a thread.
+        let watch = ExitWatch::new(pid).ok();
         Ok(Box::new(LocalRun {
             pid,
             handle,
+            watch,
             child: Mutex::new(Some(child)),
             cgroup: Mutex::new(cgroup),
             exit: Mutex::new(None),
@@ -121,6 +124,8 @@ impl Executor for LocalExecutor {
 struct LocalRun {
     pid: u32,
     handle: RunHandle,
+    /// The main child's exit, to wait for with a timeout.
+    watch: Option<ExitWatch>,
     child: Mutex<Option<Child>>,
     /// Taken (and removed) by `cleanup`; a leftover is removed on drop.
     cgroup: Mutex<Option<Box<dyn TaskCgroup>>>,
@@ -197,6 +202,10 @@ impl Run for LocalRun {
         }
         *self.exit.lock().unwrap_or_else(PoisonError::into_inner) = Some(exit);
         Ok(RunExit { code: exit.status.code(), signal: exit.status.signal(), wall: self.started.elapsed() })
+    }
+
+    fn ended_within(&self, timeout: Duration) -> Option<bool> {
+        self.watch.as_ref().map(|w| w.exited_within(timeout))
     }
 
     fn usage(&self) -> Option<u64> {

@@ -121,6 +121,15 @@ pub trait Run: Send + Sync + fmt::Debug {
     /// # Errors
     /// [`RunError::Control`] when waiting failed.
     fn wait(&self) -> Result<RunExit, RunError>;
+    /// Blocks on the calling thread until the run ends (`Some(true)`:
+    /// [`Run::wait`] then returns at once) or `timeout` passes
+    /// (`Some(false)`). `None` when this run cannot be waited for with a
+    /// timeout: the caller then blocks in [`Run::wait`] and does its
+    /// periodic work on another thread.
+    fn ended_within(&self, timeout: Duration) -> Option<bool> {
+        let _ = timeout;
+        None
+    }
     /// Current memory use, bytes, when known.
     fn usage(&self) -> Option<u64>;
     /// Peak memory use, bytes, when known (valid after `wait`).

@@ -9,8 +9,8 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 /// Held (shared) while a run's main child is spawned and registered in
-/// [`OWNED`]; the reaper holds it exclusively while it scans, so it never
-/// sees a child between its fork and its registration.
+/// [`OWNED`]; the reaper holds it exclusively while it reaps, so a child it
+/// reaps is never one between its fork and its registration.
 static SPAWNING: RwLock<()> = RwLock::new(());
 
 /// Pids whose exit status belongs to a waiter (the runner waits on each
@@ -40,16 +40,38 @@ pub fn disown(pid: u32) {
 /// by [`spawn_owned`], and children in our own process group (helpers the
 /// daemon runs itself, such as a scratch drain hook, whose spawner waits
 /// for them). Called on every SIGCHLD. Returns how many it reaped.
+///
+/// The scan of `/proc` runs without blocking spawns: every SIGCHLD of a
+/// run's own end comes here, and a scan under the exclusive lock held up
+/// the next run's spawn for its whole length. Only the zombies the scan
+/// found unowned are looked at again under the exclusive lock (usually
+/// none, so the lock is not taken at all): a child forked before the lock
+/// was taken is registered by then, so ownership and group are checked
+/// afresh there before anything is reaped.
 pub fn reap_orphans() -> usize {
-    let _guard = SPAWNING.write().unwrap_or_else(PoisonError::into_inner);
+    if !any_zombie() {
+        // The common SIGCHLD: a run's own child, already reaped by its
+        // runner. Nothing to scan for.
+        return 0;
+    }
     let own_group = nix::unistd::getpgrp().as_raw();
-    let owned = OWNED.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let unowned_zombies = |pids: &[u32]| -> Vec<u32> {
+        let owned = OWNED.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        pids.iter()
+            .copied()
+            .filter(|pid| !owned.contains(pid))
+            .filter(|&pid| {
+                state_and_group(pid).is_some_and(|(state, pgrp)| state == 'Z' && pgrp != own_group)
+            })
+            .collect()
+    };
+    let candidates = unowned_zombies(&children());
+    if candidates.is_empty() {
+        return 0;
+    }
+    let _guard = SPAWNING.write().unwrap_or_else(PoisonError::into_inner);
     let mut reaped = 0;
-    for pid in children() {
-        let Some((state, pgrp)) = state_and_group(pid) else { continue };
-        if state != 'Z' || owned.contains(&pid) || pgrp == own_group {
-            continue;
-        }
+    for pid in unowned_zombies(&candidates) {
         let Ok(raw) = i32::try_from(pid) else { continue };
         if let Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) =
             waitpid(Pid::from_raw(raw), Some(WaitPidFlag::WNOHANG))
@@ -58,6 +80,16 @@ pub fn reap_orphans() -> usize {
         }
     }
     reaped
+}
+
+/// Whether any child of ours has ended and not been reaped yet (looked at
+/// with `WNOWAIT`: nothing is reaped here). One syscall instead of the
+/// scan of `/proc` when the answer is no.
+fn any_zombie() -> bool {
+    use nix::sys::wait::{Id, waitid};
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    // An error (ECHILD: no child at all) means nothing to reap.
+    matches!(waitid(Id::All, flags), Ok(status) if status != WaitStatus::StillAlive)
 }
 
 /// Our children, from every thread's `/proc/self/task/*/children`.

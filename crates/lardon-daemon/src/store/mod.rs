@@ -166,6 +166,7 @@ impl Store {
         }
         let mut conn = Connection::open(&path).ctx("open database")?;
         conn.busy_timeout(BUSY_TIMEOUT).ctx("set busy timeout")?;
+        stable_plans(&conn)?;
         // WAL: readers never block the writer; FULL: a commit is durable
         // once COMMIT returns, even on power loss.
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)).ctx("enable WAL")?;
@@ -196,6 +197,7 @@ impl Store {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(&path, flags).ctx("open database for reading")?;
         conn.busy_timeout(BUSY_TIMEOUT).ctx("set busy timeout")?;
+        stable_plans(&conn)?;
         conn.pragma_update(None, "query_only", "ON").ctx("set query_only")?;
         Ok(Store { conn, path, clock: Box::new(system_now_ms), max_events: DEFAULT_MAX_EVENTS })
     }
@@ -263,6 +265,18 @@ impl Store {
     fn now_ms(&self) -> i64 {
         (self.clock)()
     }
+}
+
+/// Turns on SQLite's query planner stability guarantee: a statement keeps
+/// the plan it was prepared with whatever values are bound to it. Without
+/// it, SQLite marks a parameter used as a `LIMIT`/`OFFSET` (the history,
+/// course and event trims) so that every new binding re-prepares the
+/// statement: measured with perf, re-preparing was most of `record_run`'s
+/// cost on every run. The store's plans do not depend on those values.
+fn stable_plans(conn: &Connection) -> Result<(), StoreError> {
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+        .ctx("enable the query planner stability guarantee")
+        .map(drop)
 }
 
 /// Converts a stored signed integer to `u64` (negative means corruption).

@@ -29,6 +29,18 @@ fn connection_is_wal_full_sync_with_foreign_keys() {
     assert_eq!(get("busy_timeout"), rusqlite::types::Value::Integer(5000));
 }
 
+/// Both connections keep their plans whatever is bound: a bound `LIMIT`
+/// or `OFFSET` must not re-prepare its statement on every call.
+#[test]
+fn plans_are_stable_on_both_connections() {
+    use rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG as QPSG;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("db")).unwrap();
+    let reader = Store::open_reader(dir.path().join("db")).unwrap();
+    assert!(store.conn.db_config(QPSG).unwrap(), "writer");
+    assert!(reader.conn.db_config(QPSG).unwrap(), "reader");
+}
+
 /// 100 000 tasks in one bulk transaction, then one more: the hot queries
 /// must walk indexes (never a full scan or a sort), which is what keeps
 /// submit latency flat (docs/DESIGN.md §12). Checked by plan, not by timing.

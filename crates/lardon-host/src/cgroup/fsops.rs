@@ -161,8 +161,12 @@ fn poll_readable(fd: &OwnedFd, deadline: Instant) -> bool {
 /// killed process is waited for through its pidfd, never a fixed sleep.
 pub(crate) fn kill_procs(dir: &Path) -> Result<(), HostError> {
     let deadline = Instant::now() + TEARDOWN_DEADLINE;
+    // Never ourselves: a daemon thread steps into a v1 task cgroup for the
+    // length of a spawn (`spawn_in`), and one stuck there must not get
+    // the daemon killed (the cgroup's rmdir fails instead, saying so).
+    let me = i32::try_from(std::process::id()).unwrap_or(0);
     loop {
-        let pids = procs(dir)?;
+        let pids: Vec<i32> = procs(dir)?.into_iter().filter(|&p| p != me).collect();
         if pids.is_empty() {
             return Ok(());
         }

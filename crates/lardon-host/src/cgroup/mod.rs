@@ -105,6 +105,18 @@ pub trait TaskCgroup: Send + Sync + fmt::Debug {
     /// (one per hierarchy); empty for the none backend.
     fn procs_files(&self) -> Vec<PathBuf>;
 
+    /// Where a single thread can step into this cgroup and back out, one
+    /// pair per hierarchy: the task's `tasks` file and the one of the
+    /// cgroup the daemon's threads live in. A process a thread creates
+    /// starts in that thread's cgroups, so [`crate::spawn_in`] moves the
+    /// spawning thread in for the spawn instead of having the child write
+    /// itself in between `fork` and `exec`. `None` (the default) where
+    /// only whole processes can join (cgroup v2 domain cgroups) or there
+    /// is no cgroup.
+    fn thread_moves(&self) -> Option<Vec<(PathBuf, PathBuf)>> {
+        None
+    }
+
     /// Sets the hard and soft memory limits (`None` = unlimited).
     ///
     /// # Errors
@@ -114,7 +126,10 @@ pub trait TaskCgroup: Send + Sync + fmt::Debug {
     /// Sets the CPU quota in millicpus (`None` = unlimited).
     ///
     /// # Errors
-    /// [`HostError`] when the kernel refuses or no cpu controller exists.
+    /// [`HostError`] when the kernel refuses or no cpu controller exists;
+    /// on cgroup v1, also for a task created without a quota
+    /// ([`TaskLimits::cpu_millis`] `None`): its processes were never put
+    /// in a cpu cgroup (ask for the quota at creation).
     fn set_cpu_quota(&self, millis: Option<u32>) -> Result<(), HostError>;
 
     /// Current memory use in bytes, when known.

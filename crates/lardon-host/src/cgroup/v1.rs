@@ -41,7 +41,14 @@ impl Enforcer for V1Enforcer {
         let memory = self.memory_base.join(&dir);
         fsops::mkdir(&memory)?;
         let mut task = V1Task { name: name.to_owned(), memory, cpu: None, removed: false };
-        if let Some(base) = &self.cpu_base {
+        // The cpu hierarchy only when a quota is asked for: a task cgroup
+        // there without one limits nothing, and would cost every run a
+        // second mkdir, attach (the new process's write to its
+        // `cgroup.procs`, the costly part of a v1 migration) and rmdir.
+        // The memory cgroup alone already holds every process of the run.
+        if limits.cpu_millis.is_some()
+            && let Some(base) = &self.cpu_base
+        {
             let cpu = base.join(&dir);
             fsops::mkdir(&cpu)?;
             task.cpu = Some(cpu);
@@ -96,6 +103,12 @@ impl TaskCgroup for V1Task {
 
     fn procs_files(&self) -> Vec<PathBuf> {
         self.dirs().map(|d| d.join("cgroup.procs")).collect()
+    }
+
+    /// Each task dir's `tasks` with its parent's: the base the enforcer
+    /// was given is the daemon's own cgroup in that hierarchy.
+    fn thread_moves(&self) -> Option<Vec<(PathBuf, PathBuf)>> {
+        self.dirs().map(|d| Some((d.join("tasks"), d.parent()?.join("tasks")))).collect()
     }
 
     fn set_memory_limit(&self, max: Option<u64>, high: Option<u64>) -> Result<(), HostError> {
@@ -179,5 +192,24 @@ mod tests {
         std::fs::remove_file(dir.join("cgroup.procs")).unwrap();
         drop(t);
         assert!(!dir.exists());
+    }
+
+    /// A run without a CPU quota gets no cpu cgroup (no mkdir, no attach,
+    /// no rmdir there); one with a quota gets it with the quota written.
+    #[test]
+    fn the_cpu_cgroup_only_with_a_quota() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("mem")).unwrap();
+        std::fs::create_dir(d.path().join("cpu")).unwrap();
+        let e = V1Enforcer::new(d.path().join("mem"), Some(d.path().join("cpu")));
+        let plain = e.create("plain", &TaskLimits::default()).unwrap();
+        assert!(!d.path().join("cpu/lardon-plain").exists(), "a cpu cgroup without a quota");
+        assert_eq!(plain.procs_files(), vec![d.path().join("mem/lardon-plain/cgroup.procs")]);
+        assert!(matches!(plain.set_cpu_quota(Some(500)), Err(HostError::MissingController { .. })));
+        let capped =
+            e.create("capped", &TaskLimits { cpu_millis: Some(500), ..TaskLimits::default() }).unwrap();
+        let quota = std::fs::read_to_string(d.path().join("cpu/lardon-capped/cpu.cfs_quota_us")).unwrap();
+        assert_eq!(quota, "50000");
+        assert_eq!(capped.procs_files().len(), 2);
     }
 }
