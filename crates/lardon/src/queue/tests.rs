@@ -12,8 +12,8 @@ use crate::{
 };
 
 mod handoff;
-mod withdraw;
 mod messages;
+mod withdraw;
 
 const GIB: u64 = 1 << 30;
 const LIMIT: Duration = Duration::from_secs(20);
