@@ -192,7 +192,7 @@ impl Router {
     /// An agent connects (or reconnects after a broker restart). Tasks it
     /// says it runs that are queued here (resubmitted meanwhile) become its
     /// own again instead of running twice — unless it was told to stop
-    /// them before (a stale run, see [`stale`]). Every other task it lists
+    /// them before (a stale run, `router/stale.rs`). Every other task it lists
     /// is cancelled at it ([`Event::Cancel`]), and one still live is not
     /// placed on it again until that run's end is reported.
     pub fn hello(&mut self, hello: Hello) -> Vec<Event> {

@@ -5,7 +5,7 @@
 //! The same split as the daemon's dashboard: [`state`] (what the last
 //! event of the broker's `Watch` stream said, pure), [`update`] (keys →
 //! state changes), [`view`] (a pure function of the state into a frame),
-//! an event loop generic over the backend, and a [`watcher`] thread that
+//! an event loop generic over the backend, and a `watcher` thread that
 //! follows the broker's `Watch` stream (subscribing again with back-off
 //! when it breaks) and talks to the loop through a channel. How the broker
 //! is reached (TLS, join token) is the caller's: it hands over a
