@@ -82,7 +82,9 @@ impl Active {
         self.len
     }
 
-    /// Every active reservation's holding (debug checks, summaries).
+    /// Every active reservation's holding (the ledger's debug check, tests:
+    /// compiled only where those are).
+    #[cfg(any(debug_assertions, test))]
     pub(crate) fn values(&self) -> impl Iterator<Item = &Held> {
         self.slots.iter().filter_map(|e| e.held.as_ref())
     }
