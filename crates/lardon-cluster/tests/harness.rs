@@ -60,6 +60,23 @@ fn fast() -> Backoff {
     Backoff { initial: Duration::from_millis(20), max: Duration::from_millis(200) }
 }
 
+/// An agent `id` of `broker` running `caps` with `tokens`, fast back-off,
+/// no allocation end, no optimizer.
+fn agent_config(broker: &str, id: &str, caps: &[&str], tokens: u32) -> AgentConfig {
+    AgentConfig {
+        broker: broker.to_owned(),
+        agent: AgentId::new(id).unwrap(),
+        capabilities: caps.iter().map(|c| Capability::parse(c).unwrap()).collect(),
+        tokens,
+        heartbeat: Duration::from_secs(1),
+        backoff: fast(),
+        dial: Default::default(),
+        ends_at_ms: None,
+        drain_grace: None,
+        tuning: None,
+    }
+}
+
 /// A broker and `agents` (id, capabilities, tokens); the gate starts
 /// `open` or closed.
 async fn cluster(agents: &[(&str, &[&str], u32)], open: bool) -> Cluster {
@@ -70,18 +87,7 @@ async fn cluster(agents: &[(&str, &[&str], u32)], open: bool) -> Cluster {
     let (started_tx, started) = mpsc::unbounded_channel();
     let (gate, open_rx) = watch::channel(open);
     for (id, caps, tokens) in agents {
-        let config = AgentConfig {
-            broker: addr.clone(),
-            agent: AgentId::new(id).unwrap(),
-            capabilities: caps.iter().map(|c| Capability::parse(c).unwrap()).collect(),
-            tokens: *tokens,
-            heartbeat: Duration::from_secs(1),
-            backoff: fast(),
-            dial: Default::default(),
-            ends_at_ms: None,
-            drain_grace: None,
-            tuning: None,
-        };
+        let config = agent_config(&addr, id, caps, *tokens);
         let exec = FakeExec { agent: (*id).to_owned(), started: started_tx.clone(), open: open_rx.clone() };
         let agent = Agent::new(config, governor(), Arc::new(exec)).unwrap();
         tokio::spawn(agent.run(std::future::pending()));
@@ -272,20 +278,9 @@ async fn a_cached_success_is_answered_with_no_agent_connected() {
     tokio::spawn(broker::serve(listener, config, std::future::pending()));
     let (started_tx, mut started) = mpsc::unbounded_channel();
     let (_gate, open_rx) = watch::channel(true);
-    let agent_config = AgentConfig {
-        broker: addr.clone(),
-        agent: AgentId::new("a1").unwrap(),
-        capabilities: vec![Capability::parse("gcc@12").unwrap()],
-        tokens: 1,
-        heartbeat: Duration::from_secs(1),
-        backoff: fast(),
-        dial: Default::default(),
-        ends_at_ms: None,
-        drain_grace: None,
-        tuning: None,
-    };
+    let config = agent_config(&addr, "a1", &["gcc@12"], 1);
     let exec = FakeExec { agent: "a1".into(), started: started_tx, open: open_rx };
-    let agent = Agent::new(agent_config, governor(), Arc::new(exec)).unwrap();
+    let agent = Agent::new(config, governor(), Arc::new(exec)).unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
     let agent = tokio::spawn(agent.run(async move {
         let _ = stopped.await;
@@ -332,20 +327,9 @@ async fn a_cached_success_is_answered_with_no_agent_connected() {
     // ceil(4 / (1 - 0.0975)) = 5 tokens.
     let (started_tx, _started) = mpsc::unbounded_channel();
     let (_gate, open_rx) = watch::channel(true);
-    let agent_config = AgentConfig {
-        broker: addr.clone(),
-        agent: AgentId::new("a2").unwrap(),
-        capabilities: vec![Capability::parse("gcc@12").unwrap()],
-        tokens: 4,
-        heartbeat: Duration::from_secs(1),
-        backoff: fast(),
-        dial: Default::default(),
-        ends_at_ms: None,
-        drain_grace: None,
-        tuning: None,
-    };
+    let config = agent_config(&addr, "a2", &["gcc@12"], 4);
     let exec = FakeExec { agent: "a2".into(), started: started_tx, open: open_rx };
-    let agent = Agent::new(agent_config, governor(), Arc::new(exec)).unwrap();
+    let agent = Agent::new(config, governor(), Arc::new(exec)).unwrap();
     tokio::spawn(agent.run(std::future::pending()));
     c.until("a2 to connect", |s| s.agents.len() == 1).await;
     assert!(matches!(answer(s.submit(&task("third", true))).await, Answer::Done(_)), "a hit");
@@ -384,21 +368,9 @@ async fn a_class_learned_to_take_longer_than_any_agent_has_left_is_answered_like
     )
     .unwrap();
     // The agent's allocation ends in ten minutes.
-    let agent_config = AgentConfig {
-        broker: addr.clone(),
-        agent: AgentId::new("a1").unwrap(),
-        capabilities: vec![Capability::parse("gcc@12").unwrap()],
-        tokens: 2,
-        heartbeat: Duration::from_secs(1),
-        backoff: fast(),
-        dial: Default::default(),
-        ends_at_ms: Some(now_ms + 600_000),
-        drain_grace: None,
-        tuning: None,
-    };
-    tokio::spawn(
-        Agent::new(agent_config, governor(), Arc::new(TookAnHour)).unwrap().run(std::future::pending()),
-    );
+    let config =
+        AgentConfig { ends_at_ms: Some(now_ms + 600_000), ..agent_config(&addr, "a1", &["gcc@12"], 2) };
+    tokio::spawn(Agent::new(config, governor(), Arc::new(TookAnHour)).unwrap().run(std::future::pending()));
     let c =
         Cluster { addr: addr.clone(), started: mpsc::unbounded_channel().1, gate: watch::channel(true).0 };
     c.until("a1 with its allocation's end", |s| s.agents.iter().any(|a| a.ends_at_unix_ms > 0)).await;
