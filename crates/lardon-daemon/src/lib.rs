@@ -181,7 +181,10 @@ pub(crate) fn now_ms() -> i64 {
 ///
 /// # Errors
 /// [`DaemonError`] when the daemon cannot start or its server fails.
-pub async fn run(config: DaemonConfig, shutdown: impl Future<Output = ()> + Send) -> Result<(), DaemonError> {
+pub async fn run(
+    config: DaemonConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), DaemonError> {
     let daemon = server::Daemon::start(config).await?;
     daemon.serve(shutdown).await
 }

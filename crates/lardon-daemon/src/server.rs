@@ -87,7 +87,10 @@ impl Daemon {
         self.metrics.as_ref().and_then(|l| l.local_addr().ok())
     }
 
-    pub(crate) async fn serve(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), DaemonError> {
+    pub(crate) async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), DaemonError> {
         let Daemon { engine, listener, socket, metrics, _lock } = self;
         let (stop_tx, stop_rx) = watch::channel(false);
         if let Some(listener) = metrics {
@@ -101,15 +104,21 @@ impl Daemon {
             // server's graceful shutdown does not wait on them.
             let _ = stop_tx.send(true);
         };
-        let served = tonic::transport::Server::builder()
+        // The accept loop runs as a task on a runtime worker, not in the
+        // caller's `block_on`: a connection task it spawns then starts on
+        // that worker instead of waking another thread for every client.
+        let server = tonic::transport::Server::builder()
             .add_service(LardonServer::new(service))
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal)
-            .await;
+            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal);
+        let served = match tokio::spawn(server).await {
+            Ok(served) => served.map_err(DaemonError::from),
+            Err(e) => Err(DaemonError::Runtime(format!("the server task failed: {e}"))),
+        };
         tracing::info!("stopping: running commands get SIGTERM and are requeued at the next start");
         let stopper = Arc::clone(&engine);
         let _ = tokio::task::spawn_blocking(move || stopper.shutdown()).await;
         let _ = std::fs::remove_file(&socket);
-        served.map_err(DaemonError::from)
+        served
     }
 }
 

@@ -30,11 +30,18 @@ async fn get_right_after_pause_and_resume_of_a_pending_task_shows_them() {
     let d = start(dir.path());
     let mut c = client(&d).await;
     // `b` stays pending: it waits for `a`, which is paused from the start.
-    let a = c.submit(pb::SubmitRequest { spec: Some(cmd(&["true"])), paused: true }).await.unwrap();
+    let a = c
+        .submit(pb::SubmitRequest { spec: Some(cmd(&["true"])), paused: true, id_only: false })
+        .await
+        .unwrap();
     let a = a.into_inner().id;
     let mut spec = cmd(&["true"]);
     spec.after = vec![a.clone()];
-    let b = c.submit(pb::SubmitRequest { spec: Some(spec), paused: false }).await.unwrap().into_inner();
+    let b = c
+        .submit(pb::SubmitRequest { spec: Some(spec), paused: false, id_only: false })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(TaskState::try_from(b.task.unwrap().state).unwrap(), TaskState::Pending);
     let b = b.id;
     for round in 0..40 {

@@ -53,12 +53,17 @@ async fn bad_input_is_refused_naming_the_field() {
         (bad_after, "after[0]"),
         (missing_after, "after"),
     ];
-    for (spec, field) in cases {
-        let err = c.submit(pb::SubmitRequest { spec: Some(spec), paused: false }).await.unwrap_err();
-        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{field}: {err:?}");
-        assert!(err.message().contains(field), "{field}: {}", err.message());
+    // Both paths: read back from a blocking thread, and id-only, awaited
+    // on the runtime.
+    for id_only in [false, true] {
+        for (spec, field) in cases.clone() {
+            let err =
+                c.submit(pb::SubmitRequest { spec: Some(spec), paused: false, id_only }).await.unwrap_err();
+            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{field} ({id_only}): {err:?}");
+            assert!(err.message().contains(field), "{field} ({id_only}): {}", err.message());
+        }
     }
-    let err = c.submit(pb::SubmitRequest { spec: None, paused: false }).await.unwrap_err();
+    let err = c.submit(pb::SubmitRequest { spec: None, paused: false, id_only: false }).await.unwrap_err();
     assert!(err.message().starts_with("spec"), "{}", err.message());
     let err = c.get(pb::GetRequest { id: "x".into() }).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
@@ -155,6 +160,36 @@ async fn lists_with_filters() {
     assert_eq!(failed[0].id, other);
     let err = c.list(listed(vec![99])).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    drop(c);
+    d.shutdown().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_only_submit_answers_the_id_of_a_stored_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let mut c = client(&d).await;
+    let full = c
+        .submit(pb::SubmitRequest { spec: Some(cmd(&["true"])), paused: true, id_only: false })
+        .await
+        .unwrap()
+        .into_inner();
+    let task = full.task.expect("the task as stored");
+    assert_eq!(task.id, full.id);
+    assert_eq!(state(&task), TaskState::Paused);
+
+    let short = c
+        .submit(pb::SubmitRequest { spec: Some(cmd(&["true"])), paused: true, id_only: true })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(short.task, None, "id_only: no task read back");
+    assert_ne!(short.id, full.id);
+    // Acknowledged means stored: the reply came after the commit.
+    let stored = c.get(pb::GetRequest { id: short.id.clone() }).await.unwrap().into_inner();
+    let stored = stored.task.expect("stored");
+    assert_eq!(stored.id, short.id);
+    assert_eq!(state(&stored), TaskState::Paused);
     drop(c);
     d.shutdown().unwrap();
 }

@@ -92,7 +92,7 @@ async fn pending_task_pause_resume_and_cancel() {
     let d = start(dir.path());
     let mut c = client(&d).await;
     let paused = c
-        .submit(pb::SubmitRequest { spec: Some(cmd(&["true"])), paused: true })
+        .submit(pb::SubmitRequest { spec: Some(cmd(&["true"])), paused: true, id_only: false })
         .await
         .unwrap()
         .into_inner()
@@ -102,7 +102,7 @@ async fn pending_task_pause_resume_and_cancel() {
     assert_eq!(state(&wait_end(&mut c, &paused).await), TaskState::Completed);
 
     let held = c
-        .submit(pb::SubmitRequest { spec: Some(cmd(&["true"])), paused: true })
+        .submit(pb::SubmitRequest { spec: Some(cmd(&["true"])), paused: true, id_only: false })
         .await
         .unwrap()
         .into_inner()

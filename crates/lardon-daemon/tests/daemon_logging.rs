@@ -110,9 +110,9 @@ async fn the_daemon_logs_its_start_every_refusal_and_fallback_and_every_decision
     // action names the task; an invalid policy value names the key.
     let mut bad = cmd(&["true"]);
     bad.estimate = Some(pb::Estimate { batch_min: Some(4), batch_max: Some(2), ..Default::default() });
-    c.submit(pb::SubmitRequest { spec: Some(bad), paused: false }).await.unwrap_err();
+    c.submit(pb::SubmitRequest { spec: Some(bad), paused: false, id_only: false }).await.unwrap_err();
     capture.assert_line("WARN", &["refused", "batch_max"]);
-    let err = c.submit(pb::SubmitRequest { spec: None, paused: false }).await.unwrap_err();
+    let err = c.submit(pb::SubmitRequest { spec: None, paused: false, id_only: false }).await.unwrap_err();
     capture.assert_line("WARN", &["submit refused", err.message()]);
     let done = c.pause(pb::PauseRequest { ids: vec![id.clone()] }).await.unwrap().into_inner();
     assert!(!done.results[0].ok, "{done:?}");

@@ -75,7 +75,7 @@ async fn pending_dependents_and_paused_tasks_come_back() {
     dependent.after = vec![first.clone()];
     let dependent = submit(&mut c, dependent).await;
     let paused = c
-        .submit(pb::SubmitRequest { spec: Some(cmd(&["true"])), paused: true })
+        .submit(pb::SubmitRequest { spec: Some(cmd(&["true"])), paused: true, id_only: false })
         .await
         .unwrap()
         .into_inner()

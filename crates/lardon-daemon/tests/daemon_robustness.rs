@@ -102,12 +102,14 @@ async fn submit_refuses_a_missing_cwd_and_a_bad_env_name() {
     let mut c = client(&d).await;
     let mut spec = cmd(&["true"]);
     spec.cwd = "/nonexistent/lardon-cwd".into();
-    let e = c.submit(pb::SubmitRequest { spec: Some(spec), paused: false }).await.unwrap_err();
+    let e =
+        c.submit(pb::SubmitRequest { spec: Some(spec), paused: false, id_only: false }).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(e.message().starts_with("cwd:"), "{}", e.message());
     let mut spec = cmd(&["true"]);
     spec.env.push(pb::EnvVar { key: "1BAD".into(), value: "x".into() });
-    let e = c.submit(pb::SubmitRequest { spec: Some(spec), paused: false }).await.unwrap_err();
+    let e =
+        c.submit(pb::SubmitRequest { spec: Some(spec), paused: false, id_only: false }).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(e.message().starts_with("env:"), "{}", e.message());
 }

@@ -47,7 +47,7 @@ mod tests {
     #[test]
     fn harness_runs_on_seeds() {
         let spec = pb::TaskSpec { argv: vec!["true".into()], ..Default::default() };
-        let real = pb::SubmitRequest { spec: Some(spec), paused: true }.encode_to_vec();
+        let real = pb::SubmitRequest { spec: Some(spec), paused: true, id_only: false }.encode_to_vec();
         decode_requests(&[]);
         decode_requests(&real);
         for cut in 0..real.len() {

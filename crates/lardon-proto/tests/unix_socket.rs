@@ -141,7 +141,7 @@ async fn round_trip_over_a_unix_socket() {
         ..Default::default()
     };
     let resp = client
-        .submit(pb::SubmitRequest { spec: Some(spec.clone()), paused: false })
+        .submit(pb::SubmitRequest { spec: Some(spec.clone()), paused: false, id_only: false })
         .await
         .unwrap()
         .into_inner();

@@ -36,7 +36,7 @@ fn main() {
             ("later", &["sleep", "3600"][..], true),
             ("broken", &["false"][..], false),
         ] {
-            let req = pb::SubmitRequest { spec: Some(spec(name, argv)), paused };
+            let req = pb::SubmitRequest { spec: Some(spec(name, argv)), paused, id_only: false };
             client.submit(req).await.expect("submit");
         }
     });

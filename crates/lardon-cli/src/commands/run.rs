@@ -169,7 +169,7 @@ async fn submit_all(
             });
         }
         let resp = client
-            .submit(pb::SubmitRequest { spec: Some(spec), paused: false })
+            .submit(pb::SubmitRequest { spec: Some(spec), paused: false, id_only: true })
             .await
             .map_err(|s| from_status(&format!("task \"{}\"", task.name), s))?
             .into_inner();

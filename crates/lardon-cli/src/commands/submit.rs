@@ -30,7 +30,7 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
     files(args, &cwd, &mut spec)?;
     let mut client = crate::client::connect(cli).await?;
     let resp = client
-        .submit(pb::SubmitRequest { spec: Some(spec), paused: args.paused })
+        .submit(pb::SubmitRequest { spec: Some(spec), paused: args.paused, id_only: !args.json })
         .await
         .map_err(|s| from_status("submit", s))?
         .into_inner();

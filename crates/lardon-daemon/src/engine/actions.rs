@@ -1,6 +1,7 @@
 //! What clients ask of the engine: submit, cancel, pause, resume, remove,
-//! clean, progress and policy. Synchronous; the service calls these from
-//! blocking threads.
+//! clean, progress and policy. Synchronous (the service calls these from
+//! blocking threads), but for [`Engine::submit_many_async`], which awaits
+//! its commit on the runtime.
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use lardon::QueueError;
 use super::{DaemonEvent, Dependency, Engine, qid};
 use crate::settings;
 use crate::spec::{RunEngine, TaskId, TaskSpec, TaskState};
-use crate::store::{CourseEntry, NewTask, Outcome, StoreError, TaskFilter, TaskRecord};
+use crate::store::{CourseEntry, Inserted, NewTask, Outcome, StoreError, TaskFilter, TaskRecord};
 
 /// Why a request was refused; mapped to a gRPC status by the service.
 #[derive(Debug, thiserror::Error)]
@@ -64,42 +65,96 @@ impl Engine {
         paused: bool,
         prefix: &str,
     ) -> Result<Vec<TaskId>, ActionError> {
+        let submission = self.prepare_submission(specs, paused, prefix)?;
+        let news = submission.news;
+        // The dependencies are checked and resolved here, once, in the
+        // inserting transaction.
+        let inserted =
+            self.shared.writer.call(move |s| s.insert_tasks_resolved(&news).map(|inserted| (inserted, news)));
+        self.queue_submission(inserted, &submission.deps_of, paused, prefix)
+    }
+
+    /// [`Engine::submit_many`] for a caller on the async runtime: the same
+    /// checks, transaction and queueing, but it awaits the commit instead
+    /// of blocking a thread on it. Only for specs that
+    /// [`Engine::submits_without_blocking`] accepts: queueing those takes
+    /// the queue's lock and nothing else (no `sbatch`, no broker call).
+    pub(crate) async fn submit_many_async(
+        &self,
+        specs: Vec<TaskSpec>,
+        paused: bool,
+        prefix: &str,
+    ) -> Result<Vec<TaskId>, ActionError> {
+        debug_assert!(specs.iter().all(submits_locally), "a spec whose queueing may block");
+        let submission = self.prepare_submission(specs, paused, prefix)?;
+        let news = submission.news;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.shared.writer.send(
+            move |s| s.insert_tasks_resolved(&news).map(|inserted| (inserted, news)),
+            move |result| {
+                // The caller may have gone (client hung up): nothing to tell;
+                // the tasks are stored and queued at the next start.
+                let _ = tx.send(result);
+            },
+        );
+        // A dropped reply means the writer stopped before the write.
+        let inserted = rx.await.unwrap_or(Err(StoreError::WriterStopped));
+        self.queue_submission(inserted, &submission.deps_of, paused, prefix)
+    }
+
+    /// Whether [`Engine::submit_many_async`] may take `specs`: every one
+    /// runs here (not on Slurm) and is not offered to a broker.
+    pub(crate) fn submits_without_blocking(specs: &[TaskSpec]) -> bool {
+        specs.iter().all(submits_locally)
+    }
+
+    /// The checks before a submission's transaction.
+    fn prepare_submission(
+        &self,
+        specs: Vec<TaskSpec>,
+        paused: bool,
+        prefix: &str,
+    ) -> Result<Submission, ActionError> {
         if self.shared.stopping() {
             return Err(ActionError::Unavailable);
         }
-        let at = |i: usize| if prefix.is_empty() { String::new() } else { format!("{prefix}[{i}].") };
         for (i, spec) in specs.iter().enumerate() {
-            check(spec).map_err(|m| ActionError::Invalid(format!("{}{m}", at(i))))?;
+            check(spec).map_err(|m| ActionError::Invalid(format!("{}{m}", at(prefix, i))))?;
             if paused && spec.engine == RunEngine::Slurm {
                 return Err(ActionError::Invalid(format!(
                     "{}engine slurm: paused: cannot submit paused",
-                    at(i)
+                    at(prefix, i)
                 )));
             }
             if paused && spec.offload.is_some() {
                 return Err(ActionError::Invalid(format!(
                     "{}capability: paused: a shippable task cannot be submitted paused",
-                    at(i)
+                    at(prefix, i)
                 )));
             }
         }
         // To name the spec a missing dependency belongs to.
-        let deps_of: Vec<Vec<TaskId>> =
-            specs.iter().map(|s| s.dependencies().map(|(d, _)| d).collect()).collect();
-        let news: Vec<NewTask> = specs.into_iter().map(|spec| NewTask { spec, paused }).collect();
-        // The dependencies are checked and resolved here, once, in the
-        // inserting transaction.
-        let (inserted, news) = self
-            .shared
-            .writer
-            .call(move |s| s.insert_tasks_resolved(&news).map(|inserted| (inserted, news)))
-            .map_err(|e| match e {
-                StoreError::UnknownDependency { dep } => {
-                    let i = deps_of.iter().position(|d| d.contains(&dep)).unwrap_or(0);
-                    ActionError::Invalid(format!("{}after: no task {dep}", at(i)))
-                }
-                other => ActionError::from(other),
-            })?;
+        let deps_of = specs.iter().map(|s| s.dependencies().map(|(d, _)| d).collect()).collect();
+        let news = specs.into_iter().map(|spec| NewTask { spec, paused }).collect();
+        Ok(Submission { news, deps_of })
+    }
+
+    /// After a submission's transaction: its refusal named, or each task
+    /// announced and queued.
+    fn queue_submission(
+        &self,
+        inserted: Result<(Vec<Inserted>, Vec<NewTask>), StoreError>,
+        deps_of: &[Vec<TaskId>],
+        paused: bool,
+        prefix: &str,
+    ) -> Result<Vec<TaskId>, ActionError> {
+        let (inserted, news) = inserted.map_err(|e| match e {
+            StoreError::UnknownDependency { dep } => {
+                let i = deps_of.iter().position(|d| d.contains(&dep)).unwrap_or(0);
+                ActionError::Invalid(format!("{}after: no task {dep}", at(prefix, i)))
+            }
+            other => ActionError::from(other),
+        })?;
         let mut ids = Vec::with_capacity(inserted.len());
         for (task, new) in inserted.into_iter().zip(&news) {
             self.shared.emit(DaemonEvent::TaskChanged(task.id));
@@ -376,6 +431,24 @@ impl Engine {
     pub(crate) fn default_policy(&self) -> lardon::HostPolicy {
         self.shared.default_policy.clone()
     }
+}
+
+/// A submission between its checks and its transaction.
+struct Submission {
+    news: Vec<NewTask>,
+    /// Each spec's dependencies, to name the spec a missing one belongs to.
+    deps_of: Vec<Vec<TaskId>>,
+}
+
+/// Where a refusal points: `{prefix}[i].` (nothing for a lone spec).
+fn at(prefix: &str, i: usize) -> String {
+    if prefix.is_empty() { String::new() } else { format!("{prefix}[{i}].") }
+}
+
+/// Queueing `spec` takes only the queue's lock: it runs here and is not
+/// offered to a broker.
+fn submits_locally(spec: &TaskSpec) -> bool {
+    spec.engine != RunEngine::Slurm && spec.offload.is_none()
 }
 
 /// A spec's own validity and its estimate's (its dependencies are checked

@@ -95,14 +95,14 @@ impl lardon_proto::Lardon for Service {
     }
 
     async fn submit(&self, req: Request<pb::SubmitRequest>) -> Result<Response<pb::SubmitResponse>, Status> {
-        self.handle(req, submit::submit).await
+        submit::submit(Arc::clone(&self.engine), req.into_inner()).await.map(Response::new)
     }
 
     async fn submit_many(
         &self,
         req: Request<pb::SubmitManyRequest>,
     ) -> Result<Response<pb::SubmitManyResponse>, Status> {
-        self.handle(req, submit::submit_many).await
+        submit::submit_many(Arc::clone(&self.engine), req.into_inner()).await.map(Response::new)
     }
 
     async fn list(&self, req: Request<pb::ListRequest>) -> Result<Response<pb::ListResponse>, Status> {

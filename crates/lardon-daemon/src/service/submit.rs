@@ -1,5 +1,11 @@
 //! `Submit` and `SubmitMany`: decode the specs, hand them to the engine
 //! (which validates, stores durably and queues), encode the ids.
+//!
+//! Unlike the other handlers these are async: a submission of tasks that
+//! run here awaits its group commit on the runtime rather than holding a
+//! blocking thread for it, which spares two thread wake-ups per call.
+
+use std::sync::Arc;
 
 use lardon_proto::pb;
 use tonic::Status;
@@ -12,17 +18,34 @@ use crate::engine::Engine;
 /// inputs into several calls; each is one transaction).
 pub(crate) const MAX_SUBMIT_MANY: usize = 10_000;
 
-/// One task; the reply carries it as stored.
-pub(super) fn submit(engine: &Engine, req: pb::SubmitRequest) -> Result<pb::SubmitResponse, Status> {
+/// One task; the reply carries it as stored unless the request was
+/// `id_only`. A task that runs here awaits its commit on the runtime; one
+/// for Slurm or a broker is submitted from a blocking thread (its queueing
+/// may run `sbatch` or call the broker).
+pub(super) async fn submit(
+    engine: Arc<Engine>,
+    req: pb::SubmitRequest,
+) -> Result<pb::SubmitResponse, Status> {
     let spec = spec_from_pb(req.spec).inspect_err(|s| tracing::warn!("submit refused: {}", s.message()))?;
-    let id = engine.submit(spec, req.paused).map_err(status)?;
-    let task = engine.task(id).map_err(store_status)?.map(|r| engine.task_pb(&r));
-    Ok(pb::SubmitResponse { id: crate::ids::format_id(id), task })
+    let (paused, id_only) = (req.paused, req.id_only);
+    if id_only && Engine::submits_without_blocking(std::slice::from_ref(&spec)) {
+        let ids = engine.submit_many_async(vec![spec], paused, "").await.map_err(status)?;
+        let id = ids.into_iter().next().ok_or_else(|| Status::internal("no id for a stored task"))?;
+        return Ok(pb::SubmitResponse { id: crate::ids::format_id(id), task: None });
+    }
+    blocking(move || {
+        let id = engine.submit(spec, paused).map_err(status)?;
+        let task =
+            if id_only { None } else { engine.task(id).map_err(store_status)?.map(|r| engine.task_pb(&r)) };
+        Ok(pb::SubmitResponse { id: crate::ids::format_id(id), task })
+    })
+    .await
 }
 
-/// Many tasks in one transaction (all or none).
-pub(super) fn submit_many(
-    engine: &Engine,
+/// Many tasks in one transaction (all or none); awaited on the runtime
+/// when every task runs here, as [`submit`] says.
+pub(super) async fn submit_many(
+    engine: Arc<Engine>,
     req: pb::SubmitManyRequest,
 ) -> Result<pb::SubmitManyResponse, Status> {
     if req.specs.len() > MAX_SUBMIT_MANY {
@@ -40,6 +63,20 @@ pub(super) fn submit_many(
         })
         .collect::<Result<Vec<_>, _>>()
         .inspect_err(|s| tracing::warn!("submit refused: {}", s.message()))?;
-    let ids = engine.submit_many(specs, req.paused, "specs").map_err(status)?;
+    let paused = req.paused;
+    let ids = if Engine::submits_without_blocking(&specs) {
+        engine.submit_many_async(specs, paused, "specs").await.map_err(status)?
+    } else {
+        blocking(move || engine.submit_many(specs, paused, "specs").map_err(status)).await?
+    };
     Ok(pb::SubmitManyResponse { ids: ids.into_iter().map(crate::ids::format_id).collect() })
+}
+
+/// Runs `f` on a blocking thread.
+async fn blocking<A: Send + 'static>(
+    f: impl FnOnce() -> Result<A, Status> + Send + 'static,
+) -> Result<A, Status> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Status::internal(format!("request handler failed: {e}")))?
 }

@@ -41,7 +41,11 @@ pub fn sh(script: &str) -> pb::TaskSpec {
 }
 
 pub async fn submit(c: &mut Client, spec: pb::TaskSpec) -> String {
-    c.submit(pb::SubmitRequest { spec: Some(spec), paused: false }).await.unwrap().into_inner().id
+    c.submit(pb::SubmitRequest { spec: Some(spec), paused: false, id_only: false })
+        .await
+        .unwrap()
+        .into_inner()
+        .id
 }
 
 pub async fn get(c: &mut Client, id: &str) -> pb::Task {
