@@ -581,9 +581,17 @@ mod tests {
     /// `format_cpus` say, whole and fractional CPUs alike.
     #[test]
     fn granted_message_matches_the_formatters() {
-        use crate::{Estimate, FakeProbe, Governor, HostPolicy, HostProfile, format_bytes, format_cpus};
+        use crate::{
+            Estimate, FakeClock, FakeProbe, Governor, HostPolicy, HostProfile, MonoTime, format_bytes,
+            format_cpus,
+        };
         let profile = HostProfile::new(64 << 30, 16);
-        let governor = Governor::new(HostPolicy::default_for(&profile), FakeProbe::new(profile)).unwrap();
+        // A fake clock that stamps the snapshots: with the system clock, an
+        // unstamped snapshot is stale once the test binary has run a second
+        // (a busy machine's full suite), and nothing is admitted.
+        let clock = std::sync::Arc::new(FakeClock::new(MonoTime(1_000_000_000)));
+        let probe = FakeProbe::new(profile.clone()).stamped_by(clock.clone());
+        let governor = Governor::with_clock(HostPolicy::default_for(&profile), probe, clock).unwrap();
         for (memory, millis) in [(1u64 << 20, 100u32), (3 << 30, 1000), (1536, 2500), (5 << 30, 1005)] {
             let estimate = Estimate::builder().memory(memory).cpu_millis(millis).build();
             let r = governor.reserve_available(&estimate).expect("admitted");
