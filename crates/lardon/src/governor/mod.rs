@@ -10,6 +10,8 @@ mod availability;
 mod envelopes;
 mod fast;
 #[cfg(all(test, not(loom)))]
+mod fast_tests;
+#[cfg(all(test, not(loom)))]
 mod gate_tests;
 #[cfg(all(test, not(loom)))]
 mod learning_tests;
