@@ -104,6 +104,7 @@ mod tests {
             cpu_millis: 0,
             io_slots: 0,
             usage: None,
+            leased: false,
         }
     }
 

@@ -39,6 +39,9 @@ pub(crate) struct Held {
     pub(crate) cpu_millis: u32,
     pub(crate) io_slots: u32,
     pub(crate) usage: Option<u64>,
+    /// Whether it was granted a scratch lease (only then is there one to
+    /// end at its release).
+    pub(crate) leased: bool,
 }
 
 impl Held {
@@ -426,6 +429,7 @@ impl Ledger {
             cpu_millis: contract.cpu_millis,
             io_slots: contract.io_slots,
             usage: None,
+            leased: contract.scratch.is_some(),
         };
         self.hold_as(id, contract.batch, held)
     }
@@ -448,6 +452,7 @@ impl Ledger {
             cpu_millis,
             io_slots,
             usage: None,
+            leased: false,
         };
         self.hold_as(id, batch, held)
     }
@@ -483,13 +488,19 @@ impl Ledger {
     }
 
     /// Releases `key`; `None` when it is not active (nothing changes), else
-    /// the scratch lease that ended with it, to clean up outside the lock.
+    /// the scratch lease that ended with it, to clean up outside the lock
+    /// (boxed: the common release has none, and returns one word).
     #[inline]
-    pub(crate) fn release(&mut self, key: Key) -> Option<Option<super::volumes::LeaseEnd>> {
+    pub(crate) fn release(&mut self, key: Key) -> Option<Option<Box<super::volumes::LeaseEnd>>> {
         debug_assert!(key.seq < self.next_id, "released an id never issued");
         // Released once: a second release finds nothing and changes nothing.
         let held = self.active.remove(key)?;
-        let lease = self.end_lease(key.seq);
+        // Only a reservation granted a lease can have one to end.
+        let lease = if held.leased { self.end_lease(key.seq).map(Box::new) } else { None };
+        debug_assert!(
+            held.leased || !self.volumes.iter().any(|v| v.leases.contains_key(&key.seq)),
+            "a lease of a reservation granted none"
+        );
         let t = &mut self.totals;
         t.memory -= held.charged_memory;
         t.unmaterialised -= held.unmaterialised();

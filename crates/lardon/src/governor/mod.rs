@@ -138,7 +138,7 @@ impl Shared {
             None => false,
             Some(lease) => {
                 if let Some(end) = lease {
-                    volumes::after_lease_end(self, end);
+                    volumes::after_lease_end(self, *end);
                 }
                 true
             }
