@@ -153,15 +153,21 @@ pub(crate) fn check(
     {
         return None;
     }
+    // 8, before 7: the batch memory allows now. Below `batch_min` it is a
+    // WAIT for memory whatever the gates say (the common answer of a
+    // queue scan), so the gates are not computed for it here.
+    let hold = hold.copied().unwrap_or_default();
+    let fits = capacity(ledger.memory_available(snap).saturating_sub(hold.memory), fixed, per_item);
+    if fits < est.batch_min {
+        return None;
+    }
     // 7. No gate reached (IO PSI counts only for IO-slot work).
     let [load, cpu_psi, mem_psi, io_psi] = ledger.gates(snap);
     if load || cpu_psi || mem_psi || (io_psi && est.io_slots > 0) {
         return None;
     }
-    // 8–9. Memory for the whole target (a smaller batch is a REDUCE_BATCH
+    // 9. Memory for the whole target (a smaller batch is a REDUCE_BATCH
     // or a WAIT, with a message: the full order's).
-    let hold = hold.copied().unwrap_or_default();
-    let fits = capacity(ledger.memory_available(snap).saturating_sub(hold.memory), fixed, per_item);
     let target = admission::pressure_target(
         ledger,
         est,

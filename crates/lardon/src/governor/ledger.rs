@@ -286,7 +286,7 @@ impl Ledger {
     #[inline]
     pub(crate) fn cpu_available_millis(&self) -> u64 {
         let mut pool = self.cpu_pool_millis();
-        if let Some(cg) = self.last_sample.as_ref().and_then(|s| s.cgroup) {
+        if let Some(cg) = self.last_sample.as_ref().and_then(|s| s.cgroup.as_ref()) {
             if let Some(q) = cg.cpu_quota_millis {
                 pool = pool.min(u64::from(q).max(1000));
             }
