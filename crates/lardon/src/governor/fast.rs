@@ -108,6 +108,7 @@ pub(crate) fn grant(
 /// The fast path's checks, changing nothing: the grant the full order
 /// would make at its full target, or `None` when the full order must
 /// decide (see the module doc for what it leaves there).
+#[inline]
 pub(crate) fn check(
     ledger: &Ledger,
     est: &Estimate,

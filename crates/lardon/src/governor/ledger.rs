@@ -283,7 +283,7 @@ impl Ledger {
 
     /// CPUs free now, in thousandths: the pool lowered by our cgroup's CPU
     /// quota and cpuset when the last sample knows them, minus what is held.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn cpu_available_millis(&self) -> u64 {
         let mut pool = self.cpu_pool_millis();
         if let Some(cg) = self.last_sample.as_ref().and_then(|s| s.cgroup.as_ref()) {
