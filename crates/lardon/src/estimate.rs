@@ -45,9 +45,10 @@ pub enum EstimateError {
 ///
 /// Construction does not validate (so an estimate read from outside can
 /// carry a bad class to admission, which rejects it); [`Class::is_valid`]
-/// answers. Cloning is cheap, since every contract carries one: a key of
-/// up to 22 bytes (the usual case) is stored in place and copied without
-/// touching any shared count, a longer one is shared.
+/// answers, from a flag computed once at construction (admission asks on
+/// every evaluation). Cloning is cheap, since every contract carries one: a
+/// key of up to 22 bytes (the usual case) is stored in place and copied
+/// without touching any shared count, a longer one is shared.
 #[derive(Clone)]
 pub struct Class(Repr);
 
@@ -55,13 +56,28 @@ pub struct Class(Repr);
 /// bytes, the size of a `String`).
 const INLINE: usize = 22;
 
+/// The bit of [`Repr::Inline`]'s `meta` that says the key is valid; the
+/// other bits hold its length (at most [`INLINE`], so they never reach it).
+const VALID: u8 = 0x80;
+
 #[derive(Clone)]
 enum Repr {
-    /// The first `len` bytes of `bytes` hold the key (valid UTF-8: copied
-    /// from a `str`).
-    Inline { len: u8, bytes: [u8; INLINE] },
-    /// A key too long to store in place.
-    Shared(Arc<str>),
+    /// The first `meta & !VALID` bytes of `bytes` hold the key (valid
+    /// UTF-8: copied from a `str`); `meta & VALID` says whether it matches
+    /// the class syntax.
+    Inline { meta: u8, bytes: [u8; INLINE] },
+    /// A key too long to store in place, and whether it is valid.
+    Shared { key: Arc<str>, valid: bool },
+}
+
+/// Whether `bytes` match `[a-z0-9][a-z0-9._-]{0,63}`.
+fn valid_key(bytes: &[u8]) -> bool {
+    let first_ok = bytes.first().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    first_ok
+        && bytes.len() <= 64
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 impl Class {
@@ -71,20 +87,22 @@ impl Class {
     /// Wraps a class key (validated at admission).
     pub fn new(name: impl Into<String>) -> Self {
         let name = name.into();
+        let valid = valid_key(name.as_bytes());
         match u8::try_from(name.len()) {
             Ok(len) if name.len() <= INLINE => {
                 let mut bytes = [0; INLINE];
                 bytes[..name.len()].copy_from_slice(name.as_bytes());
-                Class(Repr::Inline { len, bytes })
+                let meta = if valid { len | VALID } else { len };
+                Class(Repr::Inline { meta, bytes })
             }
-            _ => Class(Repr::Shared(Arc::from(name))),
+            _ => Class(Repr::Shared { key: Arc::from(name), valid }),
         }
     }
 
     fn as_bytes(&self) -> &[u8] {
         match &self.0 {
-            Repr::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            Repr::Shared(s) => s.as_bytes(),
+            Repr::Inline { meta, bytes } => &bytes[..usize::from(*meta & !VALID)],
+            Repr::Shared { key, .. } => key.as_bytes(),
         }
     }
 
@@ -94,19 +112,19 @@ impl Class {
             // Copied from a `str` and cut at its own length, so always
             // valid; the fallback is unreachable but keeps this total.
             Repr::Inline { .. } => std::str::from_utf8(self.as_bytes()).unwrap_or_default(),
-            Repr::Shared(s) => s,
+            Repr::Shared { key, .. } => key,
         }
     }
 
-    /// Whether the key matches `[a-z0-9][a-z0-9._-]{0,63}`.
+    /// Whether the key matches `[a-z0-9][a-z0-9._-]{0,63}` (decided once,
+    /// when the class was made).
     pub fn is_valid(&self) -> bool {
-        let bytes = self.as_bytes();
-        let first_ok = bytes.first().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-        first_ok
-            && bytes.len() <= 64
-            && bytes
-                .iter()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
+        let valid = match &self.0 {
+            Repr::Inline { meta, .. } => meta & VALID != 0,
+            Repr::Shared { valid, .. } => *valid,
+        };
+        debug_assert_eq!(valid, valid_key(self.as_bytes()), "the validity flag drifted from the key");
+        valid
     }
 }
 
@@ -277,6 +295,30 @@ impl Estimate {
     /// # Errors
     /// The [`EstimateError`] naming the faulty field.
     pub fn validate(&self) -> Result<(), EstimateError> {
+        if self.is_valid() {
+            return Ok(());
+        }
+        self.fault()
+    }
+
+    /// Whether every rule of [`Estimate::validate`] holds, without naming
+    /// a fault (admission asks on every evaluation; debug builds check it
+    /// agrees with the rule-by-rule check).
+    #[inline]
+    pub(crate) fn is_valid(&self) -> bool {
+        let valid = self.batch_min > 0
+            && self.batch_max >= self.batch_min
+            && self.cpus > 0
+            && (self.gpu_slots > 0 || (self.gpu_memory_fixed == 0 && self.gpu_memory_per_item == 0))
+            && self.class.is_valid()
+            && self.memory_for(self.batch_max).is_some()
+            && self.gpu_memory_for(self.batch_max).is_some();
+        debug_assert_eq!(valid, self.fault().is_ok(), "is_valid disagrees with the rules");
+        valid
+    }
+
+    /// The rules one by one, first fault first.
+    fn fault(&self) -> Result<(), EstimateError> {
         if self.batch_min == 0 {
             return Err(EstimateError::BatchMinZero);
         }
@@ -407,6 +449,7 @@ mod tests {
         assert!(!Class::new("x".repeat(65)).is_valid());
         assert!(!Class::new("Bench").is_valid());
         assert_eq!(Class::default().as_str(), Class::DEFAULT);
+        assert_eq!(std::mem::size_of::<Class>(), 24, "a class is as small as a String");
     }
 
     #[test]

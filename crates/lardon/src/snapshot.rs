@@ -119,20 +119,7 @@ impl Snapshot {
     /// # Errors
     /// [`SnapshotError::Invalid`] naming the first such field.
     pub fn validate(&self) -> Result<(), SnapshotError> {
-        // Admission validates the snapshot on every evaluation, so the
-        // common case is one integer compare: a non-negative finite f64 is
-        // exactly one whose bits are below +∞'s (sign clear, exponent not
-        // all ones). Only −0.0 (valid) fails this test; it and every real
-        // failure take the exact check below, which names the bad field.
-        // (`is_finite() && v ≥ 0.0` compiles to a float classification of
-        // about 20 instructions per figure.)
-        let bits = |v: Option<f64>| v.map_or(0, f64::to_bits);
-        let (l, p) = (&self.load, &self.pressure);
-        let worst = [Some(l.one), Some(l.five), Some(l.fifteen), p.cpu, p.memory, p.io]
-            .into_iter()
-            .map(bits)
-            .fold(0, u64::max);
-        if worst < f64::INFINITY.to_bits() {
+        if self.plainly_valid() {
             return Ok(());
         }
         let figures = [
@@ -151,6 +138,24 @@ impl Snapshot {
             }
         }
         Ok(())
+    }
+
+    /// Whether every load and PSI figure is plainly valid: true only if
+    /// [`Snapshot::validate`] passes (false for −0.0, which is valid, and
+    /// for every invalid figure: those take the exact check).
+    ///
+    /// Admission validates the snapshot on every evaluation, so this is
+    /// one integer compare per figure: a non-negative finite f64 is exactly
+    /// one whose bits are below +∞'s (sign clear, exponent not all ones).
+    /// (`is_finite() && v ≥ 0.0` compiles to a float classification of
+    /// about 20 instructions per figure.)
+    #[inline]
+    pub(crate) fn plainly_valid(&self) -> bool {
+        let bits = |v: Option<f64>| v.map_or(0, f64::to_bits);
+        let (l, p) = (&self.load, &self.pressure);
+        let worst = l.one.to_bits().max(l.five.to_bits()).max(l.fifteen.to_bits());
+        let worst = worst.max(bits(p.cpu)).max(bits(p.memory)).max(bits(p.io));
+        worst < f64::INFINITY.to_bits()
     }
 
     /// Free memory of GPU `index`, if known.

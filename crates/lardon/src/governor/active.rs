@@ -41,6 +41,7 @@ pub(crate) struct Active {
 
 impl Active {
     /// Stores `held` for the new sequence number `seq`; returns its key.
+    #[inline]
     pub(crate) fn insert(&mut self, seq: u64, held: Held) -> Key {
         self.len += 1;
         if let Some(slot) = self.free.pop() {
@@ -58,6 +59,7 @@ impl Active {
 
     /// Removes and returns what `key` holds; `None` (nothing changes) when
     /// it is not active: released already, or never issued here.
+    #[inline]
     pub(crate) fn remove(&mut self, key: Key) -> Option<Held> {
         let entry = self.slots.get_mut(key.slot).filter(|e| e.seq == key.seq)?;
         let held = entry.held.take()?;
@@ -102,6 +104,7 @@ mod tests {
             cpu_millis: 0,
             io_slots: 0,
             usage: None,
+            leased: false,
         }
     }
 

@@ -22,6 +22,7 @@ use super::packing;
 pub const MAX_SNAPSHOT_AGE: Duration = Duration::from_millis(1000);
 
 /// `capacity(avail, fixed, per)` of docs/DESIGN.md §4 step 6.
+#[inline]
 pub(crate) fn capacity(available: u64, fixed: u64, per_item: u64) -> u64 {
     match available.checked_sub(fixed) {
         None => 0,
@@ -85,9 +86,27 @@ pub(crate) fn observe(ledger: &mut Ledger, snap: &Snapshot, now: MonoTime) -> Op
     None
 }
 
-/// The whole admission order for one estimate (docs/DESIGN.md §4), with
-/// `hold` kept free for a starving head of the queue.
+/// Admission of one estimate (docs/DESIGN.md §4), with `hold` kept free
+/// for a starving head of the queue: the fast path's full grant when it
+/// finds one (`fast.rs`, the same decision in fewer steps), else the whole
+/// order.
 pub(crate) fn evaluate(
+    ledger: &mut Ledger,
+    est: &Estimate,
+    snap: &Snapshot,
+    now: MonoTime,
+    running: usize,
+    hold: Option<&Hold>,
+) -> Decision {
+    match super::fast::grant(ledger, est, snap, now, running, hold) {
+        Some(grant) => Decision::Admit(grant.contract(est)),
+        None => evaluate_in_order(ledger, est, snap, now, running, hold),
+    }
+}
+
+/// The whole admission order for one estimate (docs/DESIGN.md §4), step
+/// by step, with `hold` kept free for a starving head of the queue.
+pub(crate) fn evaluate_in_order(
     ledger: &mut Ledger,
     est: &Estimate,
     snap: &Snapshot,
@@ -520,15 +539,31 @@ fn grant(
 /// at the contended target (`packing.rs`) while memory is contended at
 /// `now`.
 pub(crate) fn packed_target(ledger: &Ledger, est: &Estimate, sizing: &Learned, now: MonoTime) -> u64 {
+    packed_target_of(ledger, est, sizing.fixed, sizing.per_item, sizing.batch_target, now)
+}
+
+/// [`packed_target`] from the figures alone: `target` (the history
+/// target) capped while memory is contended at `now`, for an estimate
+/// sized at `fixed + per_item × batch`.
+#[inline]
+pub(crate) fn packed_target_of(
+    ledger: &Ledger,
+    est: &Estimate,
+    fixed: u64,
+    per_item: u64,
+    target: u64,
+    now: MonoTime,
+) -> u64 {
     if ledger.contention.is_contended(now) {
-        packing::contended_target(sizing.fixed, sizing.per_item, est.batch_min, sizing.batch_target)
+        packing::contended_target(fixed, per_item, est.batch_min, target)
     } else {
-        sizing.batch_target
+        target
     }
 }
 
 /// Step 9 after history: `target` lowered by slow start and halved under
 /// YELLOW, never below `batch_min`.
+#[inline]
 pub(crate) fn pressure_target(ledger: &Ledger, est: &Estimate, target: u64) -> u64 {
     let mut target = target;
     if let Some(limit) = ledger.pressure.batch_target() {

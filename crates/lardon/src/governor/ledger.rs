@@ -39,6 +39,9 @@ pub(crate) struct Held {
     pub(crate) cpu_millis: u32,
     pub(crate) io_slots: u32,
     pub(crate) usage: Option<u64>,
+    /// Whether it was granted a scratch lease (only then is there one to
+    /// end at its release).
+    pub(crate) leased: bool,
 }
 
 impl Held {
@@ -185,6 +188,7 @@ impl Ledger {
     }
 
     /// Sums over the active reservations.
+    #[inline]
     pub(crate) fn totals(&self) -> &Totals {
         &self.totals
     }
@@ -196,6 +200,7 @@ impl Ledger {
 
     /// Notes the largest `batch_max` seen (the YELLOW halving starts from
     /// the largest batch granted since the last GREEN, docs/DESIGN.md §5).
+    #[inline]
     pub(crate) fn note_batch_max(&mut self, batch_max: u64) {
         self.largest_batch = self.largest_batch.max(batch_max);
     }
@@ -240,6 +245,11 @@ impl Ledger {
         }
     }
 
+    /// Whether any waker is registered for the next change.
+    pub(crate) fn has_wakers(&self) -> bool {
+        !self.wakers.is_empty()
+    }
+
     /// Threads blocked in `wait_for_change` now.
     pub(crate) fn waiters(&self) -> usize {
         self.waiters
@@ -260,20 +270,23 @@ impl Ledger {
     /// cgroup's limit lowers what is available now, through the snapshot,
     /// not this static budget, so a limit change can never make existing
     /// reservations exceed it.)
+    #[inline]
     pub(crate) fn static_memory_budget(&self) -> u64 {
         self.profile.total_memory.saturating_sub(self.policy.memory_reserve)
     }
 
     /// The compute pool in thousandths.
+    #[inline]
     pub(crate) fn cpu_pool_millis(&self) -> u64 {
         u64::from(self.policy.compute_cpus(&self.profile)) * 1000
     }
 
     /// CPUs free now, in thousandths: the pool lowered by our cgroup's CPU
     /// quota and cpuset when the last sample knows them, minus what is held.
+    #[inline(always)]
     pub(crate) fn cpu_available_millis(&self) -> u64 {
         let mut pool = self.cpu_pool_millis();
-        if let Some(cg) = self.last_sample.as_ref().and_then(|s| s.cgroup) {
+        if let Some(cg) = self.last_sample.as_ref().and_then(|s| s.cgroup.as_ref()) {
             if let Some(q) = cg.cpu_quota_millis {
                 pool = pool.min(u64::from(q).max(1000));
             }
@@ -285,6 +298,7 @@ impl Ledger {
     }
 
     /// Memory free for a new reservation against `snap` (docs/DESIGN.md §4 step 8).
+    #[inline]
     pub(crate) fn memory_available(&self, snap: &Snapshot) -> u64 {
         let by_static = self.static_memory_budget().saturating_sub(self.totals.memory);
         let by_host = snap
@@ -325,12 +339,14 @@ impl Ledger {
     }
 
     /// CPUs granted to active reservations, as a load figure.
+    #[inline]
     fn granted_cpus(&self) -> f64 {
         self.totals.cpu_millis as f64 / 1000.0
     }
 
     /// The load gate's figures for `snap` (docs/DESIGN.md §4 step 7): foreign
     /// load against `max_load_ratio × compute pool`.
+    #[inline]
     pub(crate) fn load_figures(&self, snap: &Snapshot) -> LoadFigures {
         let own = self.own_load.share(self.granted_cpus());
         let load = snap.load.one;
@@ -346,6 +362,7 @@ impl Ledger {
     }
 
     /// PSI and load gates of `snap` under the policy: (load, cpu, memory, io).
+    #[inline]
     pub(crate) fn gates(&self, snap: &Snapshot) -> [bool; 4] {
         let p = &self.policy;
         let reached =
@@ -393,17 +410,18 @@ impl Ledger {
     }
 
     /// Whether `snap` is a host sample not yet observed.
+    #[inline]
     pub(crate) fn is_new_sample(&self, snap: &Snapshot) -> bool {
         self.last_sample.as_ref().is_none_or(|last| snap.captured_at > last.captured_at)
     }
 
+    /// Holds a granted `contract` (taking its scratch lease, whose path it
+    /// fills in); returns its key.
     pub(crate) fn hold(&mut self, contract: &mut Contract) -> Key {
-        let id = self.next_id;
-        self.next_id += 1;
+        let id = self.issue();
         if let Some(grant) = contract.scratch.as_mut() {
             grant.path = self.take_lease(grant, id).unwrap_or_default();
         }
-        self.pressure.note_grant(contract.batch);
         let held = Held {
             charged_memory: contract.charged_memory,
             gpu_memory: contract.gpu_memory,
@@ -411,7 +429,45 @@ impl Ledger {
             cpu_millis: contract.cpu_millis,
             io_slots: contract.io_slots,
             usage: None,
+            leased: contract.scratch.is_some(),
         };
+        self.hold_as(id, contract.batch, held)
+    }
+
+    /// Holds a grant of host memory, CPUs and IO slots only (no GPU, no
+    /// scratch: the fast path's), of a batch of `batch`; returns its key.
+    #[inline]
+    pub(crate) fn hold_plain(
+        &mut self,
+        batch: u64,
+        charged_memory: u64,
+        cpu_millis: u32,
+        io_slots: u32,
+    ) -> Key {
+        let id = self.issue();
+        let held = Held {
+            charged_memory,
+            gpu_memory: 0,
+            gpu_devices: Vec::new(),
+            cpu_millis,
+            io_slots,
+            usage: None,
+            leased: false,
+        };
+        self.hold_as(id, batch, held)
+    }
+
+    /// The next reservation sequence number (issued once).
+    fn issue(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// Holds `held` as reservation `id`, of a batch of `batch`.
+    #[inline]
+    fn hold_as(&mut self, id: u64, batch: u64, held: Held) -> Key {
+        self.pressure.note_grant(batch);
         let t = &mut self.totals;
         t.memory += held.charged_memory;
         t.unmaterialised += held.unmaterialised();
@@ -432,12 +488,19 @@ impl Ledger {
     }
 
     /// Releases `key`; `None` when it is not active (nothing changes), else
-    /// the scratch lease that ended with it, to clean up outside the lock.
-    pub(crate) fn release(&mut self, key: Key) -> Option<Option<super::volumes::LeaseEnd>> {
+    /// the scratch lease that ended with it, to clean up outside the lock
+    /// (boxed: the common release has none, and returns one word).
+    #[inline]
+    pub(crate) fn release(&mut self, key: Key) -> Option<Option<Box<super::volumes::LeaseEnd>>> {
         debug_assert!(key.seq < self.next_id, "released an id never issued");
         // Released once: a second release finds nothing and changes nothing.
         let held = self.active.remove(key)?;
-        let lease = self.end_lease(key.seq);
+        // Only a reservation granted a lease can have one to end.
+        let lease = if held.leased { self.end_lease(key.seq).map(Box::new) } else { None };
+        debug_assert!(
+            held.leased || !self.volumes.iter().any(|v| v.leases.contains_key(&key.seq)),
+            "a lease of a reservation granted none"
+        );
         let t = &mut self.totals;
         t.memory -= held.charged_memory;
         t.unmaterialised -= held.unmaterialised();

@@ -8,6 +8,9 @@ mod active;
 mod admission;
 mod availability;
 mod envelopes;
+mod fast;
+#[cfg(all(test, not(loom)))]
+mod fast_tests;
 #[cfg(all(test, not(loom)))]
 mod gate_tests;
 #[cfg(all(test, not(loom)))]
@@ -69,6 +72,7 @@ impl Shared {
 
     /// Publishes a generation change made under `guard`, then drops the
     /// lock before waking async waiters (their wake code is not ours).
+    #[inline]
     fn publish(&self, guard: MutexGuard<'_, Ledger>) {
         self.publish_except(guard, None);
     }
@@ -78,6 +82,7 @@ impl Shared {
     /// waiter's own scan (or one on its behalf) already saw this change
     /// under the same lock hold, and waking it would only send it to scan
     /// again for nothing. It stays registered for the next change.
+    #[inline]
     fn publish_except(&self, mut guard: MutexGuard<'_, Ledger>, scanner: Option<&Waker>) {
         // The ledger remembers what it last mirrored, so an unchanged
         // generation (a WAIT) costs no atomic, and a changed one a plain
@@ -96,9 +101,19 @@ impl Shared {
         if guard.waiters() > 0 {
             self.changed.notify_all();
         }
-        // Wakers register under this lock too, so taking them here misses
+        // Wakers register under this lock too, so looking here misses
         // none, and with none registered (the common case outside a
-        // queue) this costs nothing more. They are woken after the unlock.
+        // queue) this is one compare.
+        if guard.has_wakers() {
+            Self::wake(guard, scanner);
+        }
+    }
+
+    /// Takes the registered wakers (but `scanner`'s, see
+    /// [`Shared::publish_except`]) and wakes them after the unlock.
+    #[cold]
+    #[inline(never)]
+    fn wake(mut guard: MutexGuard<'_, Ledger>, scanner: Option<&Waker>) {
         let fire = guard.take_wakers(scanner);
         drop(guard);
         for w in fire {
@@ -114,6 +129,7 @@ impl Shared {
         self.lock().is_active(key)
     }
 
+    #[inline]
     pub(crate) fn release(&self, key: Key) -> bool {
         let mut guard = self.lock();
         let released = guard.release(key);
@@ -122,7 +138,7 @@ impl Shared {
             None => false,
             Some(lease) => {
                 if let Some(end) = lease {
-                    volumes::after_lease_end(self, end);
+                    volumes::after_lease_end(self, *end);
                 }
                 true
             }
@@ -274,7 +290,21 @@ impl Governor {
         let now = self.shared.clock.now();
         let mut guard = self.shared.lock();
         let running = guard.reservations();
-        let decision = admission::evaluate(&mut guard, estimate, snapshot, now, running, None);
+        // The common request (`fast.rs`): held straight from the grant's
+        // figures, its contract built once, in the handle (no `Decision`
+        // to wrap and unwrap, no scratch to prepare).
+        if let Some(grant) = fast::grant(&mut guard, estimate, snapshot, now, running, None) {
+            let key = guard.hold_plain(grant.batch, grant.charged_memory, grant.cpu_millis, grant.io_slots);
+            self.shared.publish(guard);
+            return Ok(Reservation::held(
+                &self.shared,
+                key,
+                grant.contract(estimate),
+                crate::DecisionKind::Admit,
+                ReasonCode::Admitted,
+            ));
+        }
+        let decision = admission::evaluate_in_order(&mut guard, estimate, snapshot, now, running, None);
         self.grant(guard, decision)
     }
 

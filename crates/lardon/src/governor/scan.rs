@@ -32,7 +32,7 @@ pub(crate) struct Scan<'a> {
 /// any, is cleaned up by [`Governor::after_release`] once no lock is held
 /// (the volume's controller is outside code).
 #[must_use = "hand it to Governor::after_release once the locks are dropped"]
-pub(crate) struct Released(Option<volumes::LeaseEnd>);
+pub(crate) struct Released(Option<Box<volumes::LeaseEnd>>);
 
 impl Scan<'_> {
     /// Releases `reservation` under this scan's lock, so the evaluations
@@ -141,7 +141,7 @@ impl Governor {
     /// held.
     pub(crate) fn after_release(&self, released: Released) {
         if let Some(end) = released.0 {
-            volumes::after_lease_end(&self.shared, end);
+            volumes::after_lease_end(&self.shared, *end);
         }
     }
 }
