@@ -403,7 +403,10 @@ impl Ledger {
         if let Some(grant) = contract.scratch.as_mut() {
             grant.path = self.take_lease(grant, id).unwrap_or_default();
         }
-        self.pressure.note_grant(contract.batch);
+        // What YELLOW halves is the largest batch granted within the
+        // pressure target: a larger one (the critical floor, packing.rs)
+        // would otherwise lift the next halving for every class.
+        self.pressure.note_grant(contract.batch.min(self.pressure.batch_target().unwrap_or(u64::MAX)));
         let held = Held {
             charged_memory: contract.charged_memory,
             gpu_memory: contract.gpu_memory,
