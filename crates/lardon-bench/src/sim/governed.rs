@@ -6,7 +6,9 @@
 //! `MemAvailable` is the simulated host's (`RAM − real use of running
 //! sequences`); running reservations report their real use
 //! (`report_usage`, as the daemon does from cgroups) once a snapshot
-//! reflects it; every finished sequence is recorded with its measured
+//! reflects it; a batched task is admitted with the items it has left
+//! (`Estimate::items_left`, as the daemon passes `--items` minus those
+//! done); every finished sequence is recorded with its measured
 //! peak (`record_batch`), so learning shrinks liars' batches; the
 //! pressure state machine sees one sample per event.
 //!
@@ -14,7 +16,8 @@
 //! real `TaskQueue` runs callbacks on OS threads and cannot be driven by a
 //! virtual clock). At each event: tasks between sequences are re-admitted
 //! first (in the real queue they re-admit from their own thread, racing
-//! the dispatcher), then pending tasks are scanned by priority, then FIFO;
+//! the dispatcher), then pending tasks are scanned by priority, then most
+//! items left, then FIFO (the queue's `order_key`);
 //! every admitted task starts; a WAIT keeps its place and the scan goes on
 //! (WAIT bypass) — or, for strict FIFO, stops the scan. While something
 //! waits on host state the host is re-sampled every 250 ms (the queue's
