@@ -150,3 +150,34 @@ async fn one_daemon_per_state_dir_and_metrics() {
     drop(c);
     d.shutdown().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn within_a_priority_a_batched_task_with_more_items_starts_first() {
+    let dir = tempfile::tempdir().unwrap();
+    // 5.5 GiB to hand out: one 3 GiB task at a time.
+    let d = start_in_process(config(dir.path(), HostProfile::new(6 * GIB, 16))).unwrap();
+    let mut c = client(&d).await;
+    let (go, go2) = (dir.path().join("go"), dir.path().join("go2"));
+    let blocking =
+        |file: &std::path::Path| sh(&format!("while [ ! -e {} ]; do sleep 0.02; done", file.display()));
+    let first = submit(&mut c, mem(blocking(&go), 3 * GIB)).await;
+    until(&mut c, &first, "running", |t| state(t) == TaskState::Running).await;
+    // Submitted in this order: an unbatched task, then one with 4 items.
+    let plain = submit(&mut c, mem(blocking(&go2), 3 * GIB)).await;
+    let mut spec = mem(blocking(&go2), 3 * GIB);
+    spec.items = Some(4);
+    spec.estimate.as_mut().unwrap().batch_max = Some(4);
+    let batched = submit(&mut c, spec).await;
+    until(&mut c, &plain, "waiting", |t| t.last_decision.is_some()).await;
+    until(&mut c, &batched, "waiting", |t| t.last_decision.is_some()).await;
+    std::fs::write(&go, b"").unwrap();
+    // The daemon passed the items: the batched task goes first.
+    until(&mut c, &batched, "running", |t| state(t) == TaskState::Running).await;
+    assert_eq!(state(&get(&mut c, &plain).await), TaskState::Pending);
+    std::fs::write(&go2, b"").unwrap();
+    for id in [&first, &batched, &plain] {
+        assert_eq!(state(&wait_end(&mut c, id).await), TaskState::Completed);
+    }
+    drop(c);
+    d.shutdown().unwrap();
+}

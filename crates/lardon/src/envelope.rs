@@ -139,6 +139,22 @@ impl Envelope {
     pub fn alternatives(&self) -> &[Alternative] {
         &self.alternatives
     }
+
+    /// The most items left any alternative declares
+    /// ([`Estimate::items_left`]), if one does.
+    pub fn items_left(&self) -> Option<u64> {
+        self.alternatives.iter().filter_map(|a| a.estimate.items_left()).max()
+    }
+
+    /// This envelope with every alternative declaring `items` items left.
+    #[must_use]
+    pub fn with_items_left(&self, items: u64) -> Envelope {
+        let mut next = self.clone();
+        for a in &mut next.alternatives {
+            a.estimate = a.estimate.with_items_left(items);
+        }
+        next
+    }
 }
 
 /// A reducible dimension.

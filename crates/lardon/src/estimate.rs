@@ -197,6 +197,7 @@ pub struct Estimate {
     pub(crate) io_slots: u32,
     pub(crate) scratch_bytes: u64,
     pub(crate) class: Class,
+    pub(crate) items_left: Option<u64>,
 }
 
 impl Default for Estimate {
@@ -214,6 +215,7 @@ impl Default for Estimate {
             io_slots: 0,
             scratch_bytes: 0,
             class: Class::default(),
+            items_left: None,
         }
     }
 }
@@ -269,6 +271,17 @@ impl Estimate {
     /// Scratch space wanted, in bytes (never counted as RAM).
     pub fn scratch_bytes(&self) -> u64 {
         self.scratch_bytes
+    }
+    /// Items the task still has to process, when the submitter said
+    /// ([`EstimateBuilder::items_left`]).
+    pub fn items_left(&self) -> Option<u64> {
+        self.items_left
+    }
+    /// This estimate with `items` items left to process (what a batched
+    /// task's next sequence is admitted with).
+    #[must_use]
+    pub fn with_items_left(&self, items: u64) -> Estimate {
+        Estimate { items_left: Some(items), ..self.clone() }
     }
     /// The learning key.
     pub fn class(&self) -> &Class {
@@ -412,6 +425,14 @@ impl EstimateBuilder {
     /// Learning key.
     pub fn class(mut self, class: impl Into<String>) -> Self {
         self.estimate.class = Class::new(class);
+        self
+    }
+    /// Items the task still has to process (a batched task's `--items`
+    /// minus those done). Admission uses it while memory is contended to
+    /// keep the tasks with the most work left on large batches
+    /// (docs/DESIGN.md §4 step 9); unset, nothing is assumed.
+    pub fn items_left(mut self, items: u64) -> Self {
+        self.estimate.items_left = Some(items);
         self
     }
     /// Finishes the estimate (not validated here: see [`Estimate::validate`]).

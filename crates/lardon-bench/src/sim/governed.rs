@@ -6,7 +6,9 @@
 //! `MemAvailable` is the simulated host's (`RAM − real use of running
 //! sequences`); running reservations report their real use
 //! (`report_usage`, as the daemon does from cgroups) once a snapshot
-//! reflects it; every finished sequence is recorded with its measured
+//! reflects it; a batched task is admitted with the items it has left
+//! (`Estimate::items_left`, as the daemon passes `--items` minus those
+//! done); every finished sequence is recorded with its measured
 //! peak (`record_batch`), so learning shrinks liars' batches; the
 //! pressure state machine sees one sample per event.
 //!
@@ -14,7 +16,8 @@
 //! real `TaskQueue` runs callbacks on OS threads and cannot be driven by a
 //! virtual clock). At each event: tasks between sequences are re-admitted
 //! first (in the real queue they re-admit from their own thread, racing
-//! the dispatcher), then pending tasks are scanned by priority, then FIFO;
+//! the dispatcher), then pending tasks are scanned by priority, then most
+//! items left, then FIFO (the queue's `order_key`);
 //! every admitted task starts; a WAIT keeps its place and the scan goes on
 //! (WAIT bypass) — or, for strict FIFO, stops the scan. While something
 //! waits on host state the host is re-sampled every 250 ms (the queue's
@@ -151,7 +154,9 @@ pub fn run_traced(
 
     let mut remaining: Vec<u64> = tasks.iter().map(|t| t.items.max(1)).collect();
     let mut pending: Vec<usize> = (0..tasks.len()).collect();
-    pending.sort_by_key(|&i| (Reverse(tasks[i].priority), i));
+    // The queue's order (`queue/state.rs`, `Entry::order_key`): priority,
+    // then the most items left, then FIFO.
+    pending.sort_by_key(|&i| (Reverse(tasks[i].priority), Reverse(items_left(&tasks[i], remaining[i])), i));
     let mut between: Vec<usize> = Vec::new();
     let mut running: Vec<Option<Running>> = Vec::new();
     let mut ends: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
@@ -249,8 +254,13 @@ pub fn run_traced(
             }
             // The target admission applies, read before the grant: a grant
             // can end the contention that capped it.
-            let target = governor.batch_target(&estimates[i]);
-            match governor.reserve(&estimates[i], &snapshot) {
+            // What the daemon passes: the items a batched task has left.
+            let est_i = match items_left(&tasks[i], remaining[i]) {
+                0 => estimates[i].clone(),
+                left => estimates[i].with_items_left(left),
+            };
+            let target = governor.batch_target(&est_i);
+            match governor.reserve(&est_i, &snapshot) {
                 Ok(reservation) => {
                     let items = reservation.contract().batch.min(remaining[i]);
                     let reserved = reservation.contract().memory;
@@ -345,6 +355,13 @@ pub fn run_traced(
         lower_bound_ms: 0.0,
         workload: String::new(),
     })
+}
+
+/// The items a task has left as the daemon passes them to admission
+/// (`--items` minus those done): `remaining` for a batched task, 0
+/// (not passed) for an unbatched one.
+pub fn items_left(t: &SimTask, remaining: u64) -> u64 {
+    if t.batch_max > 1 { remaining } else { 0 }
 }
 
 /// The estimate a simulated task declares.

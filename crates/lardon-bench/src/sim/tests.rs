@@ -267,3 +267,32 @@ fn across_seeds_reports_mean_worst_and_total_kills_of_governed_rows() {
     assert!(!table.contains("fixed"), "fixed-N rows are left out: {table}");
     assert_eq!(report::across_seeds(&[]).lines().count(), 2, "header only");
 }
+
+#[test]
+fn the_longest_task_starts_first_and_keeps_a_tenth_of_what_it_has_left_per_batch() {
+    use super::governed::{self, Admitted, Options};
+    let batched = |name: &str, items: u64, fixed: u64, per_item: u64| SimTask {
+        items,
+        batch_max: 64,
+        est_fixed: fixed,
+        real_fixed: fixed,
+        est_per_item: per_item,
+        real_per_item: per_item,
+        time_per_item: 500,
+        ..SimTask::simple(name, fixed, 5_000)
+    };
+    // Three short tasks submitted before the long one; 2 GiB + 200 MiB per
+    // item each, so that memory stays contended.
+    let mut tasks: Vec<SimTask> = (0..3).map(|i| batched(&format!("s{i}"), 40, 2 * GIB, 200 << 20)).collect();
+    tasks.push(batched("long", 400, GIB, 100 << 20));
+    let mut seen: Vec<Admitted> = Vec::new();
+    governed::run_traced(&SMALL, &tasks, Options::lardon(true, true, false), &mut |a| seen.push(a.clone()))
+        .unwrap();
+    assert_eq!(seen[0].task, 3, "the most items left start first: {seen:?}");
+    let long: Vec<&Admitted> = seen.iter().filter(|a| a.task == 3).collect();
+    assert!(long.len() > 2, "{long:?}");
+    for a in &long[1..] {
+        assert!(a.target >= a.remaining.div_ceil(10).min(64), "proven: the critical floor holds: {a:?}");
+    }
+    assert!(seen.iter().any(|a| a.task != 3 && a.target < 64), "the others were capped: {seen:?}");
+}

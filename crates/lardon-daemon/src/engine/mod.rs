@@ -530,9 +530,16 @@ pub(crate) fn queue_locally(
     deps: &[Dependency],
 ) -> Result<(), String> {
     let callback = command_callback(Arc::clone(shared), id, Arc::new(spec.clone()));
-    let mut task = Task::new(spec.display_name(), spec.estimate.to_estimate(), callback)
-        .with_id(qid(id))
-        .priority(spec.priority);
+    // A batched task's items, so that admission and the queue order know
+    // how much work it has (docs/DESIGN.md §4 step 9, §7); each later
+    // sequence is admitted with what its progress says is left. A task
+    // resumed after a restart counts from its total until its first batch.
+    let estimate = match spec.items {
+        Some(items) => spec.estimate.to_estimate().with_items_left(items),
+        None => spec.estimate.to_estimate(),
+    };
+    let mut task =
+        Task::new(spec.display_name(), estimate, callback).with_id(qid(id)).priority(spec.priority);
     if let Some(probe) = probe_for(shared, queue, id, spec) {
         task = task.after_any(qid(probe));
     }

@@ -178,8 +178,9 @@ fn admit_steps(
     never_fits(ledger, est, &sizing)?;
     host_gates(ledger, est, snap)?;
     let fit = memory_fit(ledger, est, snap, &sizing, hold)?;
-    // Capped while memory is contended (packing), then pressure.
-    let target = pressure_target(ledger, est, packed_target(ledger, est, &sizing, now));
+    // Capped while memory is contended, then pressure, then the critical
+    // floor (packing.rs).
+    let target = step9_target(ledger, est, &sizing, now);
     let batch = batch_within_target(ledger, est, &sizing, &fit, target)?;
     let slots = slots(ledger, est, hold, running)?;
     Ok(Granted { sizing, fit, batch, target, slots })
@@ -559,6 +560,15 @@ pub(crate) fn packed_target_of(
     } else {
         target
     }
+}
+
+/// Step 9: the history target, capped while memory is contended
+/// ([`packed_target`]), lowered by pressure ([`pressure_target`]), then
+/// raised to the critical floor of a task with much work left
+/// (`packing::critical_floor`), never above the history target.
+pub(crate) fn step9_target(ledger: &Ledger, est: &Estimate, sizing: &Learned, now: MonoTime) -> u64 {
+    let target = pressure_target(ledger, est, packed_target(ledger, est, sizing, now));
+    target.max(packing::critical_floor(est, sizing.samples, sizing.batch_target))
 }
 
 /// Step 9 after history: `target` lowered by slow start and halved under

@@ -135,8 +135,8 @@ pub(crate) fn check(
         return None;
     }
     // 4–5. No GPU wanted, so no GPU bytes to fold; sized by history.
-    let (fixed, per_item, history_target) = match ledger.history.class(&est.class) {
-        None => (est.memory_fixed, est.memory_per_item, est.batch_max),
+    let (fixed, per_item, history_target, samples) = match ledger.history.class(&est.class) {
+        None => (est.memory_fixed, est.memory_per_item, est.batch_max, 0),
         Some(history) => {
             let declared = Declared {
                 fixed: est.memory_fixed,
@@ -145,7 +145,7 @@ pub(crate) fn check(
                 batch_max: est.batch_max,
             };
             let sizing = learned::size(Some(history), declared, ledger.static_memory_budget());
-            (sizing.fixed, sizing.per_item, sizing.batch_target)
+            (sizing.fixed, sizing.per_item, sizing.batch_target, sizing.samples)
         }
     };
     // 6. Possible on the idle host.
@@ -169,11 +169,14 @@ pub(crate) fn check(
     }
     // 9. Memory for the whole target (a smaller batch is a REDUCE_BATCH
     // or a WAIT, with a message: the full order's).
+    // As `admission::step9_target`: contended cap, pressure, then the
+    // critical floor.
     let target = admission::pressure_target(
         ledger,
         est,
         admission::packed_target_of(ledger, est, fixed, per_item, history_target, now),
-    );
+    )
+    .max(super::packing::critical_floor(est, samples, history_target));
     if fits < target {
         return None;
     }

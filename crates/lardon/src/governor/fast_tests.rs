@@ -78,6 +78,9 @@ struct Request {
     gpu_slots: u32,
     scratch: bool,
     class: &'static str,
+    /// Items left, which raise the target to the critical floor once the
+    /// class has a measured run (packing.rs).
+    items_left: Option<u64>,
 }
 
 fn figures() -> impl Strategy<Value = Figures> {
@@ -121,6 +124,7 @@ fn request() -> impl Strategy<Value = Request> {
         prop_oneof![6 => Just(0u32), 1 => Just(1u32)],
         prop_oneof![6 => Just(false), 1 => Just(true)],
         prop_oneof![12 => Just("a"), 6 => Just("b"), 1 => Just("Bad")],
+        prop_oneof![2 => Just(None), 1 => (0u64..400).prop_map(Some)],
     )
         .prop_map(
             |(
@@ -133,6 +137,7 @@ fn request() -> impl Strategy<Value = Request> {
                 gpu_slots,
                 scratch,
                 class,
+                items_left,
             )| {
                 // Mostly a valid range, sometimes an inverted one.
                 let max = if extra == 39 { min.saturating_sub(1) } else { min + extra };
@@ -146,6 +151,7 @@ fn request() -> impl Strategy<Value = Request> {
                     gpu_slots,
                     scratch,
                     class,
+                    items_left,
                 }
             },
         )
@@ -217,6 +223,9 @@ fn build(r: &Request) -> Estimate {
     }
     if r.scratch {
         b = b.scratch(GIB);
+    }
+    if let Some(items) = r.items_left {
+        b = b.items_left(items);
     }
     b.build()
 }

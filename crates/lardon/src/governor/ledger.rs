@@ -467,7 +467,10 @@ impl Ledger {
     /// Holds `held` as reservation `id`, of a batch of `batch`.
     #[inline]
     fn hold_as(&mut self, id: u64, batch: u64, held: Held) -> Key {
-        self.pressure.note_grant(batch);
+        // What YELLOW halves is the largest batch granted within the
+        // pressure target: a larger one (the critical floor, packing.rs)
+        // would otherwise lift the next halving for every class.
+        self.pressure.note_grant(batch.min(self.pressure.batch_target().unwrap_or(u64::MAX)));
         let t = &mut self.totals;
         t.memory += held.charged_memory;
         t.unmaterialised += held.unmaterialised();

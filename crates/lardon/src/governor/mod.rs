@@ -483,15 +483,17 @@ impl Governor {
     /// docs/DESIGN.md §4): the history target ([`Learned::batch_target`]),
     /// capped at `ceil(fixed ÷ per_item)` while memory is contended (an
     /// estimate got a WAIT for memory within the last second and has not
-    /// been granted since), lowered by slow start and
-    /// halved under YELLOW pressure, never below `batch_min`. The batch actually granted may be smaller still when
+    /// been granted since), lowered by slow start and halved under YELLOW,
+    /// raised to the critical floor of a proven class's task with items left
+    /// (`ceil(items_left ÷ 10)`), never below `batch_min`. The batch actually granted may be smaller still when
     /// memory or GPU memory is short.
     pub fn batch_target(&self, estimate: &Estimate) -> u64 {
         let guard = self.shared.lock();
         let now = self.shared.clock.now();
-        let history = admission::sizing(&guard, estimate)
-            .map_or(estimate.batch_max, |s| admission::packed_target(&guard, estimate, &s, now));
-        admission::pressure_target(&guard, estimate, history)
+        match admission::sizing(&guard, estimate) {
+            Some(s) => admission::step9_target(&guard, estimate, &s, now),
+            None => admission::pressure_target(&guard, estimate, estimate.batch_max),
+        }
     }
 
     /// Feeds the throughput of one sequence run under `contract` to its

@@ -117,3 +117,69 @@ fn the_cap_lifts_as_soon_as_the_waiter_is_granted() {
     assert_eq!(r.gov.decide(&big(5 * GIB), &r.snap_with(|_| {})).reason(), ReasonCode::Memory);
     assert_eq!(r.gov.batch_target(&batched()), 11);
 }
+
+/// `batched()` of class `long`, whose one measured batch matched its
+/// declaration (a proven class), with `left` items left.
+fn proven(r: &Rig, left: Option<u64>) -> Estimate {
+    use crate::{Class, RunOutcome, RunRecord};
+    r.gov.record_run(
+        &Class::new("long"),
+        RunRecord::batch(8, Duration::from_secs(1), RunOutcome::Completed { peak: Some(GIB + 800 * MIB) }),
+    );
+    let b = Estimate::builder().memory(GIB).memory_per_item(100 * MIB).batch(1, 64).class("long");
+    match left {
+        Some(n) => b.items_left(n).build(),
+        None => b.build(),
+    }
+}
+
+#[test]
+fn while_contended_a_proven_task_with_many_items_left_keeps_large_batches() {
+    let r = rig();
+    let long = proven(&r, Some(640));
+    let _held = r.gov.reserve(&big(8 * GIB), &r.snap_with(|_| {})).unwrap();
+    assert_eq!(r.gov.decide(&big(10 * GIB), &r.snap_with(|_| {})).reason(), ReasonCode::Memory);
+    // 640 items left: at least 64 per sequence, over the contended cap of 11.
+    assert_eq!(r.gov.batch_target(&long), 64);
+    let c = r.gov.decide(&long, &r.snap_with(|_| {})).contract().cloned().unwrap();
+    assert_eq!(c.batch, 51, "the target, within the 6 GiB free");
+    // 300 left: 30. Near its end (50 left: a floor of 5) the cap applies.
+    assert_eq!(r.gov.batch_target(&long.with_items_left(300)), 30);
+    assert_eq!(r.gov.batch_target(&long.with_items_left(50)), 11);
+    // Items left unknown, or a class with no measured run: the cap.
+    assert_eq!(r.gov.batch_target(&proven(&r, None)), 11);
+    assert_eq!(r.gov.batch_target(&batched().with_items_left(640)), 11);
+}
+
+#[test]
+fn the_critical_floor_is_not_halved_by_yellow_nor_lifts_the_next_halving() {
+    use crate::{PressureLevel, SwapCounters};
+    let r = rig();
+    let long = proven(&r, Some(640));
+    let mut out = 0;
+    let mut sample = |bump: bool| {
+        out += u64::from(bump);
+        let o = out;
+        r.snap_with(|s| s.swap = Some(SwapCounters { pages_in: 0, pages_out: o }))
+    };
+    // The baseline sample, with a batch of up to 64 seen.
+    assert_eq!(r.gov.decide(&batched(), &sample(false)).contract().unwrap().batch, 64);
+    r.gov.observe(&sample(true));
+    assert_eq!(r.gov.pressure().0, PressureLevel::Yellow);
+    // YELLOW halved the target for everyone but the critical floor.
+    assert_eq!(r.gov.batch_target(&batched()), 32);
+    assert_eq!(r.gov.batch_target(&long), 64);
+    for _ in 0..3 {
+        r.gov.observe(&sample(false));
+    }
+    assert_eq!(r.gov.pressure().0, PressureLevel::Green);
+    assert_eq!(r.gov.batch_target(&batched()), 32, "GREEN starts from the halved target");
+    // A floor grant of 64 above the target of 32 is noted as 32: the next
+    // YELLOW halves 32, not 64.
+    let granted = r.gov.reserve(&long, &sample(false)).unwrap();
+    assert_eq!(granted.contract().batch, 64);
+    drop(granted);
+    r.gov.observe(&sample(true));
+    assert_eq!(r.gov.pressure().0, PressureLevel::Yellow);
+    assert_eq!(r.gov.batch_target(&batched()), 16);
+}

@@ -119,7 +119,10 @@ impl TaskContext {
 
     /// Ends the current sequence: releases the reservation, waits (on the
     /// Governor's generation, never a poll) for a new admission, installs
-    /// the new contract and returns it. Progress is kept.
+    /// the new contract and returns it. Progress is kept. A task submitted
+    /// with its items left ([`crate::EstimateBuilder::items_left`]) is
+    /// re-admitted with those its last [`TaskContext::set_progress`] says
+    /// are left (docs/DESIGN.md §4 step 9).
     ///
     /// # Errors
     /// [`TaskError::Cancelled`] when cancelled (while paused or waiting),
@@ -130,7 +133,7 @@ impl TaskContext {
         let waker = Waker::from(Arc::clone(&signal));
         let envelope = {
             let st = self.inner.lock();
-            st.entries.get(&self.id).map(|e| e.envelope.clone()).ok_or(TaskError::Cancelled)?
+            st.entries.get(&self.id).map(next_envelope).ok_or(TaskError::Cancelled)?
         };
         loop {
             self.checkpoint()?;
@@ -265,4 +268,15 @@ pub(crate) fn run_callback(mut ctx: TaskContext, callback: Callback) -> Option<S
     #[cfg(test)]
     inner.in_flight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     next
+}
+
+/// The envelope a task's next sequence is admitted with: its own, with the
+/// items left updated from its progress in items when it declared them.
+fn next_envelope(e: &super::state::Entry) -> crate::Envelope {
+    match (e.envelope.items_left(), e.progress.progress()) {
+        (Some(_), Some(p @ crate::progress::Progress::Items { .. })) => {
+            e.envelope.with_items_left(p.remaining())
+        }
+        _ => e.envelope.clone(),
+    }
 }

@@ -6,7 +6,8 @@
 //!
 //! # Invariants
 //! - `pending` holds exactly the live PENDING/PAUSED tasks that have not
-//!   started, keyed by (−priority, submission sequence);
+//!   started, keyed by [`order_key`] (priority, then most items left,
+//!   then submission sequence);
 //! - a RUNNING task's entry has no callback left (it was taken once);
 //! - `history.len() ≤ HISTORY`.
 
@@ -135,9 +136,25 @@ impl Recorded {
     }
 }
 
+/// Items left above this count order like this count.
+const ITEMS_ORDERED: u64 = (1 << 31) - 1;
+
+/// The pending order's key (docs/DESIGN.md §7): higher `priority` first;
+/// within a priority, more `items_left` first (the longest work starts
+/// first; a task that did not say counts as 0); then submission order.
+/// Priority and items share the first number (`-priority × 2³¹` plus the
+/// items' complement, items capped at 2³¹ − 1), which fits an `i64` for
+/// every `i32` priority.
+pub(crate) fn order_key(priority: i32, items_left: u64, seq: u64) -> (i64, u64) {
+    let fewer = ITEMS_ORDERED - items_left.min(ITEMS_ORDERED);
+    (-i64::from(priority) * (1 << 31) + i64::try_from(fewer).unwrap_or(i64::MAX), seq)
+}
+
 impl Entry {
+    /// Where this task stands in the pending order ([`order_key`]); the
+    /// items left are the most any alternative of its envelope declares.
     pub(crate) fn order_key(&self) -> (i64, u64) {
-        (-i64::from(self.priority), self.seq)
+        order_key(self.priority, self.envelope.items_left().unwrap_or(0), self.seq)
     }
 
     /// The task as observers see it. A pending task the last scan skipped

@@ -157,6 +157,81 @@ fn higher_priority_runs_first() {
 }
 
 #[test]
+fn within_a_priority_the_most_items_left_start_first_then_fifo() {
+    let r = rig_with(QueueConfig::default(), |p| p.max_running = Some(1));
+    let (gate, cb) = gated();
+    let blocker = r.queue.submit(Task::new("blocker", mem(GIB), cb)).unwrap();
+    r.started(blocker);
+    let left = |n: u64| Estimate::builder().memory(GIB).batch(1, 8).items_left(n).build();
+    let plain = r.queue.submit(Task::new("plain", mem(GIB), |_| Ok(()))).unwrap();
+    let short = r.queue.submit(Task::new("short", left(10), |_| Ok(()))).unwrap();
+    let long = r.queue.submit(Task::new("long", left(400), |_| Ok(()))).unwrap();
+    let short2 = r.queue.submit(Task::new("short2", left(10), |_| Ok(()))).unwrap();
+    let urgent = r.queue.submit(Task::new("urgent", mem(GIB), |_| Ok(())).priority(1)).unwrap();
+    gate.send(()).unwrap();
+    let mut order = Vec::new();
+    while order.len() < 5 {
+        if let QueueEvent::Started { id, .. } = r.until("starts", |e| matches!(e, QueueEvent::Started { .. }))
+        {
+            order.push(id);
+        }
+    }
+    assert_eq!(order, [urgent, long, short, short2, plain], "priority, then items left, then FIFO");
+    r.queue.wait_idle();
+}
+
+#[test]
+fn a_new_sequence_is_admitted_with_the_items_its_progress_says_are_left() {
+    use crate::{Class, DecisionKind, RunOutcome, RunRecord};
+    const MIB: u64 = 1 << 20;
+    let r = rig();
+    let gov = r.queue.governor().clone();
+    // A proven class (one batch measured as declared), and memory contended:
+    // 8 GiB held, a 10 GiB estimate waiting (the fake clock stands still).
+    let peak = Some(GIB + 800 * MIB);
+    gov.record_run(&Class::new("long"), RunRecord::batch(8, LIMIT, RunOutcome::Completed { peak }));
+    let _held = gov.reserve(&mem(8 * GIB), &gov.sample().unwrap()).unwrap();
+    let waiting = gov.decide(&mem(10 * GIB), &gov.sample().unwrap());
+    assert_eq!((waiting.kind(), waiting.reason()), (DecisionKind::Wait, ReasonCode::Memory));
+    let long = Estimate::builder().memory(GIB).memory_per_item(100 * MIB).batch(1, 64).class("long");
+    let (tx, rx) = channel();
+    let id = r
+        .queue
+        .submit(Task::new("long", long.items_left(640).build(), move |ctx| {
+            let first = ctx.contract().batch;
+            ctx.set_progress(600, 640).unwrap();
+            let second = ctx.sequence_break()?.batch;
+            tx.send((first, second)).unwrap();
+            Ok(())
+        }))
+        .unwrap();
+    // 640 left: the critical floor (64) over the contended cap (11), within
+    // the 6 GiB free; 40 left: a floor of 4, so the cap.
+    assert_eq!(rx.recv_timeout(LIMIT).unwrap(), (51, 11));
+    assert_eq!(r.finished(id), TaskState::Completed);
+}
+
+#[test]
+fn the_order_key_ranks_priority_over_items_over_submission() {
+    use super::state::order_key;
+    let mut keys = [
+        (order_key(0, 0, 1), "p0 no items"),
+        (order_key(0, 5, 2), "p0 5 items"),
+        (order_key(0, u64::MAX, 3), "p0 most items"),
+        (order_key(1, 0, 4), "p1"),
+        (order_key(i32::MIN, u64::MAX, 0), "lowest"),
+        (order_key(i32::MAX, 0, 9), "highest"),
+        (order_key(0, 5, 0), "p0 5 items, earlier"),
+    ];
+    keys.sort();
+    let names: Vec<&str> = keys.iter().map(|(_, n)| *n).collect();
+    assert_eq!(
+        names,
+        ["highest", "p1", "p0 most items", "p0 5 items, earlier", "p0 5 items", "p0 no items", "lowest"]
+    );
+}
+
+#[test]
 fn a_paused_pending_task_is_not_admitted_until_resumed() {
     let r = rig_with(QueueConfig::default(), |p| p.max_running = Some(1));
     let (gate, cb) = gated();
