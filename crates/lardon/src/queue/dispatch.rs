@@ -236,11 +236,16 @@ fn scan(inner: &Arc<Inner>, force: bool) -> Option<bool> {
     };
     let mut gov_scan = inner.governor.scan_for(&inner.dispatch_waker);
     let outcome = scan_locked(inner, &mut st, &mut gov_scan, &snap, now);
+    // A task the scan failed (rejected, or a dependency failed) left.
+    let left = (!outcome.dropped.is_empty()).then(|| st.entries.is_empty());
     // The queue lock goes first: ending the scan runs registered wakers
     // (async code's), which must never run under the queue lock.
     drop(st);
     drop(gov_scan);
     let (starts, host_wait) = outcome.settle();
+    if let Some(idle) = left {
+        inner.tasks_left(idle);
+    }
     for start in starts {
         launch(inner, start);
     }
@@ -310,6 +315,7 @@ pub(crate) fn end_and_hand_off(
         st.hand_off_host_wait = true;
         !st.dispatcher_timed
     };
+    let idle = st.entries.is_empty();
     drop(st);
     drop(gov_scan);
     if let Some(released) = released {
@@ -317,7 +323,7 @@ pub(crate) fn end_and_hand_off(
     }
     drop(dropped);
     let (starts, _) = outcome.settle();
-    inner.tasks.bump();
+    inner.tasks_left(idle);
     if wake_dispatcher {
         inner.wake_dispatcher();
     }
@@ -558,10 +564,14 @@ pub(crate) fn run_chain(inner: &Arc<Inner>, start: Start) {
         {
             drop(reservation);
             let now = inner.governor.now();
-            let dropped = inner.lock().finish(id, TaskState::Failed, Some(message), now);
+            let (dropped, idle) = {
+                let mut st = inner.lock();
+                let dropped = st.finish(id, TaskState::Failed, Some(message), now);
+                (dropped, st.entries.is_empty())
+            };
             drop(dropped);
             drop(callback);
-            inner.tasks.bump();
+            inner.tasks_left(idle);
             inner.wake_dispatcher();
             #[cfg(test)]
             inner.in_flight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);

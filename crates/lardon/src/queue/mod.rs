@@ -134,8 +134,13 @@ pub(crate) struct Inner {
     pub(crate) state: Mutex<QueueState>,
     /// Wakes the dispatcher.
     pub(crate) dispatch: Arc<Signal>,
-    /// Wakes tasks blocked in `checkpoint`/`sequence_break`, and `close`.
+    /// Wakes tasks blocked in `checkpoint`/`sequence_break`, and callers
+    /// of `wait` (bumped whenever a task leaves the live set).
     pub(crate) tasks: Arc<Signal>,
+    /// Wakes callers of `wait_idle` and `close`: bumped only when the last
+    /// live task leaves, so a caller waiting for a drained queue is not
+    /// woken (a futex wake and a context switch) at every task end.
+    pub(crate) idle: Signal,
     pub(crate) not_full: Condvar,
     pub(crate) pool: Arc<Pool>,
     /// The dispatcher's Governor waker (wakes `dispatch`), kept so a scan
@@ -161,6 +166,17 @@ impl Inner {
 
     pub(crate) fn wake_dispatcher(&self) {
         self.dispatch.bump();
+    }
+
+    /// Tells waiters that tasks left the live set (call after the change
+    /// is made under the queue lock, with or without that lock): every
+    /// `wait` caller, and `wait_idle` callers when `idle` (the live set
+    /// was empty after the change).
+    pub(crate) fn tasks_left(&self, idle: bool) {
+        self.tasks.bump();
+        if idle {
+            self.idle.bump();
+        }
     }
 }
 
@@ -219,6 +235,7 @@ impl TaskQueue {
             dispatch,
             last_sample: Mutex::new(None),
             tasks: Arc::new(Signal::default()),
+            idle: Signal::default(),
             not_full: Condvar::new(),
             pool,
             #[cfg(test)]
@@ -349,8 +366,12 @@ impl TaskQueue {
             }
             None => Vec::new(),
         };
+        let left = (!dropped.is_empty()).then(|| st.entries.is_empty());
         drop(st);
         drop(dropped);
+        if let Some(idle) = left {
+            self.inner.tasks_left(idle);
+        }
         self.inner.wake_dispatcher();
         Ok(id)
     }
@@ -374,9 +395,11 @@ impl TaskQueue {
         if st.blocked_submits > 0 {
             self.inner.not_full.notify_all();
         }
+        let idle = st.entries.is_empty();
         drop(st);
         drop(dropped);
-        self.inner.tasks.bump();
+        // Also wakes a running task's `checkpoint`, which sees the cancel.
+        self.inner.tasks_left(idle);
         self.inner.wake_dispatcher();
         Ok(())
     }
@@ -558,13 +581,17 @@ impl TaskQueue {
     }
 
     /// Blocks until no task is live.
+    ///
+    /// # Blocking
+    /// Sleeps on the queue's idle signal, which is bumped only when the
+    /// last live task leaves (not at every task end); never polls.
     pub fn wait_idle(&self) {
         loop {
-            let epoch = self.inner.tasks.epoch();
+            let epoch = self.inner.idle.epoch();
             if self.inner.lock().entries.is_empty() {
                 return;
             }
-            self.inner.tasks.wait(epoch, None);
+            self.inner.idle.wait(epoch, None);
         }
     }
 
@@ -589,9 +616,10 @@ impl TaskQueue {
             e.cancel_requested = true;
         }
         self.inner.not_full.notify_all();
+        let idle = st.entries.is_empty();
         drop(st);
         drop(dropped);
-        self.inner.tasks.bump();
+        self.inner.tasks_left(idle);
         self.inner.wake_dispatcher();
         self.wait_idle();
         let handle = crate::sync::lock(&self.dispatcher).take();

@@ -13,6 +13,7 @@ use crate::{
 
 mod handoff;
 mod messages;
+mod wakes;
 mod withdraw;
 
 const GIB: u64 = 1 << 30;
