@@ -19,7 +19,7 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use crate::decision::{Decision, DecisionKind, ReasonCode};
+use crate::decision::{Decision, DecisionKind, Reason, ReasonCode};
 use crate::governor::Hold;
 use crate::progress::Phase;
 use crate::reservation::Reservation;
@@ -348,6 +348,7 @@ fn scan_locked(
     let fresh = std::mem::take(&mut st.fresh);
     let bound = inner.config.starvation_bound;
     let unified = gov_scan.gpus_unified();
+    let cap = gov_scan.max_running();
     let mut head: Option<TaskId> = None;
     let mut hold: Option<Hold> = None;
     let mut bypassed_head = false;
@@ -398,8 +399,29 @@ fn scan_locked(
         if e.state == TaskState::Paused || !e.waiting_on.is_empty() || !e.waiting_any.is_empty() {
             continue;
         }
-        let need = Need::of(&e.envelope, unified);
         let evaluated_before = e.last_decision.is_some();
+        // The running cap reached, no evaluation can grant (`max_running`
+        // is admission's last step), so a task evaluated before is not
+        // evaluated again: the scan goes on as if it had answered that
+        // queue-wide WAIT, and only fresh tasks are still evaluated (so an
+        // impossible one is still rejected at once). On a busy queue this
+        // spares an admission per task: the one after the task a hand-off
+        // starts.
+        if evaluated_before
+            && let Some(cap) = cap
+            && st.running >= cap as usize
+        {
+            blocked.all = true;
+            head.get_or_insert(id);
+            queue_wait.get_or_insert_with(|| Recorded {
+                kind: DecisionKind::Wait,
+                reason: ReasonCode::MaxRunning,
+                note: Note::Reason(Reason::max_running(st.running, cap)),
+                at: now,
+            });
+            continue;
+        }
+        let need = Need::of(&e.envelope, unified);
         // A head with a hold pending is always evaluated (it sets the hold).
         if evaluated_before && head.is_some() && need.as_ref().is_some_and(|n| blocked.covers(n)) {
             continue;
