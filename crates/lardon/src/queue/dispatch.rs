@@ -79,6 +79,38 @@ impl Need {
     }
 }
 
+/// Reasons that make every later task of a scan wait alike (host- or
+/// queue-wide), whatever it needs.
+fn queue_wide(reason: ReasonCode) -> bool {
+    matches!(
+        reason,
+        ReasonCode::StaleSnapshot
+            | ReasonCode::InvalidSnapshot
+            | ReasonCode::ProbeFailed
+            | ReasonCode::PressureRed
+            | ReasonCode::CpuLoad
+            | ReasonCode::CpuPressure
+            | ReasonCode::MemoryPressure
+            | ReasonCode::MaxRunning
+    )
+}
+
+/// The scan's last evaluation, when it answered a queue-wide WAIT: a task
+/// with an equal envelope evaluated right after it, with the same running
+/// count and hold, would get the same answer (admission is a function of
+/// the ledger, the estimate, the snapshot, the clock, the running count
+/// and the hold, and none of them changed in between), so it is given
+/// that answer without a second admission. A burst of equal tasks
+/// submitted while the queue is full (`lardon submit --each`, the queue
+/// bench) then costs one admission, not one per task.
+struct Reuse {
+    /// The task that was evaluated (still pending: it waited).
+    id: TaskId,
+    why: Reason,
+    running: usize,
+    held: bool,
+}
+
 impl Blocked {
     fn covers(&self, need: &Need) -> bool {
         self.all
@@ -91,18 +123,11 @@ impl Blocked {
     }
 
     fn learn(&mut self, reason: ReasonCode, need: Option<&Need>) {
+        if queue_wide(reason) {
+            self.all = true;
+            return;
+        }
         match (reason, need) {
-            (
-                ReasonCode::StaleSnapshot
-                | ReasonCode::InvalidSnapshot
-                | ReasonCode::ProbeFailed
-                | ReasonCode::PressureRed
-                | ReasonCode::CpuLoad
-                | ReasonCode::CpuPressure
-                | ReasonCode::MemoryPressure
-                | ReasonCode::MaxRunning,
-                _,
-            ) => self.all = true,
             (ReasonCode::Memory, Some(n)) => {
                 self.memory = Some(self.memory.map_or(n.memory, |m| m.min(n.memory)))
             }
@@ -345,7 +370,10 @@ fn scan_locked(
     snap: &Snapshot,
     now: crate::MonoTime,
 ) -> Outcome {
-    let fresh = std::mem::take(&mut st.fresh);
+    // The fresh list and the walk's batch are buffers kept in the state
+    // (handed back below, capacity kept): no allocation per scan or per
+    // submit once they have grown.
+    let mut fresh = std::mem::take(&mut st.fresh);
     let bound = inner.config.starvation_bound;
     let unified = gov_scan.gpus_unified();
     let cap = gov_scan.max_running();
@@ -358,6 +386,7 @@ fn scan_locked(
     let mut unused: Vec<Reservation> = Vec::new();
     let mut blocked = Blocked::default();
     let mut queue_wait: Option<Recorded> = None;
+    let mut reuse: Option<Reuse> = None;
     // Walk the pending order with a cursor (tasks leave it as they start);
     // once a queue- or host-wide reason blocks everything, only tasks never
     // evaluated are still looked at (so an impossible one is rejected now).
@@ -365,16 +394,20 @@ fn scan_locked(
     // task): a task the walk started or ended meanwhile is still in the
     // batch, and is skipped below as started or gone.
     let mut cursor: Option<(i64, u64)> = None;
-    let mut batch: Vec<TaskId> = Vec::new();
+    let mut batch = std::mem::take(&mut st.walk);
+    batch.clear();
     // Batches grow from 2: a hand-off's scan usually stops after one or
     // two tasks (the first admitted, the next blocked queue-wide), so
     // copying 64 keys out of the pending order would be wasted.
     let mut batch_size = 2;
-    let mut fresh = fresh.into_iter();
+    let mut next_fresh = 0;
     loop {
         let id = if blocked.all {
-            match fresh.next() {
-                Some(id) => id,
+            match fresh.get(next_fresh) {
+                Some(&id) => {
+                    next_fresh += 1;
+                    id
+                }
                 None => break,
             }
         } else {
@@ -427,7 +460,24 @@ fn scan_locked(
             continue;
         }
         let is_head = head.is_none();
-        let result = gov_scan.reserve(&e.envelope, snap, st.running, hold.as_ref());
+        let reused = reuse
+            .as_ref()
+            .filter(|r| r.running == st.running && r.held == hold.is_some())
+            .filter(|r| st.entries.get(&r.id).is_some_and(|t| t.envelope == e.envelope))
+            .map(|r| r.why.clone());
+        let result = match reused {
+            Some(why) => Err(Decision::Wait(why)),
+            None => {
+                let result = gov_scan.reserve(&e.envelope, snap, st.running, hold.as_ref());
+                reuse = match &result {
+                    Err(Decision::Wait(why)) if queue_wide(why.code()) => {
+                        Some(Reuse { id, why: why.clone(), running: st.running, held: hold.is_some() })
+                    }
+                    _ => None,
+                };
+                result
+            }
+        };
         match result {
             Ok(reservation) => {
                 if !is_head {
@@ -487,6 +537,10 @@ fn scan_locked(
         e.bypassed_since.get_or_insert(now);
     }
     st.queue_wait = queue_wait;
+    // Nothing was submitted meanwhile (the scan holds the queue lock).
+    fresh.clear();
+    st.fresh = fresh;
+    st.walk = batch;
     if let Some(generation) = gov_scan.generation() {
         st.scanned_generation = st.scanned_generation.max(generation);
     }

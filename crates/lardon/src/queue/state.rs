@@ -231,6 +231,9 @@ pub(crate) struct QueueState {
     /// Tasks submitted since the last scan (evaluated even when a
     /// queue-wide reason stops the scan early).
     pub(crate) fresh: Vec<TaskId>,
+    /// The scan's buffer for the pending order it reads in batches (kept
+    /// between scans: its capacity is reused).
+    pub(crate) walk: Vec<TaskId>,
     pub(crate) subscribers: Vec<Sender<QueueEvent>>,
     /// Events emitted so far (see [`super::TaskQueue::events_emitted`]).
     pub(crate) emitted: u64,
@@ -306,10 +309,13 @@ impl QueueState {
         while let Some((id, state, message)) = next.take().or_else(|| ended.pop()) {
             let Some(mut e) = self.entries.remove(&id) else { continue };
             debug_assert!(!e.state.is_terminal(), "a terminal state is final");
-            self.pending.remove(&e.order_key());
+            // A started task left the pending order when it started.
             if e.started {
                 self.running -= 1;
+            } else {
+                self.pending.remove(&e.order_key());
             }
+            debug_assert!(!self.pending.contains_key(&e.order_key()));
             e.state = state;
             e.finished_at = Some(now);
             e.message = message.clone();

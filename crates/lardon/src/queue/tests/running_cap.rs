@@ -62,3 +62,41 @@ fn raising_the_cap_starts_a_waiting_task_at_once() {
     gate.send(()).unwrap();
     assert_eq!(r.finished(blocker), TaskState::Completed);
 }
+
+/// A burst of fresh tasks met by one scan at the cap: equal tasks share
+/// the first one's queue-wide WAIT, but a task with another envelope is
+/// evaluated itself (an impossible one among them is rejected at once).
+/// The burst is held together by holding the host-sample cache, the first
+/// lock a dispatcher scan takes.
+///
+/// To see it fail, drop the envelope comparison from the reuse in
+/// `dispatch::scan_locked`: the impossible task is told to wait for the
+/// cap like the others.
+#[test]
+fn a_burst_at_the_cap_shares_a_wait_only_between_equal_tasks() {
+    let r = rig_with(QueueConfig::default(), |p| p.max_running = Some(1));
+    let (gate, cb) = gated();
+    let blocker = r.queue.submit(Task::new("blocker", mem(GIB), cb)).unwrap();
+    r.started(blocker);
+    let cache = crate::sync::lock(&r.queue.inner.last_sample);
+    let w1 = r.queue.submit(Task::new("w1", mem(GIB), |_| Ok(()))).unwrap();
+    let w2 = r.queue.submit(Task::new("w2", mem(GIB), |_| Ok(()))).unwrap();
+    let huge = r.queue.submit(Task::new("huge", mem(20 * GIB), |_| Ok(()))).unwrap();
+    let w3 = r.queue.submit(Task::new("w3", mem(GIB), |_| Ok(()))).unwrap();
+    drop(cache);
+    assert_eq!(r.finished(huge), TaskState::Failed, "rejected while the blocker still runs");
+    assert_eq!(r.queue.get(huge).unwrap().last_decision.unwrap().reason, ReasonCode::Impossible);
+    for id in [w1, w2, w3] {
+        let view = r.queue.get(id).unwrap();
+        assert_eq!(view.state, TaskState::Pending, "{id}");
+        let decision = view.last_decision.unwrap();
+        assert_eq!(
+            (decision.reason, decision.message.as_str()),
+            (ReasonCode::MaxRunning, "1 task(s) running, the cap is 1")
+        );
+    }
+    gate.send(()).unwrap();
+    for id in [blocker, w1, w2, w3] {
+        assert_eq!(r.finished(id), TaskState::Completed);
+    }
+}
