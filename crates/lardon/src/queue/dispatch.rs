@@ -27,123 +27,10 @@ use crate::snapshot::Snapshot;
 
 use super::context::{TaskContext, run_callback};
 use super::events::QueueEvent;
+use super::skip::{Blocked, Need, Reuse, queue_wide};
 use super::state::{Note, QueueState, Recorded};
 use super::task::{Callback, TaskId, TaskState};
 use super::{Inner, MutexGuard};
-
-/// What earlier waits in this scan prove about later tasks: a task that
-/// was already evaluated once and needs at least as much of a resource that
-/// made an earlier task wait would wait too, so it is not evaluated again
-/// (this keeps a scan over a long backlog cheap). Fresh tasks are always
-/// evaluated, so an impossible task is rejected at once.
-#[derive(Default)]
-struct Blocked {
-    /// A host-wide or queue-wide reason: every later evaluated task waits
-    /// (and keeps its last decision: re-recording it would cost a pass over
-    /// the whole backlog).
-    all: bool,
-    memory: Option<u64>,
-    cpu: Option<u64>,
-    io: bool,
-    /// Some task waited for a GPU slot: every GPU task would.
-    gpu_slot: bool,
-    /// The smallest per-device GPU memory that waited.
-    gpu_memory: Option<u64>,
-    scratch: Option<u64>,
-}
-
-/// The minimum a single-alternative task needs to start.
-struct Need {
-    memory: u64,
-    cpu: u64,
-    io: bool,
-    gpu: bool,
-    /// Per-device GPU memory at `batch_min` (0 on unified hosts: folded).
-    gpu_memory: u64,
-    scratch: u64,
-}
-
-impl Need {
-    fn of(envelope: &crate::envelope::Envelope, unified: bool) -> Option<Need> {
-        let [alt] = envelope.alternatives() else { return None };
-        let e = alt.estimate();
-        let gpu_bytes = if unified { e.gpu_memory_for(e.batch_min()).unwrap_or(u64::MAX) } else { 0 };
-        Some(Need {
-            memory: e.memory_for(e.batch_min()).unwrap_or(u64::MAX).saturating_add(gpu_bytes),
-            cpu: u64::from(if e.cpus_reducible() { e.cpus().min(1000) } else { e.cpus() }),
-            io: e.io_slots() > 0,
-            gpu: e.gpu_slots() > 0,
-            gpu_memory: if unified { 0 } else { e.gpu_memory_for(e.batch_min()).unwrap_or(u64::MAX) },
-            scratch: e.scratch_bytes(),
-        })
-    }
-}
-
-/// Reasons that make every later task of a scan wait alike (host- or
-/// queue-wide), whatever it needs.
-fn queue_wide(reason: ReasonCode) -> bool {
-    matches!(
-        reason,
-        ReasonCode::StaleSnapshot
-            | ReasonCode::InvalidSnapshot
-            | ReasonCode::ProbeFailed
-            | ReasonCode::PressureRed
-            | ReasonCode::CpuLoad
-            | ReasonCode::CpuPressure
-            | ReasonCode::MemoryPressure
-            | ReasonCode::MaxRunning
-    )
-}
-
-/// The scan's last evaluation, when it answered a queue-wide WAIT: a task
-/// with an equal envelope evaluated right after it, with the same running
-/// count and hold, would get the same answer (admission is a function of
-/// the ledger, the estimate, the snapshot, the clock, the running count
-/// and the hold, and none of them changed in between), so it is given
-/// that answer without a second admission. A burst of equal tasks
-/// submitted while the queue is full (`lardon submit --each`, the queue
-/// bench) then costs one admission, not one per task.
-struct Reuse {
-    /// The task that was evaluated (still pending: it waited).
-    id: TaskId,
-    why: Reason,
-    running: usize,
-    held: bool,
-}
-
-impl Blocked {
-    fn covers(&self, need: &Need) -> bool {
-        self.all
-            || self.memory.is_some_and(|m| need.memory >= m)
-            || self.cpu.is_some_and(|c| need.cpu >= c)
-            || (self.io && need.io)
-            || (self.gpu_slot && need.gpu)
-            || self.gpu_memory.is_some_and(|g| need.gpu && need.gpu_memory >= g)
-            || self.scratch.is_some_and(|b| need.scratch >= b && need.scratch > 0)
-    }
-
-    fn learn(&mut self, reason: ReasonCode, need: Option<&Need>) {
-        if queue_wide(reason) {
-            self.all = true;
-            return;
-        }
-        match (reason, need) {
-            (ReasonCode::Memory, Some(n)) => {
-                self.memory = Some(self.memory.map_or(n.memory, |m| m.min(n.memory)))
-            }
-            (ReasonCode::Cpu, Some(n)) => self.cpu = Some(self.cpu.map_or(n.cpu, |c| c.min(n.cpu))),
-            (ReasonCode::IoSlot | ReasonCode::IoPressure, Some(_)) => self.io = true,
-            (ReasonCode::GpuSlot, Some(_)) => self.gpu_slot = true,
-            (ReasonCode::GpuMemory, Some(n)) => {
-                self.gpu_memory = Some(self.gpu_memory.map_or(n.gpu_memory, |g| g.min(n.gpu_memory)));
-            }
-            (ReasonCode::Scratch, Some(n)) => {
-                self.scratch = Some(self.scratch.map_or(n.scratch, |b| b.min(n.scratch)));
-            }
-            _ => {}
-        }
-    }
-}
 
 /// Most pending tasks read per descent of the pending order during a scan
 /// (the first descents read fewer, see `scan_locked`).
@@ -550,50 +437,6 @@ fn scan_locked(
     Outcome { starts, host_wait, dropped, unused }
 }
 
-/// "batch N, X memory, Y CPUs": a grant's recorded message, written when
-/// an observer reads it (a view, or an event for a subscriber), in one
-/// allocation and without float formatting.
-pub(crate) fn granted_message(batch: u64, memory: u64, cpu_millis: u32) -> String {
-    use std::fmt::Write;
-    let mut m = String::with_capacity(48);
-    let _ = write!(m, "batch {batch}, ");
-    write_bytes(&mut m, memory);
-    m.push_str(" memory, ");
-    crate::units::write_cpus(&mut m, cpu_millis);
-    m.push_str(" CPUs");
-    m
-}
-
-/// Writes exactly what [`crate::units::format_bytes`] returns, in integer
-/// arithmetic: `{:.1}` of the exact quotient, ties to even (the quotient
-/// of an integer by a power of two is exact in an `f64` up to 2^53 bytes;
-/// above, the float version is used).
-fn write_bytes(out: &mut String, bytes: u64) {
-    use std::fmt::Write;
-    const NAMES: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if bytes < 1024 {
-        let _ = write!(out, "{bytes} B");
-        return;
-    }
-    if bytes >= 1 << 53 {
-        out.push_str(&crate::units::format_bytes(bytes));
-        return;
-    }
-    let mut unit = 0;
-    while unit + 1 < NAMES.len() && bytes >> (10 * (unit + 2)) > 0 {
-        unit += 1;
-    }
-    let shift = 10 * (unit as u32 + 1);
-    let scaled = u128::from(bytes) * 10;
-    let mut tenths = scaled >> shift;
-    let rest = scaled & ((1u128 << shift) - 1);
-    let half = 1u128 << (shift - 1);
-    if rest > half || (rest == half && tenths % 2 == 1) {
-        tenths += 1;
-    }
-    let _ = write!(out, "{}.{} {}", tenths / 10, tenths % 10, NAMES[unit]);
-}
-
 /// PENDING → RUNNING under the lock; returns the callback to run.
 fn start(
     st: &mut MutexGuard<'_, QueueState>,
@@ -655,57 +498,5 @@ pub(crate) fn run_chain(inner: &Arc<Inner>, start: Start) {
         }
         let ctx = TaskContext::new(Arc::clone(inner), id, reservation);
         next = run_callback(ctx, callback);
-    }
-}
-
-#[cfg(all(test, not(loom)))]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
-    use super::{granted_message, write_bytes};
-
-    /// A grant's recorded message says what `format_bytes` and
-    /// `format_cpus` say, whole and fractional CPUs alike.
-    #[test]
-    fn granted_message_matches_the_formatters() {
-        use crate::{Estimate, FakeProbe, Governor, HostPolicy, HostProfile, format_bytes, format_cpus};
-        let profile = HostProfile::new(64 << 30, 16);
-        let governor = Governor::new(HostPolicy::default_for(&profile), FakeProbe::new(profile)).unwrap();
-        for (memory, millis) in [(1u64 << 20, 100u32), (3 << 30, 1000), (1536, 2500), (5 << 30, 1005)] {
-            let estimate = Estimate::builder().memory(memory).cpu_millis(millis).build();
-            let r = governor.reserve_available(&estimate).expect("admitted");
-            let c = r.contract();
-            let expected = format!(
-                "batch {}, {} memory, {} CPUs",
-                c.batch,
-                format_bytes(c.memory),
-                format_cpus(c.cpu_millis)
-            );
-            assert_eq!(granted_message(c.batch, c.memory, c.cpu_millis), expected);
-        }
-    }
-
-    /// The integer writer says exactly what `format_bytes` says: unit
-    /// boundaries, ties (1280 B = 1.25 KiB), and a spread of other values.
-    #[test]
-    fn write_bytes_matches_format_bytes() {
-        let mut values: Vec<u64> = vec![0, 1, 1023, 1024, 1075, 1126, 1280, 1331, 1_048_575, 1_048_576];
-        for k in 1..=5u32 {
-            let unit = 1u64 << (10 * k);
-            for m in [1u64, 3, 5, 7, 999, 1023, 1024] {
-                values.extend([unit * m, unit * m - 1, unit * m + unit / 20, unit * m + unit / 2]);
-            }
-        }
-        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-        for _ in 0..20_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            values.push(x >> (x % 50));
-        }
-        for v in values {
-            let mut mine = String::new();
-            write_bytes(&mut mine, v);
-            assert_eq!(mine, crate::units::format_bytes(v), "{v} bytes");
-        }
     }
 }

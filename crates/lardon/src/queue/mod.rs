@@ -13,11 +13,13 @@
 mod context;
 mod dispatch;
 mod events;
+mod grant_text;
 #[cfg(all(test, loom))]
 mod loom_tests;
 #[cfg(all(test, not(loom)))]
 mod prop_tests;
 mod signal;
+mod skip;
 mod state;
 mod task;
 #[cfg(all(test, not(loom)))]

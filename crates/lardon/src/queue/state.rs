@@ -74,7 +74,7 @@ impl Note {
             Note::Text(text) => text.clone(),
             Note::Reason(reason) => reason.message().to_owned(),
             Note::Granted { batch, memory, cpu_millis } => {
-                super::dispatch::granted_message(*batch, *memory, *cpu_millis)
+                super::grant_text::granted_message(*batch, *memory, *cpu_millis)
             }
         }
     }
