@@ -16,7 +16,6 @@
 //! - a task moves PENDING → RUNNING only inside a scan, holding the
 //!   reservation the scan just granted.
 
-use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::decision::{Decision, DecisionKind, Reason, ReasonCode};
@@ -139,7 +138,7 @@ fn scan(inner: &Arc<Inner>, force: bool) -> Option<bool> {
     let snap = match snap {
         Ok(s) => s,
         Err(message) => {
-            let ids: Vec<TaskId> = st.pending.values().copied().collect();
+            let ids: Vec<TaskId> = st.pending.values().collect();
             for id in ids {
                 st.record_decision(id, DecisionKind::Wait, ReasonCode::ProbeFailed, &message, now);
             }
@@ -277,7 +276,7 @@ fn scan_locked(
     // Walk the pending order with a cursor (tasks leave it as they start);
     // once a queue- or host-wide reason blocks everything, only tasks never
     // evaluated are still looked at (so an impossible one is rejected now).
-    // The cursor is read in batches (one tree descent per batch, not per
+    // The cursor is read in batches (one lane lookup per batch, not per
     // task): a task the walk started or ended meanwhile is still in the
     // batch, and is skipped below as started or gone.
     let mut cursor: Option<(i64, u64)> = None;
@@ -299,10 +298,9 @@ fn scan_locked(
             }
         } else {
             if batch.is_empty() {
-                let from = cursor.map_or(Bound::Unbounded, Bound::Excluded);
-                for (key, id) in st.pending.range((from, Bound::Unbounded)).take(batch_size) {
-                    cursor = Some(*key);
-                    batch.push(*id);
+                for (key, id) in st.pending.after(cursor).take(batch_size) {
+                    cursor = Some(key);
+                    batch.push(id);
                 }
                 batch_size = (batch_size * 2).min(WALK_BATCH);
                 batch.reverse();

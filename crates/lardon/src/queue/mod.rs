@@ -17,6 +17,7 @@ mod grant_text;
 #[cfg(all(test, loom))]
 mod loom_tests;
 mod observe;
+mod pending;
 #[cfg(all(test, not(loom)))]
 mod prop_tests;
 mod signal;

@@ -10,7 +10,7 @@
 //! - a RUNNING task's entry has no callback left (it was taken once);
 //! - `history.len() ≤ HISTORY`.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::Sender;
 
 use crate::clock::MonoTime;
@@ -21,6 +21,7 @@ use crate::idhash::Ids;
 use crate::progress::{Outcome, ProgressTracker};
 
 use super::events::{DecisionRecord, QueueEvent, TaskView};
+use super::pending::PendingOrder;
 use super::task::{Callback, TaskId, TaskState};
 
 /// Terminal tasks kept for `snapshot`.
@@ -202,7 +203,7 @@ impl Retired {
 #[derive(Default)]
 pub(crate) struct QueueState {
     pub(crate) entries: HashMap<TaskId, Entry, Ids>,
-    pub(crate) pending: BTreeMap<(i64, u64), TaskId>,
+    pub(crate) pending: PendingOrder,
     /// The queue- or host-wide wait that stopped the last scan early, if
     /// one did (see [`Entry::view`]).
     pub(crate) queue_wait: Option<Recorded>,
