@@ -59,6 +59,13 @@ impl Scan<'_> {
         self.guard.as_ref().is_some_and(|g| g.profile.gpus_unified())
     }
 
+    /// The policy's `max_running` cap as of now, under the scan's lock (it
+    /// cannot change while the scan lasts): with at least that many tasks
+    /// running, no evaluation of this scan can grant.
+    pub(crate) fn max_running(&self) -> Option<u32> {
+        self.guard.as_ref().and_then(|g| g.policy.max_running)
+    }
+
     /// The generation as of now, under the scan's lock: every change up to
     /// it has been seen by this scan's evaluations.
     pub(crate) fn generation(&self) -> Option<u64> {

@@ -16,10 +16,9 @@
 //! - a task moves PENDING → RUNNING only inside a scan, holding the
 //!   reservation the scan just granted.
 
-use std::ops::Bound;
 use std::sync::Arc;
 
-use crate::decision::{Decision, DecisionKind, ReasonCode};
+use crate::decision::{Decision, DecisionKind, Reason, ReasonCode};
 use crate::governor::Hold;
 use crate::progress::Phase;
 use crate::reservation::Reservation;
@@ -27,98 +26,10 @@ use crate::snapshot::Snapshot;
 
 use super::context::{TaskContext, run_callback};
 use super::events::QueueEvent;
+use super::skip::{Blocked, Need, Reuse, queue_wide};
 use super::state::{Note, QueueState, Recorded};
 use super::task::{Callback, TaskId, TaskState};
 use super::{Inner, MutexGuard};
-
-/// What earlier waits in this scan prove about later tasks: a task that
-/// was already evaluated once and needs at least as much of a resource that
-/// made an earlier task wait would wait too, so it is not evaluated again
-/// (this keeps a scan over a long backlog cheap). Fresh tasks are always
-/// evaluated, so an impossible task is rejected at once.
-#[derive(Default)]
-struct Blocked {
-    /// A host-wide or queue-wide reason: every later evaluated task waits
-    /// (and keeps its last decision: re-recording it would cost a pass over
-    /// the whole backlog).
-    all: bool,
-    memory: Option<u64>,
-    cpu: Option<u64>,
-    io: bool,
-    /// Some task waited for a GPU slot: every GPU task would.
-    gpu_slot: bool,
-    /// The smallest per-device GPU memory that waited.
-    gpu_memory: Option<u64>,
-    scratch: Option<u64>,
-}
-
-/// The minimum a single-alternative task needs to start.
-struct Need {
-    memory: u64,
-    cpu: u64,
-    io: bool,
-    gpu: bool,
-    /// Per-device GPU memory at `batch_min` (0 on unified hosts: folded).
-    gpu_memory: u64,
-    scratch: u64,
-}
-
-impl Need {
-    fn of(envelope: &crate::envelope::Envelope, unified: bool) -> Option<Need> {
-        let [alt] = envelope.alternatives() else { return None };
-        let e = alt.estimate();
-        let gpu_bytes = if unified { e.gpu_memory_for(e.batch_min()).unwrap_or(u64::MAX) } else { 0 };
-        Some(Need {
-            memory: e.memory_for(e.batch_min()).unwrap_or(u64::MAX).saturating_add(gpu_bytes),
-            cpu: u64::from(if e.cpus_reducible() { e.cpus().min(1000) } else { e.cpus() }),
-            io: e.io_slots() > 0,
-            gpu: e.gpu_slots() > 0,
-            gpu_memory: if unified { 0 } else { e.gpu_memory_for(e.batch_min()).unwrap_or(u64::MAX) },
-            scratch: e.scratch_bytes(),
-        })
-    }
-}
-
-impl Blocked {
-    fn covers(&self, need: &Need) -> bool {
-        self.all
-            || self.memory.is_some_and(|m| need.memory >= m)
-            || self.cpu.is_some_and(|c| need.cpu >= c)
-            || (self.io && need.io)
-            || (self.gpu_slot && need.gpu)
-            || self.gpu_memory.is_some_and(|g| need.gpu && need.gpu_memory >= g)
-            || self.scratch.is_some_and(|b| need.scratch >= b && need.scratch > 0)
-    }
-
-    fn learn(&mut self, reason: ReasonCode, need: Option<&Need>) {
-        match (reason, need) {
-            (
-                ReasonCode::StaleSnapshot
-                | ReasonCode::InvalidSnapshot
-                | ReasonCode::ProbeFailed
-                | ReasonCode::PressureRed
-                | ReasonCode::CpuLoad
-                | ReasonCode::CpuPressure
-                | ReasonCode::MemoryPressure
-                | ReasonCode::MaxRunning,
-                _,
-            ) => self.all = true,
-            (ReasonCode::Memory, Some(n)) => {
-                self.memory = Some(self.memory.map_or(n.memory, |m| m.min(n.memory)))
-            }
-            (ReasonCode::Cpu, Some(n)) => self.cpu = Some(self.cpu.map_or(n.cpu, |c| c.min(n.cpu))),
-            (ReasonCode::IoSlot | ReasonCode::IoPressure, Some(_)) => self.io = true,
-            (ReasonCode::GpuSlot, Some(_)) => self.gpu_slot = true,
-            (ReasonCode::GpuMemory, Some(n)) => {
-                self.gpu_memory = Some(self.gpu_memory.map_or(n.gpu_memory, |g| g.min(n.gpu_memory)));
-            }
-            (ReasonCode::Scratch, Some(n)) => {
-                self.scratch = Some(self.scratch.map_or(n.scratch, |b| b.min(n.scratch)));
-            }
-            _ => {}
-        }
-    }
-}
 
 /// Most pending tasks read per descent of the pending order during a scan
 /// (the first descents read fewer, see `scan_locked`).
@@ -227,7 +138,7 @@ fn scan(inner: &Arc<Inner>, force: bool) -> Option<bool> {
     let snap = match snap {
         Ok(s) => s,
         Err(message) => {
-            let ids: Vec<TaskId> = st.pending.values().copied().collect();
+            let ids: Vec<TaskId> = st.pending.values().collect();
             for id in ids {
                 st.record_decision(id, DecisionKind::Wait, ReasonCode::ProbeFailed, &message, now);
             }
@@ -236,11 +147,16 @@ fn scan(inner: &Arc<Inner>, force: bool) -> Option<bool> {
     };
     let mut gov_scan = inner.governor.scan_for(&inner.dispatch_waker);
     let outcome = scan_locked(inner, &mut st, &mut gov_scan, &snap, now);
+    // A task the scan failed (rejected, or a dependency failed) left.
+    let left = (!outcome.dropped.is_empty()).then(|| st.entries.is_empty());
     // The queue lock goes first: ending the scan runs registered wakers
     // (async code's), which must never run under the queue lock.
     drop(st);
     drop(gov_scan);
     let (starts, host_wait) = outcome.settle();
+    if let Some(idle) = left {
+        inner.tasks_left(idle);
+    }
     for start in starts {
         launch(inner, start);
     }
@@ -310,6 +226,7 @@ pub(crate) fn end_and_hand_off(
         st.hand_off_host_wait = true;
         !st.dispatcher_timed
     };
+    let idle = st.entries.is_empty();
     drop(st);
     drop(gov_scan);
     if let Some(released) = released {
@@ -317,7 +234,7 @@ pub(crate) fn end_and_hand_off(
     }
     drop(dropped);
     let (starts, _) = outcome.settle();
-    inner.tasks.bump();
+    inner.tasks_left(idle);
     if wake_dispatcher {
         inner.wake_dispatcher();
     }
@@ -339,9 +256,13 @@ fn scan_locked(
     snap: &Snapshot,
     now: crate::MonoTime,
 ) -> Outcome {
-    let fresh = std::mem::take(&mut st.fresh);
+    // The fresh list and the walk's batch are buffers kept in the state
+    // (handed back below, capacity kept): no allocation per scan or per
+    // submit once they have grown.
+    let mut fresh = std::mem::take(&mut st.fresh);
     let bound = inner.config.starvation_bound;
     let unified = gov_scan.gpus_unified();
+    let cap = gov_scan.max_running();
     let mut head: Option<TaskId> = None;
     let mut hold: Option<Hold> = None;
     let mut bypassed_head = false;
@@ -351,31 +272,35 @@ fn scan_locked(
     let mut unused: Vec<Reservation> = Vec::new();
     let mut blocked = Blocked::default();
     let mut queue_wait: Option<Recorded> = None;
+    let mut reuse: Option<Reuse> = None;
     // Walk the pending order with a cursor (tasks leave it as they start);
     // once a queue- or host-wide reason blocks everything, only tasks never
     // evaluated are still looked at (so an impossible one is rejected now).
-    // The cursor is read in batches (one tree descent per batch, not per
+    // The cursor is read in batches (one lane lookup per batch, not per
     // task): a task the walk started or ended meanwhile is still in the
     // batch, and is skipped below as started or gone.
     let mut cursor: Option<(i64, u64)> = None;
-    let mut batch: Vec<TaskId> = Vec::new();
+    let mut batch = std::mem::take(&mut st.walk);
+    batch.clear();
     // Batches grow from 2: a hand-off's scan usually stops after one or
     // two tasks (the first admitted, the next blocked queue-wide), so
     // copying 64 keys out of the pending order would be wasted.
     let mut batch_size = 2;
-    let mut fresh = fresh.into_iter();
+    let mut next_fresh = 0;
     loop {
         let id = if blocked.all {
-            match fresh.next() {
-                Some(id) => id,
+            match fresh.get(next_fresh) {
+                Some(&id) => {
+                    next_fresh += 1;
+                    id
+                }
                 None => break,
             }
         } else {
             if batch.is_empty() {
-                let from = cursor.map_or(Bound::Unbounded, Bound::Excluded);
-                for (key, id) in st.pending.range((from, Bound::Unbounded)).take(batch_size) {
-                    cursor = Some(*key);
-                    batch.push(*id);
+                for (key, id) in st.pending.after(cursor).take(batch_size) {
+                    cursor = Some(key);
+                    batch.push(id);
                 }
                 batch_size = (batch_size * 2).min(WALK_BATCH);
                 batch.reverse();
@@ -392,14 +317,52 @@ fn scan_locked(
         if e.state == TaskState::Paused || !e.waiting_on.is_empty() || !e.waiting_any.is_empty() {
             continue;
         }
-        let need = Need::of(&e.envelope, unified);
         let evaluated_before = e.last_decision.is_some();
+        // The running cap reached, no evaluation can grant (`max_running`
+        // is admission's last step), so a task evaluated before is not
+        // evaluated again: the scan goes on as if it had answered that
+        // queue-wide WAIT, and only fresh tasks are still evaluated (so an
+        // impossible one is still rejected at once). On a busy queue this
+        // spares an admission per task: the one after the task a hand-off
+        // starts.
+        if evaluated_before
+            && let Some(cap) = cap
+            && st.running >= cap as usize
+        {
+            blocked.all = true;
+            head.get_or_insert(id);
+            queue_wait.get_or_insert_with(|| Recorded {
+                kind: DecisionKind::Wait,
+                reason: ReasonCode::MaxRunning,
+                note: Note::Reason(Reason::max_running(st.running, cap)),
+                at: now,
+            });
+            continue;
+        }
+        let need = Need::of(&e.envelope, unified);
         // A head with a hold pending is always evaluated (it sets the hold).
         if evaluated_before && head.is_some() && need.as_ref().is_some_and(|n| blocked.covers(n)) {
             continue;
         }
         let is_head = head.is_none();
-        let result = gov_scan.reserve(&e.envelope, snap, st.running, hold.as_ref());
+        let reused = reuse
+            .as_ref()
+            .filter(|r| r.running == st.running && r.held == hold.is_some())
+            .filter(|r| st.entries.get(&r.id).is_some_and(|t| t.envelope == e.envelope))
+            .map(|r| r.why.clone());
+        let result = match reused {
+            Some(why) => Err(Decision::Wait(why)),
+            None => {
+                let result = gov_scan.reserve(&e.envelope, snap, st.running, hold.as_ref());
+                reuse = match &result {
+                    Err(Decision::Wait(why)) if queue_wide(why.code()) => {
+                        Some(Reuse { id, why: why.clone(), running: st.running, held: hold.is_some() })
+                    }
+                    _ => None,
+                };
+                result
+            }
+        };
         match result {
             Ok(reservation) => {
                 if !is_head {
@@ -459,6 +422,10 @@ fn scan_locked(
         e.bypassed_since.get_or_insert(now);
     }
     st.queue_wait = queue_wait;
+    // Nothing was submitted meanwhile (the scan holds the queue lock).
+    fresh.clear();
+    st.fresh = fresh;
+    st.walk = batch;
     if let Some(generation) = gov_scan.generation() {
         st.scanned_generation = st.scanned_generation.max(generation);
     }
@@ -466,50 +433,6 @@ fn scan_locked(
         inner.not_full.notify_all();
     }
     Outcome { starts, host_wait, dropped, unused }
-}
-
-/// "batch N, X memory, Y CPUs": a grant's recorded message, written when
-/// an observer reads it (a view, or an event for a subscriber), in one
-/// allocation and without float formatting.
-pub(crate) fn granted_message(batch: u64, memory: u64, cpu_millis: u32) -> String {
-    use std::fmt::Write;
-    let mut m = String::with_capacity(48);
-    let _ = write!(m, "batch {batch}, ");
-    write_bytes(&mut m, memory);
-    m.push_str(" memory, ");
-    crate::units::write_cpus(&mut m, cpu_millis);
-    m.push_str(" CPUs");
-    m
-}
-
-/// Writes exactly what [`crate::units::format_bytes`] returns, in integer
-/// arithmetic: `{:.1}` of the exact quotient, ties to even (the quotient
-/// of an integer by a power of two is exact in an `f64` up to 2^53 bytes;
-/// above, the float version is used).
-fn write_bytes(out: &mut String, bytes: u64) {
-    use std::fmt::Write;
-    const NAMES: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if bytes < 1024 {
-        let _ = write!(out, "{bytes} B");
-        return;
-    }
-    if bytes >= 1 << 53 {
-        out.push_str(&crate::units::format_bytes(bytes));
-        return;
-    }
-    let mut unit = 0;
-    while unit + 1 < NAMES.len() && bytes >> (10 * (unit + 2)) > 0 {
-        unit += 1;
-    }
-    let shift = 10 * (unit as u32 + 1);
-    let scaled = u128::from(bytes) * 10;
-    let mut tenths = scaled >> shift;
-    let rest = scaled & ((1u128 << shift) - 1);
-    let half = 1u128 << (shift - 1);
-    if rest > half || (rest == half && tenths % 2 == 1) {
-        tenths += 1;
-    }
-    let _ = write!(out, "{}.{} {}", tenths / 10, tenths % 10, NAMES[unit]);
 }
 
 /// PENDING → RUNNING under the lock; returns the callback to run.
@@ -558,10 +481,14 @@ pub(crate) fn run_chain(inner: &Arc<Inner>, start: Start) {
         {
             drop(reservation);
             let now = inner.governor.now();
-            let dropped = inner.lock().finish(id, TaskState::Failed, Some(message), now);
+            let (dropped, idle) = {
+                let mut st = inner.lock();
+                let dropped = st.finish(id, TaskState::Failed, Some(message), now);
+                (dropped, st.entries.is_empty())
+            };
             drop(dropped);
             drop(callback);
-            inner.tasks.bump();
+            inner.tasks_left(idle);
             inner.wake_dispatcher();
             #[cfg(test)]
             inner.in_flight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
@@ -569,65 +496,5 @@ pub(crate) fn run_chain(inner: &Arc<Inner>, start: Start) {
         }
         let ctx = TaskContext::new(Arc::clone(inner), id, reservation);
         next = run_callback(ctx, callback);
-    }
-}
-
-#[cfg(all(test, not(loom)))]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
-    use super::{granted_message, write_bytes};
-
-    /// A grant's recorded message says what `format_bytes` and
-    /// `format_cpus` say, whole and fractional CPUs alike.
-    #[test]
-    fn granted_message_matches_the_formatters() {
-        use crate::{
-            Estimate, FakeClock, FakeProbe, Governor, HostPolicy, HostProfile, MonoTime, format_bytes,
-            format_cpus,
-        };
-        let profile = HostProfile::new(64 << 30, 16);
-        // A fake clock that stamps the snapshots: with the system clock, an
-        // unstamped snapshot is stale once the test binary has run a second
-        // (a busy machine's full suite), and nothing is admitted.
-        let clock = std::sync::Arc::new(FakeClock::new(MonoTime(1_000_000_000)));
-        let probe = FakeProbe::new(profile.clone()).stamped_by(clock.clone());
-        let governor = Governor::with_clock(HostPolicy::default_for(&profile), probe, clock).unwrap();
-        for (memory, millis) in [(1u64 << 20, 100u32), (3 << 30, 1000), (1536, 2500), (5 << 30, 1005)] {
-            let estimate = Estimate::builder().memory(memory).cpu_millis(millis).build();
-            let r = governor.reserve_available(&estimate).expect("admitted");
-            let c = r.contract();
-            let expected = format!(
-                "batch {}, {} memory, {} CPUs",
-                c.batch,
-                format_bytes(c.memory),
-                format_cpus(c.cpu_millis)
-            );
-            assert_eq!(granted_message(c.batch, c.memory, c.cpu_millis), expected);
-        }
-    }
-
-    /// The integer writer says exactly what `format_bytes` says: unit
-    /// boundaries, ties (1280 B = 1.25 KiB), and a spread of other values.
-    #[test]
-    fn write_bytes_matches_format_bytes() {
-        let mut values: Vec<u64> = vec![0, 1, 1023, 1024, 1075, 1126, 1280, 1331, 1_048_575, 1_048_576];
-        for k in 1..=5u32 {
-            let unit = 1u64 << (10 * k);
-            for m in [1u64, 3, 5, 7, 999, 1023, 1024] {
-                values.extend([unit * m, unit * m - 1, unit * m + unit / 20, unit * m + unit / 2]);
-            }
-        }
-        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-        for _ in 0..20_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            values.push(x >> (x % 50));
-        }
-        for v in values {
-            let mut mine = String::new();
-            write_bytes(&mut mine, v);
-            assert_eq!(mine, crate::units::format_bytes(v), "{v} bytes");
-        }
     }
 }

@@ -252,7 +252,7 @@ fn submit_racing_the_dispatcher_is_never_lost() {
 /// cancel; it is always woken, returns `Cancelled`, and the reservation is
 /// released exactly once.
 ///
-/// To see it fail (a loom deadlock), drop the `self.inner.tasks.bump()`
+/// To see it fail (a loom deadlock), drop the `self.inner.tasks_left(idle)`
 /// call from `TaskQueue::cancel`: a checkpoint about to sleep on the pause
 /// is never told about the cancel.
 #[test]

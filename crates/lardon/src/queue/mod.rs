@@ -13,11 +13,15 @@
 mod context;
 mod dispatch;
 mod events;
+mod grant_text;
 #[cfg(all(test, loom))]
 mod loom_tests;
+mod observe;
+mod pending;
 #[cfg(all(test, not(loom)))]
 mod prop_tests;
 mod signal;
+mod skip;
 mod state;
 mod task;
 #[cfg(all(test, not(loom)))]
@@ -25,7 +29,6 @@ mod tests;
 mod withdraw;
 mod worker;
 
-use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, PoisonError};
 use std::task::Waker;
 use std::time::Duration;
@@ -43,7 +46,7 @@ use crate::progress::ProgressTracker;
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Condvar, Mutex, MutexGuard};
 use signal::Signal;
-use state::{Entry, QueueState, Retired};
+use state::{Entry, QueueState};
 use worker::Pool;
 
 /// Tunables of a [`TaskQueue`].
@@ -134,8 +137,13 @@ pub(crate) struct Inner {
     pub(crate) state: Mutex<QueueState>,
     /// Wakes the dispatcher.
     pub(crate) dispatch: Arc<Signal>,
-    /// Wakes tasks blocked in `checkpoint`/`sequence_break`, and `close`.
+    /// Wakes tasks blocked in `checkpoint`/`sequence_break`, and callers
+    /// of `wait` (bumped whenever a task leaves the live set).
     pub(crate) tasks: Arc<Signal>,
+    /// Wakes callers of `wait_idle` and `close`: bumped only when the last
+    /// live task leaves, so a caller waiting for a drained queue is not
+    /// woken (a futex wake and a context switch) at every task end.
+    pub(crate) idle: Signal,
     pub(crate) not_full: Condvar,
     pub(crate) pool: Arc<Pool>,
     /// The dispatcher's Governor waker (wakes `dispatch`), kept so a scan
@@ -161,6 +169,17 @@ impl Inner {
 
     pub(crate) fn wake_dispatcher(&self) {
         self.dispatch.bump();
+    }
+
+    /// Tells waiters that tasks left the live set (call after the change
+    /// is made under the queue lock, with or without that lock): every
+    /// `wait` caller, and `wait_idle` callers when `idle` (the live set
+    /// was empty after the change).
+    pub(crate) fn tasks_left(&self, idle: bool) {
+        self.tasks.bump();
+        if idle {
+            self.idle.bump();
+        }
     }
 }
 
@@ -219,6 +238,7 @@ impl TaskQueue {
             dispatch,
             last_sample: Mutex::new(None),
             tasks: Arc::new(Signal::default()),
+            idle: Signal::default(),
             not_full: Condvar::new(),
             pool,
             #[cfg(test)]
@@ -349,8 +369,12 @@ impl TaskQueue {
             }
             None => Vec::new(),
         };
+        let left = (!dropped.is_empty()).then(|| st.entries.is_empty());
         drop(st);
         drop(dropped);
+        if let Some(idle) = left {
+            self.inner.tasks_left(idle);
+        }
         self.inner.wake_dispatcher();
         Ok(id)
     }
@@ -374,9 +398,11 @@ impl TaskQueue {
         if st.blocked_submits > 0 {
             self.inner.not_full.notify_all();
         }
+        let idle = st.entries.is_empty();
         drop(st);
         drop(dropped);
-        self.inner.tasks.bump();
+        // Also wakes a running task's `checkpoint`, which sees the cancel.
+        self.inner.tasks_left(idle);
         self.inner.wake_dispatcher();
         Ok(())
     }
@@ -491,81 +517,11 @@ impl TaskQueue {
         st.history.remove(pos).map(|r| r.view()).ok_or(QueueError::NotFound(id))
     }
 
-    /// A view of `id`, live or among the last 64 ended.
-    pub fn get(&self, id: TaskId) -> Option<TaskView> {
-        let now = self.inner.governor.now();
-        let green = self.pressure_green();
-        let st = self.inner.lock();
-        st.entries
-            .get(&id)
-            .map(|e| e.view(now, green, st.queue_wait.as_ref()))
-            .or_else(|| st.history.iter().find(|v| v.id() == id).map(Retired::view))
-    }
-
-    /// Every live task in submission order, then the last 64 ended ones.
-    pub fn snapshot(&self) -> QueueSnapshot {
-        let now = self.inner.governor.now();
-        let green = self.pressure_green();
-        let generation = self.inner.governor.generation();
-        let st = self.inner.lock();
-        let mut live: Vec<&Entry> = st.entries.values().collect();
-        live.sort_by_key(|e| e.seq);
-        QueueSnapshot {
-            live: live.into_iter().map(|e| e.view(now, green, st.queue_wait.as_ref())).collect(),
-            finished: st.history.iter().map(Retired::view).collect(),
-            generation,
-        }
-    }
-
-    /// A stream of every event from now on.
-    pub fn subscribe(&self) -> Receiver<QueueEvent> {
-        let (tx, rx) = channel();
-        self.inner.lock().subscribers.push(tx);
-        rx
-    }
-
-    /// How many events the queue has emitted since it was created. Events
-    /// are sent to every subscriber under the queue's lock, so once a call
-    /// that changed a task returns, this count covers its events: a
-    /// subscriber that has handled this many has seen them (the daemon
-    /// waits on it before acknowledging a change, docs/DESIGN.md §10).
-    pub fn events_emitted(&self) -> u64 {
-        self.inner.lock().emitted
-    }
-
     /// Tells the dispatcher that host resources changed outside the
     /// Governor's view (it re-samples the host and rescans at once).
     pub fn resources_changed(&self) {
         self.inner.lock().dispatcher_wake = true;
         self.inner.wake_dispatcher();
-    }
-
-    /// Blocks until `id` has ended (or is unknown); returns its view.
-    ///
-    /// # Blocking
-    /// Sleeps on the queue's task signal; never polls.
-    pub fn wait(&self, id: TaskId) -> Option<TaskView> {
-        loop {
-            let epoch = self.inner.tasks.epoch();
-            {
-                let st = self.inner.lock();
-                if !st.entries.contains_key(&id) {
-                    return st.history.iter().find(|v| v.id() == id).map(Retired::view);
-                }
-            }
-            self.inner.tasks.wait(epoch, None);
-        }
-    }
-
-    /// Blocks until no task is live.
-    pub fn wait_idle(&self) {
-        loop {
-            let epoch = self.inner.tasks.epoch();
-            if self.inner.lock().entries.is_empty() {
-                return;
-            }
-            self.inner.tasks.wait(epoch, None);
-        }
     }
 
     /// Closes the queue: refuses new work, cancels everything pending,
@@ -589,9 +545,10 @@ impl TaskQueue {
             e.cancel_requested = true;
         }
         self.inner.not_full.notify_all();
+        let idle = st.entries.is_empty();
         drop(st);
         drop(dropped);
-        self.inner.tasks.bump();
+        self.inner.tasks_left(idle);
         self.inner.wake_dispatcher();
         self.wait_idle();
         let handle = crate::sync::lock(&self.dispatcher).take();

@@ -11,7 +11,7 @@
 //! - a RUNNING task's entry has no callback left (it was taken once);
 //! - `history.len() ≤ HISTORY`.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::Sender;
 
 use crate::clock::MonoTime;
@@ -22,6 +22,7 @@ use crate::idhash::Ids;
 use crate::progress::{Outcome, ProgressTracker};
 
 use super::events::{DecisionRecord, QueueEvent, TaskView};
+use super::pending::PendingOrder;
 use super::task::{Callback, TaskId, TaskState};
 
 /// Terminal tasks kept for `snapshot`.
@@ -75,7 +76,7 @@ impl Note {
             Note::Text(text) => text.clone(),
             Note::Reason(reason) => reason.message().to_owned(),
             Note::Granted { batch, memory, cpu_millis } => {
-                super::dispatch::granted_message(*batch, *memory, *cpu_millis)
+                super::grant_text::granted_message(*batch, *memory, *cpu_millis)
             }
         }
     }
@@ -219,7 +220,7 @@ impl Retired {
 #[derive(Default)]
 pub(crate) struct QueueState {
     pub(crate) entries: HashMap<TaskId, Entry, Ids>,
-    pub(crate) pending: BTreeMap<(i64, u64), TaskId>,
+    pub(crate) pending: PendingOrder,
     /// The queue- or host-wide wait that stopped the last scan early, if
     /// one did (see [`Entry::view`]).
     pub(crate) queue_wait: Option<Recorded>,
@@ -248,6 +249,9 @@ pub(crate) struct QueueState {
     /// Tasks submitted since the last scan (evaluated even when a
     /// queue-wide reason stops the scan early).
     pub(crate) fresh: Vec<TaskId>,
+    /// The scan's buffer for the pending order it reads in batches (kept
+    /// between scans: its capacity is reused).
+    pub(crate) walk: Vec<TaskId>,
     pub(crate) subscribers: Vec<Sender<QueueEvent>>,
     /// Events emitted so far (see [`super::TaskQueue::events_emitted`]).
     pub(crate) emitted: u64,
@@ -323,10 +327,13 @@ impl QueueState {
         while let Some((id, state, message)) = next.take().or_else(|| ended.pop()) {
             let Some(mut e) = self.entries.remove(&id) else { continue };
             debug_assert!(!e.state.is_terminal(), "a terminal state is final");
-            self.pending.remove(&e.order_key());
+            // A started task left the pending order when it started.
             if e.started {
                 self.running -= 1;
+            } else {
+                self.pending.remove(&e.order_key());
             }
+            debug_assert!(!self.pending.contains_key(&e.order_key()));
             e.state = state;
             e.finished_at = Some(now);
             e.message = message.clone();

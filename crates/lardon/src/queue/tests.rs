@@ -13,6 +13,8 @@ use crate::{
 
 mod handoff;
 mod messages;
+mod running_cap;
+mod wakes;
 mod withdraw;
 
 const GIB: u64 = 1 << 30;

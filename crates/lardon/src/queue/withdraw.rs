@@ -38,8 +38,12 @@ impl TaskQueue {
         if st.blocked_submits > 0 {
             self.inner.not_full.notify_all();
         }
+        let idle = st.entries.is_empty();
         drop(st);
         drop(callback);
+        // A `wait` on it, or a `wait_idle` it was the last live task of,
+        // returns now.
+        self.inner.tasks_left(idle);
         // The dispatcher may have been holding room for it.
         self.inner.wake_dispatcher();
         Ok(view)
