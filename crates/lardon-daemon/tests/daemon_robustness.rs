@@ -113,3 +113,35 @@ async fn submit_refuses_a_missing_cwd_and_a_bad_env_name() {
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(e.message().starts_with("env:"), "{}", e.message());
 }
+
+/// A client that hangs up while its submit is being stored strands
+/// nothing: a task that reached the store is also queued and runs (a
+/// stored task left unqueued would stay pending until the next start).
+/// The hang-ups land anywhere from before the request is sent to after the
+/// reply, so some tasks are never stored; every stored one must complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submit_whose_client_hangs_up_is_queued_or_not_stored() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let mut c = client(&d).await;
+    for i in 0..80u64 {
+        let mut hasty = client(&d).await;
+        let req = pb::SubmitRequest { spec: Some(cmd(&["true"])), paused: false, id_only: true };
+        let _ = tokio::time::timeout(Duration::from_micros(25 * i), hasty.submit(req)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let tasks = c.list(pb::ListRequest::default()).await.unwrap().into_inner().tasks;
+        let open: Vec<_> =
+            tasks.iter().filter(|t| matches!(state(t), TaskState::Pending | TaskState::Running)).collect();
+        if open.is_empty() {
+            assert!(tasks.iter().all(|t| state(t) == TaskState::Completed), "{tasks:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "stranded after their client hung up: {open:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(c);
+    d.shutdown().unwrap();
+}

@@ -29,7 +29,7 @@ pub(super) async fn submit(
     let spec = spec_from_pb(req.spec).inspect_err(|s| tracing::warn!("submit refused: {}", s.message()))?;
     let (paused, id_only) = (req.paused, req.id_only);
     if id_only && Engine::submits_without_blocking(std::slice::from_ref(&spec)) {
-        let ids = engine.submit_many_async(vec![spec], paused, "").await.map_err(status)?;
+        let ids = detached(engine, vec![spec], paused, "").await?;
         let id = ids.into_iter().next().ok_or_else(|| Status::internal("no id for a stored task"))?;
         return Ok(pb::SubmitResponse { id: crate::ids::format_id(id), task: None });
     }
@@ -65,11 +65,27 @@ pub(super) async fn submit_many(
         .inspect_err(|s| tracing::warn!("submit refused: {}", s.message()))?;
     let paused = req.paused;
     let ids = if Engine::submits_without_blocking(&specs) {
-        engine.submit_many_async(specs, paused, "specs").await.map_err(status)?
+        detached(engine, specs, paused, "specs").await?
     } else {
         blocking(move || engine.submit_many(specs, paused, "specs").map_err(status)).await?
     };
     Ok(pb::SubmitManyResponse { ids: ids.into_iter().map(crate::ids::format_id).collect() })
+}
+
+/// [`Engine::submit_many_async`] in a task of its own: a client that hangs
+/// up drops this handler's future, but a submission whose insert was sent
+/// must still be queued once it commits (as a blocking thread would go on
+/// to do), or the stored task would wait for the next start.
+async fn detached(
+    engine: Arc<Engine>,
+    specs: Vec<crate::spec::TaskSpec>,
+    paused: bool,
+    prefix: &'static str,
+) -> Result<Vec<crate::spec::TaskId>, Status> {
+    tokio::spawn(async move { engine.submit_many_async(specs, paused, prefix).await })
+        .await
+        .map_err(|e| Status::internal(format!("request handler failed: {e}")))?
+        .map_err(status)
 }
 
 /// Runs `f` on a blocking thread.
