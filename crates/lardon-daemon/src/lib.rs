@@ -23,8 +23,9 @@
 //!
 //! * **State dir**: `lardon.db` (SQLite), `lardon.lock` (flock, holds the
 //!   pid), `logs/<id>.log` (stdout and stderr of every run of the task,
-//!   interleaved as written), and the socket unless one is given. The dir
-//!   is made 0700, the socket 0600.
+//!   interleaved as written; none for a task without output that ran in a
+//!   cgroup, whose empty file went to `logs/.spare/` for the next run), and
+//!   the socket unless one is given. The dir is made 0700, the socket 0600.
 //! * **Enforcement** (policy `enforce`, default `hard`): a task that
 //!   declares memory runs in its own cgroup limited to the contract's
 //!   memory plus `memory_slack` (64 MiB) plus `memory_slack_percent` (10 %);
