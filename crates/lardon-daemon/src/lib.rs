@@ -67,6 +67,16 @@ pub use engine::ProbeChoice;
 pub use lock::{LOCK_FILE, lock_path};
 pub use settings::EnforceMode;
 
+/// Async worker threads the daemon's tokio runtime should have: one. Every
+/// request handler runs on a blocking thread and the streams only forward
+/// events, so a second worker added no capacity, only wake-ups between the
+/// two: on the launch benchmark (`submit --each` of 2 000 × `true`) a run
+/// sometimes fell into a mode where the runtime's threads took 670–910 ms
+/// instead of about 300 ms (50–60 context switches per task instead of
+/// 20); with one worker every run took 180–270 ms, and the submit latency
+/// did not change.
+pub const RUNTIME_WORKERS: usize = 1;
+
 /// How to run a daemon.
 #[derive(Debug, Clone)]
 pub struct DaemonConfig {
@@ -246,7 +256,7 @@ pub fn start_in_process(config: DaemonConfig) -> Result<DaemonHandle, DaemonErro
         .name("lardon-daemon".into())
         .spawn(move || -> Result<(), DaemonError> {
             let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
+                .worker_threads(RUNTIME_WORKERS)
                 .enable_all()
                 .thread_name("lardon-rt")
                 .build()
