@@ -71,10 +71,10 @@ pub use settings::EnforceMode;
 /// request handler runs on a blocking thread and the streams only forward
 /// events, so a second worker added no capacity, only wake-ups between the
 /// two: on the launch benchmark (`submit --each` of 2 000 × `true`) a run
-/// sometimes fell into a mode where the runtime's threads took 670–910 ms
-/// instead of about 300 ms (50–60 context switches per task instead of
-/// 20); with one worker every run took 180–270 ms, and the submit latency
-/// did not change.
+/// fell, in about a third of the runs, into a mode where the runtime's
+/// threads took 670–910 ms instead of about 300 ms (50–60 context switches
+/// per task instead of 20); with one worker they took 150–300 ms in 15 of
+/// 16 runs (490 ms in one), and the submit latency did not change.
 pub const RUNTIME_WORKERS: usize = 1;
 
 /// How to run a daemon.
