@@ -23,8 +23,9 @@
 //!
 //! * **State dir**: `lardon.db` (SQLite), `lardon.lock` (flock, holds the
 //!   pid), `logs/<id>.log` (stdout and stderr of every run of the task,
-//!   interleaved as written), and the socket unless one is given. The dir
-//!   is made 0700, the socket 0600.
+//!   interleaved as written; none for a task without output that ran in a
+//!   cgroup, whose empty file went to `logs/.spare/` for the next run), and
+//!   the socket unless one is given. The dir is made 0700, the socket 0600.
 //! * **Enforcement** (policy `enforce`, default `hard`): a task that
 //!   declares memory runs in its own cgroup limited to the contract's
 //!   memory plus `memory_slack` (64 MiB) plus `memory_slack_percent` (10 %);
@@ -65,6 +66,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub use engine::ProbeChoice;
 pub use lock::{LOCK_FILE, lock_path};
 pub use settings::EnforceMode;
+
+/// Async worker threads the daemon's tokio runtime should have: one. Every
+/// request handler runs on a blocking thread and the streams only forward
+/// events, so a second worker added no capacity, only wake-ups between the
+/// two: on the launch benchmark (`submit --each` of 2 000 × `true`) a run
+/// fell, in about a third of the runs, into a mode where the runtime's
+/// threads took 670–910 ms instead of about 300 ms (50–60 context switches
+/// per task instead of 20); with one worker they took 150–300 ms in 15 of
+/// 16 runs (490 ms in one), and the submit latency did not change.
+pub const RUNTIME_WORKERS: usize = 1;
 
 /// How to run a daemon.
 #[derive(Debug, Clone)]
@@ -248,7 +259,7 @@ pub fn start_in_process(config: DaemonConfig) -> Result<DaemonHandle, DaemonErro
         .name("lardon-daemon".into())
         .spawn(move || -> Result<(), DaemonError> {
             let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
+                .worker_threads(RUNTIME_WORKERS)
                 .enable_all()
                 .thread_name("lardon-rt")
                 .build()

@@ -40,8 +40,11 @@ pub(crate) fn run(cli: &Cli, args: &DaemonArgs) -> Result<u8> {
     } else if args.security.tls_dir.is_some() || args.security.join_token_file.is_some() {
         return Err(crate::error::usage("--tls-dir/--join-token-file: only with --broker"));
     }
+    // One async worker: every handler runs on a blocking thread and the
+    // streams only forward events, so a second worker added no capacity,
+    // only wake-ups between the two (see lardon_daemon::RUNTIME_WORKERS).
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(lardon_daemon::RUNTIME_WORKERS)
         .enable_all()
         .build()
         .context("starting the runtime")?;

@@ -31,7 +31,7 @@ pub use probe::ProbeChoice;
 pub(crate) use slot::Slot;
 
 use crate::DaemonError;
-use crate::runner::{ClassProbes, Executor, LocalExecutor, command_callback, orphans};
+use crate::runner::{ClassProbes, Executor, LocalExecutor, LogFiles, command_callback, orphans};
 use crate::settings::{self, DaemonSettings, EnforceMode};
 use crate::spec::{DepKind, RunEngine, TaskId, TaskSpec, TaskState};
 use crate::store::{Outcome, Store, StoreWriter};
@@ -104,6 +104,8 @@ pub(crate) struct Shared {
     pub(crate) compute: ComputePool,
     /// Unproven classes' first runs, one at a time.
     pub(crate) probes: ClassProbes,
+    /// Task logs: runs open them here, `Log` streams register as readers.
+    pub(crate) logs: Arc<LogFiles>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -265,6 +267,12 @@ impl Engine {
         if swept > 0 {
             tracing::info!("removed {swept} task cgroups left by a dead daemon");
         }
+        // After the orphans are gone: no process of theirs holds a spare.
+        let logs = Arc::new(LogFiles::new(&logs_dir).map_err(|source| DaemonError::Io {
+            what: "prepare the spare log files",
+            path: logs_dir.join(crate::runner::SPARE_LOG_DIR),
+            source,
+        })?);
         if report.interrupted() > 0 {
             tracing::warn!(
                 "crash recovery: {} requeued, {} still paused, {} failed",
@@ -341,7 +349,9 @@ impl Engine {
             reader: Mutex::new(reader),
             pumped: PumpMark::default(),
             governor: governor.clone(),
-            executor: Arc::new(LocalExecutor::new(Some(detection.enforcer))),
+            executor: Arc::new(
+                LocalExecutor::new(Some(detection.enforcer)).with_log_files(Arc::clone(&logs)),
+            ),
             settings: Mutex::new(daemon_settings),
             info,
             slots: Mutex::default(),
@@ -355,6 +365,7 @@ impl Engine {
             enforce_override: cfg.enforce,
             compute,
             probes: ClassProbes::default(),
+            logs,
         });
         for row in volumes {
             let name = row.name.clone();

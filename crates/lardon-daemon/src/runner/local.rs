@@ -3,10 +3,12 @@
 //! output appended to the task's log file. Nothing on a run's path sleeps:
 //! its end is a blocking `wait4`, and its group's cleanup returns at once
 //! when nothing is left (see `kill_and_reap_group` and the backends'
-//! teardown).
+//! teardown). With [`LogFiles`], a run's log comes from and, when it stayed
+//! empty, goes back to a pool of spare files (no new inode per run).
 
 use std::fs::OpenOptions;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -20,6 +22,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
+use super::logfile::LogFiles;
 use super::orphans::{RunHandle, start_time};
 use super::{Executor, Run, RunError, RunExit, RunRequest, RunSignal};
 
@@ -34,6 +37,9 @@ pub struct LocalExecutor {
     /// created: it still gets its whole process tree measured and its
     /// memory limit watched, rather than nothing.
     watcher: Arc<dyn Enforcer>,
+    /// Where logs are opened and empty ones given back; `None`: each run's
+    /// log is opened (created) directly.
+    logs: Option<Arc<LogFiles>>,
 }
 
 impl LocalExecutor {
@@ -41,7 +47,20 @@ impl LocalExecutor {
     /// none backend's RSS watcher), so peaks cover the run's whole process
     /// tree; `None` groups nothing (peaks from `ru_maxrss` only).
     pub fn new(enforcer: Option<Arc<dyn Enforcer>>) -> Self {
-        LocalExecutor { enforcer, watcher: Arc::new(NoneEnforcer::new(HostRoot::default(), WATCH_EVERY)) }
+        LocalExecutor {
+            enforcer,
+            watcher: Arc::new(NoneEnforcer::new(HostRoot::default(), WATCH_EVERY)),
+            logs: None,
+        }
+    }
+
+    /// Opens run logs through `logs`: a run whose log stayed empty gives
+    /// the file back once its cgroup is gone (so no process of it can still
+    /// write there), and the next run reuses it instead of creating one.
+    #[must_use]
+    pub fn with_log_files(mut self, logs: Arc<LogFiles>) -> Self {
+        self.logs = Some(logs);
+        self
     }
 
     /// The run's group: a task cgroup with `limits`, or where that fails
@@ -71,11 +90,11 @@ impl Executor for LocalExecutor {
     fn start(&self, req: &RunRequest) -> Result<Box<dyn Run>, RunError> {
         let program = req.argv.first().cloned().unwrap_or_default();
         let fail = |detail: String| RunError::Start { program: program.clone(), detail };
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&req.log)
-            .map_err(|e| fail(format!("cannot open log {}: {e}", req.log.display())))?;
+        let log = match &self.logs {
+            Some(logs) => logs.open(&req.log),
+            None => OpenOptions::new().create(true).append(true).open(&req.log),
+        }
+        .map_err(|e| fail(format!("cannot open log {}: {e}", req.log.display())))?;
         let err = log.try_clone().map_err(|e| fail(format!("cannot duplicate the log handle: {e}")))?;
         let mut cmd = Command::new(&program);
         cmd.args(req.argv.iter().skip(1))
@@ -91,6 +110,14 @@ impl Executor for LocalExecutor {
         let limits =
             TaskLimits { memory_max: req.memory_max, memory_high: req.memory_high, cpu_millis: None };
         let cgroup = self.group(&req.name, &limits);
+        // Only a run in a real cgroup can give its log back: its removal
+        // proves no process of the run is left to write there.
+        let give_back = match (&self.logs, cgroup.as_deref()) {
+            (Some(logs), Some(cg)) if !cg.procs_files().is_empty() => {
+                Some((Arc::clone(logs), req.log.clone()))
+            }
+            _ => None,
+        };
         // Registered: the orphan reaper must not take this child's status.
         let child = super::orphans::spawn_owned(
             || spawn_in(&mut cmd, cgroup.as_deref(), req.cpus.as_ref()),
@@ -116,6 +143,7 @@ impl Executor for LocalExecutor {
             exit: Mutex::new(None),
             started: Instant::now(),
             done: AtomicBool::new(false),
+            give_back,
         }))
     }
 }
@@ -134,6 +162,9 @@ struct LocalRun {
     /// Set once cleaned up: later signals (a grace timer) must not reach
     /// a process group id the kernel may have recycled.
     done: AtomicBool,
+    /// The pool and the log to give back after a clean removal of the
+    /// run's cgroup (when the log stayed empty).
+    give_back: Option<(Arc<LogFiles>, PathBuf)>,
 }
 
 impl LocalRun {
@@ -229,8 +260,15 @@ impl Run for LocalRun {
         let cgroup = self.cgroup().take();
         if let Some(cg) = cgroup {
             let name = cg.name().to_owned();
-            if let Err(e) = cg.remove() {
-                tracing::warn!("task cgroup {name} not removed: {e}");
+            match cg.remove() {
+                // Emptied and removed: nothing of the run can write to its
+                // log any more.
+                Ok(()) => {
+                    if let Some((logs, path)) = &self.give_back {
+                        logs.give_back(path);
+                    }
+                }
+                Err(e) => tracing::warn!("task cgroup {name} not removed: {e}"),
             }
         }
     }

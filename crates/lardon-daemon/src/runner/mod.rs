@@ -6,6 +6,7 @@
 mod command;
 mod env;
 mod local;
+mod logfile;
 pub mod orphans;
 mod probe;
 
@@ -18,6 +19,7 @@ use lardon_host::CpuMask;
 pub(crate) use command::command_callback;
 pub use env::task_env;
 pub use local::LocalExecutor;
+pub use logfile::{LogFiles, LogReader, SPARE_DIR as SPARE_LOG_DIR};
 pub(crate) use probe::ClassProbes;
 
 /// Everything needed to start one run of a command (one batch, for a

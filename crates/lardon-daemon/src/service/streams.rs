@@ -128,6 +128,9 @@ pub(crate) async fn log(
         return Err(Status::not_found(format!("no task {id}")));
     }
     let path = engine.shared.log_path(id);
+    // Registered before the file is opened and held until the stream ends:
+    // meanwhile no empty log is given back for reuse by another run.
+    let reading = engine.shared.logs.reader();
     let (tx, rx) = mpsc::channel(CHANNEL);
     let follow = req.follow;
     let tail = req.tail_bytes;
@@ -147,6 +150,7 @@ pub(crate) async fn log(
         None
     };
     tokio::spawn(async move {
+        let _reading = reading;
         let mut file: Option<tokio::fs::File> = None;
         let mut offset = 0u64;
         let mut buf = vec![0u8; LOG_CHUNK];
