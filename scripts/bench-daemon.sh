@@ -14,9 +14,11 @@
 #   4. the CLI's start-up: `lardon --version` against `/bin/true`.
 # Not part of CI. Usage: scripts/bench-daemon.sh [--tasks N] [--parallel P]
 #                         [--depths "0 10000 100000"] [--samples S] [--pueue]
-#                         [--simulate] [--static]
+#                         [--simulate] [--static] [--no-gates]
 # --static measures a statically linked, non-PIE build (x86_64/aarch64
-# glibc hosts), built into target/static.
+# glibc hosts), built into target/static. --no-gates turns off the load
+# and CPU-PSI gates (the peers have none; the clients' own load, and what
+# the peers run just before leave in the 1-minute load, can close them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +29,7 @@ SAMPLES=200
 WITH_PUEUE=0
 SIMULATE=0
 STATIC=0
+GATES=on
 while [ $# -gt 0 ]; do
   case "$1" in
     --tasks) TASKS=$2; shift 2 ;;
@@ -36,6 +39,7 @@ while [ $# -gt 0 ]; do
     --pueue) WITH_PUEUE=1; shift ;;
     --simulate) SIMULATE=1; shift ;;
     --static) STATIC=1; shift ;;
+    --no-gates) GATES=off; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -80,6 +84,12 @@ start_daemon() { # $1 = state dir; $2 = "sim" for a simulated host
   for _ in $(seq 200); do [ -S "$1/lardon.sock" ] && break; sleep 0.05; done
   [ -S "$1/lardon.sock" ] || { echo "daemon did not start; see $1.log" >&2; exit 1; }
   "$LARDON" --state-dir "$1" policy --set cpu_reserve=0 >/dev/null
+  if [ "$GATES" = off ]; then
+    # The peers have no load or CPU-pressure gate: without Lardon's, the
+    # launch path alone is measured (the memory budget still governs).
+    "$LARDON" --state-dir "$1" policy --set max_load_ratio=off >/dev/null
+    "$LARDON" --state-dir "$1" policy --set psi_cpu=100 >/dev/null
+  fi
 }
 stop_daemon() { # $1 = state dir
   local pid; pid=$(cat "$1/lardon.lock" 2>/dev/null || true)
@@ -197,7 +207,7 @@ cat <<EOF
 
 Machine: $(nproc) CPUs, $(awk '/model name/ { $1=$2=$3=""; print; exit }' /proc/cpuinfo | sed 's/^ *//'), $(uname -r)
 
-Host governed by lardon: $( [ "$SIMULATE" = 1 ] && echo "simulated 64 GiB / 64 CPUs" || echo "the real host, cpu_reserve 0" )
+Host governed by lardon: $( [ "$SIMULATE" = 1 ] && echo "simulated 64 GiB / 64 CPUs" || echo "the real host, cpu_reserve 0" ); load and CPU-pressure gates: $GATES
 
 | launcher (parallelism $PAR, $TASKS × true) | tasks/s | lardon ÷ it | lardon --each ÷ it |
 |---|---|---|---|
