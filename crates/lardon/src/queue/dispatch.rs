@@ -17,6 +17,7 @@
 //!   reservation the scan just granted.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::decision::{Decision, DecisionKind, Reason, ReasonCode};
 use crate::governor::Hold;
@@ -74,7 +75,9 @@ pub(crate) fn run(inner: &Arc<Inner>) {
     loop {
         let epoch = inner.dispatch.epoch();
         let generation = inner.governor.generation();
-        let Some(host_wait) = scan(inner, std::mem::take(&mut force)) else { return };
+        let Some(Scanned { host_wait, resample_in }) = scan(inner, std::mem::take(&mut force)) else {
+            return;
+        };
         // Sleep until a change no scan has seen yet (a worker that handed
         // its thread to the next task scanned after its own release, so
         // that release, and everything before it, is not news), on a timer
@@ -89,7 +92,11 @@ pub(crate) fn run(inner: &Arc<Inner>) {
         if !inner.governor.register_waker(seen, &inner.dispatch_waker) {
             continue;
         }
-        let timeout = timed.then_some(inner.config.sample_interval);
+        // A scan after a task end that reused a snapshot from before it
+        // looks again once that snapshot is END_SAMPLE_AGE old, not a whole
+        // sample interval later: a task waiting for the ended one's memory
+        // waits at most that long for it to show.
+        let timeout = timed.then(|| resample_in.unwrap_or(inner.config.sample_interval));
         if !inner.dispatch.wait(epoch, timeout) {
             // Timed out while waiting on the host: force a fresh sample.
             force = true;
@@ -97,23 +104,37 @@ pub(crate) fn run(inner: &Arc<Inner>) {
     }
 }
 
+/// How old a snapshot the first scan after a task end may reuse. Taking a
+/// fresh one at every end (about 230 µs on a real host) cost about 0.1 ms
+/// of dispatcher CPU per task at a thousand short tasks a second
+/// (BENCHMARKS.md, "Fast path III: submit and launch"); within this age a
+/// burst of ends shares one sample.
+pub(crate) const END_SAMPLE_AGE: Duration = Duration::from_millis(10);
+
 /// A snapshot young enough to reuse (the last one any scan took), or a
 /// fresh one from the probe (fed to the Governor). Called with no lock
 /// held but the cache's (a leaf): the probe is outside code.
 pub(crate) fn snapshot(inner: &Inner, force: bool) -> Result<Snapshot, String> {
+    let max_age = if force { Duration::ZERO } else { inner.config.sample_interval };
+    snapshot_within(inner, max_age).map(|(snap, _)| snap)
+}
+
+/// [`snapshot`] reusing only one younger than `max_age`; also says how old
+/// a reused one is (`None` when it was taken now).
+fn snapshot_within(inner: &Inner, max_age: Duration) -> Result<(Snapshot, Option<Duration>), String> {
     let now = inner.governor.now();
-    if !force {
+    if !max_age.is_zero() {
         let cache = crate::sync::lock(&inner.last_sample);
         if let Some(snap) = cache.as_ref()
-            && now.checked_since(snap.captured_at).is_some_and(|age| age < inner.config.sample_interval)
+            && let Some(age) = now.checked_since(snap.captured_at).filter(|age| *age < max_age)
         {
-            return Ok(snap.clone());
+            return Ok((snap.clone(), Some(age)));
         }
     }
     match inner.governor.sample() {
         Ok(snap) => {
             *crate::sync::lock(&inner.last_sample) = Some(snap.clone());
-            Ok(snap)
+            Ok((snap, None))
         }
         Err(e) => {
             *crate::sync::lock(&inner.last_sample) = None;
@@ -122,14 +143,37 @@ pub(crate) fn snapshot(inner: &Inner, force: bool) -> Result<Snapshot, String> {
     }
 }
 
+/// What a dispatcher scan leaves its next sleep to know.
+pub(super) struct Scanned {
+    /// Some task waits on host state.
+    pub(super) host_wait: bool,
+    /// The scan reused a snapshot taken before a task ended: look again
+    /// after this long, when it is [`END_SAMPLE_AGE`] old.
+    pub(super) resample_in: Option<Duration>,
+}
+
 /// The dispatcher's scan: every pending task in order, every admitted one
-/// launched on the pool. `None` once the queue closes; else whether some
-/// task waits on host state.
-fn scan(inner: &Arc<Inner>, force: bool) -> Option<bool> {
+/// launched on the pool. `None` once the queue closes.
+pub(super) fn scan(inner: &Arc<Inner>, force: bool) -> Option<Scanned> {
     #[cfg(test)]
     inner.dispatcher_scans.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let force = std::mem::take(&mut inner.lock().dispatcher_wake) || force;
-    let snap = snapshot(inner, force);
+    let (changed, ended) = {
+        let mut st = inner.lock();
+        (std::mem::take(&mut st.dispatcher_wake), std::mem::take(&mut st.task_ended))
+    };
+    let max_age = if force || changed {
+        Duration::ZERO
+    } else if ended {
+        END_SAMPLE_AGE.min(inner.config.sample_interval)
+    } else {
+        inner.config.sample_interval
+    };
+    let snap = snapshot_within(inner, max_age);
+    let resample_in = match &snap {
+        Ok((_, Some(age))) if ended => Some(max_age.saturating_sub(*age).max(Duration::from_millis(1))),
+        _ => None,
+    };
+    let snap = snap.map(|(snap, _)| snap);
     let now = inner.governor.now();
     let mut st = inner.lock();
     if st.closing {
@@ -142,7 +186,7 @@ fn scan(inner: &Arc<Inner>, force: bool) -> Option<bool> {
             for id in ids {
                 st.record_decision(id, DecisionKind::Wait, ReasonCode::ProbeFailed, &message, now);
             }
-            return Some(true);
+            return Some(Scanned { host_wait: true, resample_in: None });
         }
     };
     let mut gov_scan = inner.governor.scan_for(&inner.dispatch_waker);
@@ -160,7 +204,7 @@ fn scan(inner: &Arc<Inner>, force: bool) -> Option<bool> {
     for start in starts {
         launch(inner, start);
     }
-    Some(host_wait)
+    Some(Scanned { host_wait, resample_in })
 }
 
 /// A worker's end of task `id` (its callback has returned): releases

@@ -230,6 +230,10 @@ pub(crate) struct QueueState {
     pub(crate) running: usize,
     pub(crate) closing: bool,
     pub(crate) dispatcher_wake: bool,
+    /// A task ended since the dispatcher's last scan: its memory shows in
+    /// the host's figures only in a snapshot taken after it, so the next
+    /// scan takes one at most [`END_SAMPLE_AGE`](super::dispatch::END_SAMPLE_AGE) old.
+    pub(crate) task_ended: bool,
     /// The Governor's generation at the end of the latest scan, by the
     /// dispatcher or by a worker handing off: every change up to it has
     /// been seen by a scan, so it is not a reason to scan again.
@@ -369,7 +373,7 @@ impl QueueState {
                     }
                 }
             }
-            self.dispatcher_wake = true;
+            self.task_ended = true;
         }
         debug_assert!(self.history.len() <= HISTORY);
         dropped

@@ -13,6 +13,7 @@ use crate::{
 
 mod handoff;
 mod messages;
+mod resample;
 mod running_cap;
 mod wakes;
 mod withdraw;
