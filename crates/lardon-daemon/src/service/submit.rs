@@ -1,9 +1,10 @@
 //! `Submit` and `SubmitMany`: decode the specs, hand them to the engine
 //! (which validates, stores durably and queues), encode the ids.
 //!
-//! Unlike the other handlers, `Submit` of a task that runs here is async:
-//! it awaits its group commit on the runtime rather than holding a
-//! blocking thread for it, which spares two thread wake-ups per call.
+//! Unlike the other handlers, an `id_only` `Submit` of a task that runs
+//! here is async: it awaits its group commit on the runtime rather than
+//! holding a blocking thread for it, which spares two thread wake-ups per
+//! call.
 
 use std::sync::Arc;
 
@@ -19,9 +20,10 @@ use crate::engine::Engine;
 pub(crate) const MAX_SUBMIT_MANY: usize = 10_000;
 
 /// One task; the reply carries it as stored unless the request was
-/// `id_only`. A task that runs here awaits its commit on the runtime; one
-/// for Slurm or a broker is submitted from a blocking thread (its queueing
-/// may run `sbatch` or call the broker).
+/// `id_only`. An `id_only` submit of a task that runs here awaits its
+/// commit on the runtime, in a task of its own; any other is submitted
+/// from a blocking thread (queueing a task for Slurm or a broker may run
+/// `sbatch` or call the broker, and reading the task back is a store read).
 pub(super) async fn submit(
     engine: Arc<Engine>,
     req: pb::SubmitRequest,
