@@ -11,6 +11,10 @@ use lardon_cluster::{
 };
 use proptest::prelude::*;
 
+mod router_support;
+
+use router_support::{assigned, delivered};
+
 const GIB: u64 = 1 << 30;
 
 fn cap(s: &str) -> Capability {
@@ -46,26 +50,6 @@ fn ending(id: &str, caps: &[&str], tokens: u32, ends_at_ms: u64) -> Hello {
 /// A request expected to run `duration_ms`.
 fn timed(id: &str, capability: &str, duration_ms: u64) -> Request {
     Request { duration_ms: Some(duration_ms), ..req(id, "s", capability) }
-}
-
-fn assigned(events: &[Event]) -> Vec<(String, String)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Assign { agent, task } => Some((agent.to_string(), task.to_string())),
-            _ => None,
-        })
-        .collect()
-}
-
-fn delivered(events: &[Event]) -> Vec<(String, Delivery)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Deliver { task, delivery, .. } => Some((task.to_string(), delivery.clone())),
-            _ => None,
-        })
-        .collect()
 }
 
 #[test]

@@ -8,9 +8,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use lardon_cluster::{
-    AgentId, Availability, Capability, Delivery, Event, Hello, Need, Outcome, Report, Request, Router,
-    SubmitterId, TaskId,
+    AgentId, Availability, Capability, Delivery, Hello, Need, Outcome, Report, Request, Router, SubmitterId,
+    TaskId,
 };
+
+mod router_support;
+
+use router_support::{assigned, cancelled, delivered};
 
 const GIB: u64 = 1 << 30;
 
@@ -41,36 +45,6 @@ fn id(s: &str) -> AgentId {
 
 fn task(s: &str) -> TaskId {
     TaskId::new(s).unwrap()
-}
-
-fn assigned(events: &[Event]) -> Vec<(String, String)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Assign { agent, task } => Some((agent.to_string(), task.to_string())),
-            _ => None,
-        })
-        .collect()
-}
-
-fn cancelled(events: &[Event]) -> Vec<(String, String)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Cancel { agent, task } => Some((agent.to_string(), task.to_string())),
-            _ => None,
-        })
-        .collect()
-}
-
-fn delivered(events: &[Event]) -> Vec<(String, Delivery)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Deliver { task, delivery, .. } => Some((task.to_string(), delivery.clone())),
-            _ => None,
-        })
-        .collect()
 }
 
 fn cancelled_run() -> Report {
