@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use procs::{Proc, free_port, logs};
+use procs::{Proc, agent_args, free_port, logs};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -76,23 +76,7 @@ fn compiles_go_through_the_cluster_are_cached_and_everything_else_runs_here() {
     let mut agent = Proc::start(
         dir,
         "agent",
-        &[
-            "agent",
-            "--broker",
-            &addr,
-            "--id",
-            "a1",
-            "--capability",
-            &cap,
-            "--tokens",
-            "2",
-            "--heartbeat",
-            "1s",
-            "--simulate-host",
-            "8GiB,8",
-            "--work-dir",
-            work.to_str().unwrap(),
-        ],
+        &[agent_args(&addr, "a1", &cap, "2"), vec!["--work-dir", work.to_str().unwrap()]].concat(),
     );
     common::wait_until("the agent to connect", WAIT, || agents(&addr) == 1);
     let ctx = |agent: &Proc| logs(&[&broker, agent]);

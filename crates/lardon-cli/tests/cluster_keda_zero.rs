@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use lardon_proto::keda::external_scaler_client::ExternalScalerClient;
 use lardon_proto::keda::{GetMetricsRequest, ScaledObjectRef};
 
-use procs::{Proc, free_port, logs};
+use procs::{Proc, agent_args, free_port, logs};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -103,25 +103,7 @@ async fn a_scaled_capability_waits_for_the_agent_keda_starts() {
     );
 
     // What KEDA would do: start an agent. It runs the waiting task.
-    let a = Proc::start(
-        d,
-        "agent",
-        &[
-            "agent",
-            "--broker",
-            &addr,
-            "--id",
-            "a1",
-            "--capability",
-            "sh@1",
-            "--tokens",
-            "1",
-            "--heartbeat",
-            "1s",
-            "--simulate-host",
-            "8GiB,8",
-        ],
-    );
+    let a = Proc::start(d, "agent", &agent_args(&addr, "a1", "sh@1", "1"));
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), logs(&[&b, &a]));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ran");

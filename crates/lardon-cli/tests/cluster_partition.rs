@@ -25,7 +25,7 @@ use lardon_cluster::agent::Backoff;
 use lardon_cluster::client::{self, Answer, RemoteTask, Submitter, SubmitterConfig};
 use lardon_cluster::{Capability, SubmitterId, TaskId};
 use lardon_proto::cluster::ClusterStatusResponse;
-use procs::{Proc, logs};
+use procs::{Proc, agent_args, logs};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -81,24 +81,6 @@ impl Drop for Netns {
         let _ = Command::new("ip").args(["link", "del", &self.host_if]).output();
         let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
     }
-}
-
-fn agent_args<'a>(addr: &'a str, id: &'a str) -> Vec<&'a str> {
-    vec![
-        "agent",
-        "--broker",
-        addr,
-        "--id",
-        id,
-        "--capability",
-        "sh@1",
-        "--tokens",
-        "1",
-        "--heartbeat",
-        "1s",
-        "--simulate-host",
-        "8GiB,8",
-    ]
 }
 
 async fn until(addr: &str, what: &str, procs: &[&Proc], ok: impl Fn(&ClusterStatusResponse) -> bool) {
@@ -177,7 +159,10 @@ async fn a_cut_off_agents_task_is_requeued_and_its_late_result_dropped() {
         &["broker", "--listen", &addr, "--heartbeat", "1s", "--metrics-listen", &metrics],
     );
     let mut inside = Command::new("ip");
-    inside.args(["netns", "exec", &ns.name]).arg(common::bin()).args(agent_args(&addr, "inside"));
+    inside
+        .args(["netns", "exec", &ns.name])
+        .arg(common::bin())
+        .args(agent_args(&addr, "inside", "sh@1", "1"));
     let inside = Proc::start_command(d, "inside", inside);
     until(&addr, "the agent in the namespace", &[&broker, &inside], |s| s.agents.len() == 1).await;
 
@@ -212,7 +197,7 @@ async fn a_cut_off_agents_task_is_requeued_and_its_late_result_dropped() {
         st.agents.iter().any(|a| a.agent_id == "inside" && a.in_flight == 1)
     })
     .await;
-    let outside = Proc::start(d, "outside", &agent_args(&addr, "outside"));
+    let outside = Proc::start(d, "outside", &agent_args(&addr, "outside", "sh@1", "1"));
     let procs = [&broker, &inside, &outside];
     until(&addr, "the host agent", &procs, |st| st.agents.len() == 2).await;
 

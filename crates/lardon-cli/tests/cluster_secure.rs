@@ -20,7 +20,7 @@ use lardon_proto::keda::external_scaler_client::ExternalScalerClient;
 use lardon_proto::keda::{GetMetricsRequest, ScaledObjectRef};
 use lardon_tls::{JoinToken, Role, init_ca, issue};
 
-use procs::{Proc, free_port, logs};
+use procs::{Proc, agent_args, free_port, logs};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -89,24 +89,7 @@ async fn a_secured_broker_serves_its_cluster_refuses_strangers_and_reports_deman
         ],
     );
     let creds = creds(d);
-    let agent_args = with(
-        &[
-            "agent",
-            "--broker",
-            &addr,
-            "--id",
-            "a1",
-            "--capability",
-            "sh@1",
-            "--tokens",
-            "1",
-            "--heartbeat",
-            "1s",
-            "--simulate-host",
-            "8GiB,8",
-        ],
-        &creds,
-    );
+    let agent_args = with(&agent_args(&addr, "a1", "sh@1", "1"), &creds);
     let a = Proc::start(d, "agent", &agent_args);
 
     let status = with(&["cluster", "status", "--broker", &addr, "--json"], &creds);

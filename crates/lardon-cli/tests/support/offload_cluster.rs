@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::common::{lardon, stderr, stdout, submit, task_json};
-use super::procs::{Proc, free_port, logs};
+use super::procs::{Proc, agent_args, free_port, logs};
 
 pub(crate) const WAIT: Duration = Duration::from_secs(60);
 
@@ -29,21 +29,7 @@ impl Cluster {
         let agent = Proc::start_env(
             dir,
             "a1",
-            &[
-                "agent",
-                "--broker",
-                &addr,
-                "--id",
-                "a1",
-                "--capability",
-                "sh@1",
-                "--tokens",
-                tokens,
-                "--heartbeat",
-                "1s",
-                "--simulate-host",
-                "8GiB,8",
-            ],
+            &agent_args(&addr, "a1", "sh@1", tokens),
             &[("ONLY_ON_AGENT", "agent-side")],
         );
         std::fs::write(dir.join("policy.toml"), policy).unwrap();

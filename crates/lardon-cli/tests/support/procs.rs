@@ -84,6 +84,33 @@ impl Drop for Proc {
     }
 }
 
+/// The arguments of `lardon agent` joining the broker at `addr` as `id`,
+/// with one `capability`, `tokens` tokens, a 1 s heartbeat and a simulated
+/// 8 GiB / 8-CPU host (so the machine's own load does not make it wait);
+/// a test appends its own flags.
+pub(crate) fn agent_args<'a>(
+    addr: &'a str,
+    id: &'a str,
+    capability: &'a str,
+    tokens: &'a str,
+) -> Vec<&'a str> {
+    vec![
+        "agent",
+        "--broker",
+        addr,
+        "--id",
+        id,
+        "--capability",
+        capability,
+        "--tokens",
+        tokens,
+        "--heartbeat",
+        "1s",
+        "--simulate-host",
+        "8GiB,8",
+    ]
+}
+
 /// A loopback address with a port that was free a moment ago.
 pub(crate) fn free_port() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
