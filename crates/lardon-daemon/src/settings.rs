@@ -220,7 +220,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("cpu_reserve", "logical CPUs kept for the rest of the host"),
     (
         "max_load_ratio",
-        "foreign load (1-minute load minus Lardon's own tasks) / compute pool at or above which admission waits (`off` = no load gate)",
+        "foreign load (1-minute load minus Lardon's own: its tasks and itself) / compute pool at or above which admission waits (`off` = no load gate)",
     ),
     ("psi_cpu", "CPU PSI some avg10 at or above which admission waits (a gate, never a pressure signal)"),
     ("psi_memory", "memory PSI some avg10 at or above which admission waits"),

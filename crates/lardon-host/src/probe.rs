@@ -160,9 +160,27 @@ impl Probe for HostProbe {
             swap: std::fs::read_to_string(&self.vmstat).ok().and_then(|t| parse_vmstat_swap(&t).ok()),
             gpus: self.gpus.sample(),
             cgroup: self.cgroup.sample(),
+            own_cpu: own_cpu(),
         };
         Ok(snapshot)
     }
+}
+
+/// CPU time (user + system) of this process and of the children it reaped:
+/// Lardon's own share of the host's load (`Snapshot::own_cpu`). The daemon
+/// reaps every task (and, as a child subreaper, their orphans), so a
+/// finished task's CPU time is in it from its reaping on.
+fn own_cpu() -> Option<std::time::Duration> {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let total = |who| {
+        let u = getrusage(who).ok()?;
+        let t = |tv: nix::sys::time::TimeVal| {
+            let (s, us) = (u64::try_from(tv.tv_sec()).ok()?, u64::try_from(tv.tv_usec()).ok()?);
+            Some(std::time::Duration::from_secs(s) + std::time::Duration::from_micros(us))
+        };
+        Some(t(u.user_time())? + t(u.system_time())?)
+    };
+    Some(total(UsageWho::RUSAGE_SELF)? + total(UsageWho::RUSAGE_CHILDREN)?)
 }
 
 #[cfg(test)]
@@ -188,6 +206,24 @@ mod tests {
     fn probe(root: &HostRoot) -> HostProbe {
         let cpus = CpuLayout { online: BTreeSet::from([0, 1]), allowed: BTreeSet::from([0, 1]), cores: None };
         HostProbe::with_cpus(root.clone(), Arc::new(FakeClock::new(MonoTime(42))), cpus).unwrap()
+    }
+
+    /// Real host: a reaped child's CPU time joins the process's own figure
+    /// (the load gate counts it as Lardon's, not foreign).
+    #[test]
+    fn own_cpu_counts_a_reaped_childs_cpu_time() {
+        let before = own_cpu().expect("getrusage works on Linux");
+        let status = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let after = own_cpu().unwrap();
+        // The loop takes far more than 50 ms of CPU on any machine.
+        assert!(after >= before + std::time::Duration::from_millis(50), "{before:?} → {after:?}");
+        let (_d, root) = fixture_root();
+        let s = probe(&root).snapshot().unwrap();
+        assert!(s.own_cpu.is_some_and(|c| c >= after), "{:?}", s.own_cpu);
     }
 
     #[test]

@@ -85,6 +85,11 @@ pub struct Snapshot {
     pub gpus: Vec<GpuSample>,
     /// Our cgroup's figures, when known.
     pub cgroup: Option<CgroupSample>,
+    /// CPU time (user + system) used so far by this process and the
+    /// children it reaped, when the probe knows it: what Lardon itself and
+    /// its finished tasks added to the host's load. The load gate counts
+    /// its rate as Lardon's own, not foreign (docs/DESIGN.md §4 step 7).
+    pub own_cpu: Option<std::time::Duration>,
 }
 
 impl Snapshot {
@@ -101,6 +106,7 @@ impl Snapshot {
             swap: Some(SwapCounters::default()),
             gpus: Vec::new(),
             cgroup: None,
+            own_cpu: None,
         }
     }
 

@@ -54,9 +54,12 @@ fn store_err(e: impl std::fmt::Display) -> TaskError {
 }
 
 fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, slot: &Slot) -> TaskResult {
-    let stored = shared.reader().get_task(id).map_err(store_err)?;
-    let mut cursor = if spec.items.is_some() { stored.as_ref().map_or(0, |r| r.cursor) } else { 0 };
-    let mut retries = stored.as_ref().map_or(0, |r| r.memory_retries);
+    // The row is read only when needed: a batched task's durable cursor
+    // now, the memory retries (kept across restarts) at the first kill.
+    // A plain run reads nothing from the store.
+    let stored = if spec.items.is_some() { shared.reader().get_task(id).map_err(store_err)? } else { None };
+    let mut cursor = stored.as_ref().map_or(0, |r| r.cursor);
+    let mut retries = stored.as_ref().map(|r| r.memory_retries);
     let class = spec.estimate.class.as_str();
     let mut run_no = 0u32;
     loop {
@@ -168,8 +171,12 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
             if !spec.oom_retry {
                 return Err(TaskError::failed(format!("{killed} (not run again: --no-oom-retry)")));
             }
-            if retries >= MAX_MEMORY_RETRIES {
-                return Err(TaskError::failed(format!("{killed} after {retries} memory retries")));
+            let so_far = match retries {
+                Some(n) => n,
+                None => shared.reader().get_task(id).map_err(store_err)?.map_or(0, |r| r.memory_retries),
+            };
+            if so_far >= MAX_MEMORY_RETRIES {
+                return Err(TaskError::failed(format!("{killed} after {so_far} memory retries")));
             }
             let what = match batch {
                 Some((offset, size, _)) => format!("batch of {size} at item {offset}"),
@@ -177,7 +184,7 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
             };
             let note = format!("{what} {killed}; run again at the size learned from the kill");
             tracing::warn!("task {id}: {note}");
-            retries = shared.writer.call(move |s| s.note_memory_retry(id, &note)).map_err(store_err)?;
+            retries = Some(shared.writer.call(move |s| s.note_memory_retry(id, &note)).map_err(store_err)?);
             shared.emit(DaemonEvent::TaskChanged(id));
             // A new admission sized from the kill: smaller batch or larger
             // grant; a REJECT (even batch_min can never fit) fails the task

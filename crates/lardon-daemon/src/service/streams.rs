@@ -67,20 +67,32 @@ pub(crate) async fn wait(
         let mut summary = pb::WaitSummary::default();
         let mut check: Vec<TaskId> = remaining.iter().copied().collect();
         loop {
-            for id in std::mem::take(&mut check) {
-                let found = blocking(&engine, move |e| {
-                    let rec = e.task(id).map_err(store_status)?;
-                    Ok(rec.filter(|r| r.state.is_terminal()).map(|r| (r.state, e.task_pb(&r))))
-                })
-                .await;
-                let (state, task) = match found {
-                    Ok(Some(done)) => done,
-                    Ok(None) => continue,
-                    Err(s) => {
-                        let _ = tx.send(Err(s)).await;
-                        return;
+            // One store read for every end heard since the last one: a burst
+            // of ends costs one blocking hop, not one per task.
+            let ids = std::mem::take(&mut check);
+            let found = if ids.is_empty() {
+                Ok(Vec::new())
+            } else {
+                blocking(&engine, move |e| {
+                    let mut ended = Vec::with_capacity(ids.len());
+                    for id in ids {
+                        let rec = e.task(id).map_err(store_status)?;
+                        if let Some(r) = rec.filter(|r| r.state.is_terminal()) {
+                            ended.push((id, r.state, e.task_pb(&r)));
+                        }
                     }
-                };
+                    Ok(ended)
+                })
+                .await
+            };
+            let ended = match found {
+                Ok(ended) => ended,
+                Err(s) => {
+                    let _ = tx.send(Err(s)).await;
+                    return;
+                }
+            };
+            for (id, state, task) in ended {
                 remaining.remove(&id);
                 match state {
                     TaskState::Completed => summary.completed += 1,
@@ -97,18 +109,39 @@ pub(crate) async fn wait(
                     tx.send(Ok(pb::WaitEvent { event: Some(pb::wait_event::Event::Summary(summary)) })).await;
                 return;
             }
-            tokio::select! {
-                ev = events.recv() => match ev {
-                    Ok(DaemonEvent::TaskFinished(id)) if remaining.contains(&id) => check.push(id),
-                    // A removed task ended before; forget it.
-                    Ok(DaemonEvent::TaskRemoved(id)) => { remaining.remove(&id); }
-                    Ok(_) => {}
-                    Err(broadcast::error::RecvError::Lagged(_)) => check = remaining.iter().copied().collect(),
-                    Err(broadcast::error::RecvError::Closed) => return,
-                },
+            let first = tokio::select! {
+                ev = events.recv() => ev,
                 _ = stop.changed() => return,
                 () = tx.closed() => return,
+            };
+            // Everything already heard joins the same read.
+            let mut next = Some(first);
+            while let Some(ev) = next.take() {
+                match ev {
+                    Ok(DaemonEvent::TaskFinished(id)) if remaining.contains(&id) => check.push(id),
+                    // A removed task ended before; forget it.
+                    Ok(DaemonEvent::TaskRemoved(id)) => {
+                        remaining.remove(&id);
+                    }
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        check = remaining.iter().copied().collect()
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+                next = match events.try_recv() {
+                    Ok(ev) => Some(Ok(ev)),
+                    Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                        Some(Err(broadcast::error::RecvError::Lagged(n)))
+                    }
+                    Err(broadcast::error::TryRecvError::Empty) => None,
+                    Err(broadcast::error::TryRecvError::Closed) => {
+                        Some(Err(broadcast::error::RecvError::Closed))
+                    }
+                };
             }
+            check.sort_unstable();
+            check.dedup();
         }
     });
     Ok(stream(rx))

@@ -271,7 +271,7 @@ fn host_gates(ledger: &Ledger, est: &Estimate, snap: &Snapshot) -> Result<(), De
         return Err(Decision::wait(
             ReasonCode::CpuLoad,
             format!(
-                "foreign load {:.2} (1-minute load {:.2} − {:.2} CPUs of Lardon's own tasks) ≥ {:.2} (max_load_ratio {} × {}-CPU pool)",
+                "foreign load {:.2} (1-minute load {:.2} − {:.2} CPUs of Lardon's own: its tasks and itself) ≥ {:.2} (max_load_ratio {} × {}-CPU pool)",
                 f.foreign,
                 f.load,
                 f.own,

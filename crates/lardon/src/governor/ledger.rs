@@ -378,7 +378,12 @@ impl Ledger {
     /// Feeds a new host sample to the pressure machine; moves the
     /// generation when budgets changed.
     pub(crate) fn observe_sample(&mut self, snap: &Snapshot) {
-        self.own_load.advance(snap.captured_at, self.granted_cpus());
+        self.own_load.advance(
+            snap.captured_at,
+            self.granted_cpus(),
+            snap.own_cpu,
+            f64::from(self.profile.logical_cpus),
+        );
         let gates = self.gates(snap);
         // Only memory PSI is a pressure signal. CPU PSI gates admission
         // (busy CPUs say nothing about memory, and RED would also shrink
