@@ -135,3 +135,64 @@ fn the_reader_refuses_writes() {
     let mut reader = Store::open_reader(db(&dir)).unwrap();
     assert!(reader.insert_task(&task("nope")).is_err());
 }
+
+/// A writer whose background writes wait an hour for company: whatever
+/// commits before that was committed by an urgent write, not the clock.
+fn patient_writer(dir: &tempfile::TempDir) -> StoreWriter {
+    StoreWriter::spawn_with_linger(Store::open(db(dir)).unwrap(), std::time::Duration::from_secs(3600))
+        .unwrap()
+}
+
+#[test]
+fn background_writes_wait_for_company_and_an_urgent_write_commits_them_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = patient_writer(&dir);
+    let reader = Store::open_reader(db(&dir)).unwrap();
+    let (tx, done) = channel();
+    for i in 0..3 {
+        let new = task(&format!("b{i}"));
+        let tx = tx.clone();
+        writer.send_background(move |s| s.insert_task(&new), move |r| tx.send(r.unwrap()).unwrap());
+    }
+    // Nothing of them is durable yet: no reply, nothing for a reader.
+    assert!(
+        done.recv_timeout(std::time::Duration::from_millis(200)).is_err(),
+        "a background write committed alone"
+    );
+    assert_eq!(writer.groups(), 0);
+    assert!(reader.get_task(TaskId(1)).unwrap().is_none());
+    // The first write somebody waits for commits the whole group at once.
+    let id = writer.call(|s| s.insert_task(&task("urgent"))).unwrap();
+    assert_eq!(writer.groups(), 1);
+    assert_eq!(writer.writes(), 4);
+    let mut ids: Vec<TaskId> = (0..3).map(|_| done.recv().unwrap()).collect();
+    ids.push(id);
+    for id in ids {
+        assert!(reader.get_task(id).unwrap().is_some(), "task {id} not durable");
+    }
+}
+
+#[test]
+fn a_lone_background_write_commits_after_the_linger_and_at_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = StoreWriter::spawn(Store::open(db(&dir)).unwrap()).unwrap();
+    assert_eq!(writer.linger(), lardon_daemon::store::LINGER);
+    let (tx, done) = channel();
+    let new = task("alone");
+    writer.send_background(move |s| s.insert_task(&new), move |r| tx.send(r).unwrap());
+    // Committed by the clock (5 ms), not by anything that follows it.
+    let id = done.recv_timeout(std::time::Duration::from_secs(10)).unwrap().unwrap();
+    assert_eq!(writer.groups(), 1);
+    // Closing does not wait out the linger: a patient writer closes at once
+    // and commits what it held.
+    let patient_dir = tempfile::tempdir().unwrap();
+    let patient = patient_writer(&patient_dir);
+    let new = task("held");
+    patient.send_background(move |s| s.insert_task(&new), |_| {});
+    let start = std::time::Instant::now();
+    patient.close();
+    assert!(start.elapsed() < std::time::Duration::from_secs(60), "close waited out the linger");
+    assert_eq!(patient.groups(), 1);
+    let reader = Store::open_reader(db(&patient_dir)).unwrap();
+    assert!(reader.get_task(id).unwrap().is_some());
+}

@@ -51,7 +51,7 @@ fn persist(
     write: impl FnOnce(&mut Store) -> Result<(), StoreError> + Send + 'static,
 ) {
     let watchers = Arc::clone(shared);
-    shared.writer.send(write, move |result| {
+    shared.writer.send_background(write, move |result| {
         if let Err(e) = result {
             tracing::error!("task {id}: cannot persist a change: {e}");
         }
@@ -87,7 +87,7 @@ fn handle(shared: &Arc<Shared>, event: QueueEvent) {
             shared.stats.lock().unwrap_or_else(std::sync::PoisonError::into_inner).record(id, &record);
             let watchers = Arc::clone(shared);
             let stored = record.clone();
-            shared.writer.send(
+            shared.writer.send_background(
                 move |s| s.record_decision(id, stored.kind, &stored.reason_code, &stored.message, None),
                 move |result| {
                     if let Err(e) = result {

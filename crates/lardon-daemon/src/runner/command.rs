@@ -121,7 +121,7 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
         // exists from the spawn on either way); it would only hold this
         // worker for an fsync per run (docs/DESIGN.md §10, crash recovery).
         let handle = run.handle();
-        shared.writer.send(
+        shared.writer.send_background(
             move |s| s.set_run_handle(id, Some(&handle)),
             move |result| {
                 if let Err(e) = result {
@@ -221,7 +221,7 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
 /// sends only after this callback returned.
 fn persist_run(shared: &Shared, id: TaskId, class: &str, record: RunRecord, code: Option<i32>) {
     let class = class.to_owned();
-    shared.writer.send(
+    shared.writer.send_background(
         move |s| {
             s.record_run(&class, &record)?;
             match code {
@@ -249,7 +249,7 @@ fn note_soft_overrun(shared: &Shared, id: TaskId, contract: &lardon::Contract, l
     );
     tracing::warn!("task {id}: {note}");
     let events = shared.events.clone();
-    shared.writer.send(
+    shared.writer.send_background(
         move |s| s.note_soft_overrun(id, &note),
         move |result| {
             if let Err(e) = result {

@@ -45,7 +45,7 @@ pub use learning::{FeedbackRow, HISTORY_PER_CLASS, HistorySample, MAX_FEEDBACK_R
 pub use schema::SCHEMA_VERSION;
 pub use tasks::{Inserted, NewTask, StoredDep, TaskFilter};
 pub use transitions::{INTERRUPTED, Outcome, RecoveryReport};
-pub use writer::{MAX_GROUP, StoreWriter};
+pub use writer::{LINGER, MAX_GROUP, StoreWriter};
 
 use crate::spec::{DecisionKind, TaskId, TaskSpec, TaskState};
 use error::Ctx;

@@ -10,6 +10,15 @@
 //! missing task) is rolled back whole and alone, and the rest of its group
 //! still commits.
 //!
+//! A write sent with [`StoreWriter::send_background`] (the record of what
+//! a task did: its decisions, start, run and end) is one nobody waits for:
+//! a group made only of such writes waits up to [`LINGER`] for company
+//! before it commits, so that at a thousand task ends a second the writer
+//! commits about two hundred times a second instead of once per end or
+//! two. Any other write (an acknowledgement someone waits for: a submit,
+//! a pause, [`StoreWriter::call`]) commits its group at once, with every
+//! background write queued ahead of it.
+//!
 //! A write's continuation runs on the writer thread only **after** its
 //! group committed (or failed to), so a reply sent from it never
 //! acknowledges a change that a crash could still lose, and a reader that
@@ -19,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel, sync_channel};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::{Store, StoreError};
 
@@ -26,13 +36,22 @@ use super::{Store, StoreError};
 /// group waits for the others, and the transaction's size.
 pub const MAX_GROUP: usize = 4096;
 
+/// The longest a group of background writes waits for more writes before
+/// it commits (docs/DESIGN.md §10: how long a task's end may stay
+/// undurable after it happened).
+pub const LINGER: Duration = Duration::from_millis(5);
+
 /// What the writer calls once the group a write belonged to ended: `None`
 /// when it committed, the commit's error otherwise.
 type Then = Box<dyn FnOnce(Option<&StoreError>) + Send>;
 
 /// One write: applied to the store inside the open group; returns what to
 /// do once the group ended.
-type Job = Box<dyn FnOnce(&mut Store) -> Then + Send>;
+struct Job {
+    apply: Box<dyn FnOnce(&mut Store) -> Then + Send>,
+    /// Somebody waits for this write: its group commits without lingering.
+    urgent: bool,
+}
 
 /// Counters of what the writer did (for metrics and tests).
 #[derive(Debug, Default)]
@@ -48,6 +67,7 @@ struct Counters {
 #[derive(Debug)]
 pub struct StoreWriter {
     jobs: Mutex<Option<Sender<Job>>>,
+    linger: Duration,
     thread: Mutex<Option<JoinHandle<()>>>,
     counters: Arc<Counters>,
 }
@@ -58,12 +78,27 @@ impl StoreWriter {
     /// # Errors
     /// The thread could not be started.
     pub fn spawn(store: Store) -> std::io::Result<StoreWriter> {
+        StoreWriter::spawn_with_linger(store, LINGER)
+    }
+
+    /// [`StoreWriter::spawn`] with background writes waiting up to `linger`
+    /// for company (tests use an hour to see who does not wait).
+    ///
+    /// # Errors
+    /// The thread could not be started.
+    pub fn spawn_with_linger(store: Store, linger: Duration) -> std::io::Result<StoreWriter> {
         let (tx, rx) = channel::<Job>();
         let counters = Arc::new(Counters::default());
         let seen = Arc::clone(&counters);
-        let thread =
-            std::thread::Builder::new().name("lardon-store".into()).spawn(move || run(store, &rx, &seen))?;
-        Ok(StoreWriter { jobs: Mutex::new(Some(tx)), thread: Mutex::new(Some(thread)), counters })
+        let thread = std::thread::Builder::new()
+            .name("lardon-store".into())
+            .spawn(move || run(store, &rx, &seen, linger))?;
+        Ok(StoreWriter { jobs: Mutex::new(Some(tx)), linger, thread: Mutex::new(Some(thread)), counters })
+    }
+
+    /// How long a group of background writes may wait for company.
+    pub fn linger(&self) -> Duration {
+        self.linger
     }
 
     /// Queues `write` for the next group; `then` gets its result once that
@@ -78,7 +113,28 @@ impl StoreWriter {
         write: impl FnOnce(&mut Store) -> Result<T, StoreError> + Send + 'static,
         then: impl FnOnce(Result<T, StoreError>) + Send + 'static,
     ) {
-        let job: Job = Box::new(move |store: &mut Store| {
+        self.queue(write, then, true);
+    }
+
+    /// [`StoreWriter::send`] for a write nobody waits for: its group may
+    /// wait up to [`LINGER`] for more writes before it commits (one commit,
+    /// so one fsync, for more of them). `then` still runs only after the
+    /// commit.
+    pub fn send_background<T: Send + 'static>(
+        &self,
+        write: impl FnOnce(&mut Store) -> Result<T, StoreError> + Send + 'static,
+        then: impl FnOnce(Result<T, StoreError>) + Send + 'static,
+    ) {
+        self.queue(write, then, false);
+    }
+
+    fn queue<T: Send + 'static>(
+        &self,
+        write: impl FnOnce(&mut Store) -> Result<T, StoreError> + Send + 'static,
+        then: impl FnOnce(Result<T, StoreError>) + Send + 'static,
+        urgent: bool,
+    ) {
+        let apply = Box::new(move |store: &mut Store| -> Then {
             let result = store.atomically(write);
             Box::new(move |commit: Option<&StoreError>| {
                 then(match (result, commit) {
@@ -90,7 +146,7 @@ impl StoreWriter {
         let sender = self.jobs.lock().unwrap_or_else(PoisonError::into_inner).clone();
         if let Some(sender) = sender {
             // An error means the thread is gone: the job is dropped unrun.
-            let _ = sender.send(job);
+            let _ = sender.send(Job { apply, urgent });
         }
     }
 
@@ -142,22 +198,16 @@ impl Drop for StoreWriter {
 }
 
 /// The writer thread: one group per wake-up until every sender is gone.
-fn run(mut store: Store, jobs: &Receiver<Job>, counters: &Counters) {
+fn run(mut store: Store, jobs: &Receiver<Job>, counters: &Counters, linger: Duration) {
     while let Ok(first) = jobs.recv() {
-        let mut group = vec![first];
-        while group.len() < MAX_GROUP {
-            match jobs.try_recv() {
-                Ok(job) => group.push(job),
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-            }
-        }
+        let group = gather(first, jobs, linger);
         if let Err(e) = store.begin_group() {
             tracing::error!("store writer: {e}");
             // Dropping the jobs drops their replies: callers get WriterStopped.
             drop(group);
             continue;
         }
-        let thens: Vec<Then> = group.into_iter().map(|job| job(&mut store)).collect();
+        let thens: Vec<Then> = group.into_iter().map(|job| (job.apply)(&mut store)).collect();
         counters.writes.fetch_add(thens.len() as u64, Ordering::Relaxed);
         let committed = store.commit_group();
         if let Err(e) = &committed {
@@ -169,4 +219,33 @@ fn run(mut store: Store, jobs: &Receiver<Job>, counters: &Counters) {
             then(committed.as_ref().err());
         }
     }
+}
+
+/// The group that starts with `first`: every write already queued, and, as
+/// long as none of them is urgent, those arriving until `linger` after
+/// `first` was taken (at most [`MAX_GROUP`]). A closed channel ends the
+/// wait at once.
+fn gather(first: Job, jobs: &Receiver<Job>, linger: Duration) -> Vec<Job> {
+    let deadline = Instant::now() + linger;
+    let mut urgent = first.urgent;
+    let mut group = vec![first];
+    while group.len() < MAX_GROUP {
+        let next = match jobs.try_recv() {
+            Ok(job) => job,
+            Err(TryRecvError::Disconnected) => break,
+            Err(TryRecvError::Empty) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if urgent || left.is_zero() {
+                    break;
+                }
+                match jobs.recv_timeout(left) {
+                    Ok(job) => job,
+                    Err(_) => break,
+                }
+            }
+        };
+        urgent |= next.urgent;
+        group.push(next);
+    }
+    group
 }
