@@ -22,18 +22,19 @@ fn task(name: &str) -> NewTask {
     NewTask::new(s)
 }
 
-/// Holds the writer inside a group until the returned sender is dropped or
-/// sent to; returns once that write is being applied.
+/// Holds the writer in the reply of a committed group until the returned
+/// sender is dropped or sent to; returns once the writer is held there.
+/// (Held inside a write, the writes queued meanwhile would join that
+/// write's group: a write is applied as it arrives.)
 fn hold(writer: &StoreWriter) -> std::sync::mpsc::Sender<()> {
     let (started, is_started) = channel();
     let (release, released) = channel::<()>();
     writer.send(
-        move |_| {
+        |_| Ok(()),
+        move |_: Result<(), StoreError>| {
             started.send(()).unwrap();
             let _ = released.recv();
-            Ok(())
         },
-        |_: Result<(), StoreError>| {},
     );
     is_started.recv().unwrap();
     release
@@ -52,7 +53,7 @@ fn writes_that_arrive_during_a_group_commit_together_in_the_next() {
     let dir = tempfile::tempdir().unwrap();
     let writer = writer(&dir);
     let release = hold(&writer);
-    // The writer is busy inside the first group: all of these queue up.
+    // The writer is busy after the first group: all of these queue up.
     let replies: Vec<_> = (0..50).map(|i| insert(&writer, &format!("t{i}"))).collect();
     release.send(()).unwrap();
     let ids: Vec<TaskId> = replies.into_iter().map(|r| r.recv().unwrap().unwrap()).collect();
@@ -154,6 +155,19 @@ fn background_writes_wait_for_company_and_an_urgent_write_commits_them_with_it()
         let tx = tx.clone();
         writer.send_background(move |s| s.insert_task(&new), move |r| tx.send(r.unwrap()).unwrap());
     }
+    // Each is applied as it arrives (its stamps are its arrival's), long
+    // before its group commits.
+    let (applied, was_applied) = channel();
+    writer.send_background(
+        move |_| {
+            applied.send(()).unwrap();
+            Ok(())
+        },
+        |_: Result<(), StoreError>| {},
+    );
+    was_applied
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("a background write waited to be applied");
     // Nothing of them is durable yet: no reply, nothing for a reader.
     assert!(
         done.recv_timeout(std::time::Duration::from_millis(200)).is_err(),
@@ -164,7 +178,7 @@ fn background_writes_wait_for_company_and_an_urgent_write_commits_them_with_it()
     // The first write somebody waits for commits the whole group at once.
     let id = writer.call(|s| s.insert_task(&task("urgent"))).unwrap();
     assert_eq!(writer.groups(), 1);
-    assert_eq!(writer.writes(), 4);
+    assert_eq!(writer.writes(), 5);
     let mut ids: Vec<TaskId> = (0..3).map(|_| done.recv().unwrap()).collect();
     ids.push(id);
     for id in ids {

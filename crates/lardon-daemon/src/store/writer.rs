@@ -4,11 +4,15 @@
 //! The thread blocks until a write arrives, then takes every write already
 //! queued behind it (at most [`MAX_GROUP`]) and applies them all inside one
 //! transaction: one `COMMIT`, so one fsync, for the whole group. Writes that
-//! arrive while a group is being applied or committed wait in the channel
-//! and form the next group. Each write runs in its own savepoint
+//! arrive while a group is being committed (or its replies sent) wait in
+//! the channel and form the next group. Each write runs in its own savepoint
 //! ([`Store::atomically`]), so a refused write (an illegal transition, a
 //! missing task) is rolled back whole and alone, and the rest of its group
 //! still commits.
+//!
+//! A write is applied as soon as the writer takes it, so the times a write
+//! stamps (a task's start or end) are when it arrived, not when its group
+//! committed.
 //!
 //! A write sent with [`StoreWriter::send_background`] (the record of what
 //! a task did: its decisions, start, run and end) is one nobody waits for:
@@ -198,16 +202,40 @@ impl Drop for StoreWriter {
 }
 
 /// The writer thread: one group per wake-up until every sender is gone.
+/// Each write is applied as it arrives (its timestamps are its arrival's,
+/// not the commit's), and the group commits once nothing more is queued
+/// and either a write in it is urgent or `linger` has passed since its
+/// first write was taken.
 fn run(mut store: Store, jobs: &Receiver<Job>, counters: &Counters, linger: Duration) {
     while let Ok(first) = jobs.recv() {
-        let group = gather(first, jobs, linger);
         if let Err(e) = store.begin_group() {
             tracing::error!("store writer: {e}");
-            // Dropping the jobs drops their replies: callers get WriterStopped.
-            drop(group);
+            // Dropping the job drops its reply: its caller gets WriterStopped.
+            drop(first);
             continue;
         }
-        let thens: Vec<Then> = group.into_iter().map(|job| (job.apply)(&mut store)).collect();
+        let deadline = Instant::now() + linger;
+        let mut urgent = first.urgent;
+        let mut thens: Vec<Then> = vec![(first.apply)(&mut store)];
+        while thens.len() < MAX_GROUP {
+            let next = match jobs.try_recv() {
+                Ok(job) => job,
+                Err(TryRecvError::Disconnected) => break,
+                Err(TryRecvError::Empty) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if urgent || left.is_zero() {
+                        break;
+                    }
+                    // A closed channel ends the wait at once.
+                    match jobs.recv_timeout(left) {
+                        Ok(job) => job,
+                        Err(_) => break,
+                    }
+                }
+            };
+            urgent |= next.urgent;
+            thens.push((next.apply)(&mut store));
+        }
         counters.writes.fetch_add(thens.len() as u64, Ordering::Relaxed);
         let committed = store.commit_group();
         if let Err(e) = &committed {
@@ -219,33 +247,4 @@ fn run(mut store: Store, jobs: &Receiver<Job>, counters: &Counters, linger: Dura
             then(committed.as_ref().err());
         }
     }
-}
-
-/// The group that starts with `first`: every write already queued, and, as
-/// long as none of them is urgent, those arriving until `linger` after
-/// `first` was taken (at most [`MAX_GROUP`]). A closed channel ends the
-/// wait at once.
-fn gather(first: Job, jobs: &Receiver<Job>, linger: Duration) -> Vec<Job> {
-    let deadline = Instant::now() + linger;
-    let mut urgent = first.urgent;
-    let mut group = vec![first];
-    while group.len() < MAX_GROUP {
-        let next = match jobs.try_recv() {
-            Ok(job) => job,
-            Err(TryRecvError::Disconnected) => break,
-            Err(TryRecvError::Empty) => {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if urgent || left.is_zero() {
-                    break;
-                }
-                match jobs.recv_timeout(left) {
-                    Ok(job) => job,
-                    Err(_) => break,
-                }
-            }
-        };
-        urgent |= next.urgent;
-        group.push(next);
-    }
-    group
 }
