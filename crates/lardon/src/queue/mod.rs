@@ -22,6 +22,7 @@ mod pending;
 mod prop_tests;
 mod signal;
 mod skip;
+mod slab;
 mod state;
 mod task;
 #[cfg(all(test, not(loom)))]
@@ -360,7 +361,7 @@ impl TaskQueue {
             st.dependents.entry(dep).or_default().push(id);
         }
         st.pending.insert(entry.order_key(), id);
-        st.entries.insert(id, entry);
+        st.entries.insert(id, Box::new(entry));
         st.fresh.push(id);
         st.emit(|| QueueEvent::Submitted { id, name: event_name.unwrap_or_default() });
         let dropped = match failed_dep {
