@@ -32,7 +32,7 @@ pub struct TaskContext {
 /// sequence's: no copy is made per task), or, between two sequences, a
 /// copy of the ended sequence's contract.
 enum Held {
-    Reserved(Reservation),
+    Reserved(Box<Reservation>),
     Between(Contract),
 }
 
@@ -43,7 +43,7 @@ impl std::fmt::Debug for TaskContext {
 }
 
 impl TaskContext {
-    pub(crate) fn new(inner: Arc<Inner>, id: TaskId, reservation: Reservation) -> Self {
+    pub(crate) fn new(inner: Arc<Inner>, id: TaskId, reservation: Box<Reservation>) -> Self {
         TaskContext { inner, id, held: Held::Reserved(reservation) }
     }
 
@@ -68,7 +68,7 @@ impl TaskContext {
 
     /// Takes the reservation out (the task keeps a copy of its contract),
     /// for its release.
-    fn take_reservation(&mut self) -> Option<Reservation> {
+    fn take_reservation(&mut self) -> Option<Box<Reservation>> {
         if !matches!(self.held, Held::Reserved(_)) {
             return None;
         }
@@ -187,7 +187,7 @@ impl TaskContext {
                     }
                     st.emit(|| QueueEvent::Sequence { id: self.id, contract: contract.clone() });
                     drop(st);
-                    self.held = Held::Reserved(reservation);
+                    self.held = Held::Reserved(Box::new(reservation));
                     return Ok(contract);
                 }
                 Err(d) if d.kind() == DecisionKind::Reject => {

@@ -39,7 +39,10 @@ const WALK_BATCH: usize = 64;
 /// A task a scan moved to RUNNING, to launch once every lock is dropped.
 pub(crate) struct Start {
     id: TaskId,
-    reservation: Reservation,
+    /// Boxed: a start moves from the scan to the worker and into its
+    /// context, and each move of a ~200-byte reservation was a `memcpy`
+    /// (about 16 per task, BENCHMARKS.md "Fast path IV: queue").
+    reservation: Box<Reservation>,
     callback: Callback,
 }
 
@@ -228,7 +231,7 @@ pub(crate) fn end_and_hand_off(
     id: TaskId,
     state: TaskState,
     message: Option<String>,
-    reservation: Option<Reservation>,
+    reservation: Option<Box<Reservation>>,
     starts: &mut Vec<Start>,
 ) -> Option<Start> {
     // A reservation holding a scratch lease is released first, outside
@@ -249,7 +252,7 @@ pub(crate) fn end_and_hand_off(
     let mut gov_scan = inner.governor.scan_for(&inner.dispatch_waker);
     // Released before the task ends: a `Finished` event always follows the
     // release (whoever reads availability after it sees nothing held).
-    let released = reservation.map(|r| gov_scan.release(r));
+    let released = reservation.map(|r| gov_scan.release(*r));
     // `TaskContext::fail` turns a callback's `Ok` into a failure.
     let failed = match st.entries.get(&id) {
         Some(e) if state == TaskState::Completed => e.failed_message.clone(),
@@ -427,7 +430,7 @@ fn scan_locked(
                     Some(callback) => {
                         #[cfg(test)]
                         inner.in_flight.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        starts.push(Start { id, reservation, callback });
+                        starts.push(Start { id, reservation: Box::new(reservation), callback });
                     }
                     None => unused.push(reservation),
                 }
