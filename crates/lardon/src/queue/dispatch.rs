@@ -192,6 +192,9 @@ pub(super) fn scan(inner: &Arc<Inner>, force: bool, starts: &mut Vec<Start>) -> 
             for id in ids {
                 st.record_decision(id, DecisionKind::Wait, ReasonCode::ProbeFailed, &message, now);
             }
+            // Every fresh task got its answer: a scan always empties the
+            // list (a submit wakes the dispatcher only when it was empty).
+            st.fresh.clear();
             return Some(Scanned { host_wait: true, resample_in: None });
         }
     };

@@ -252,7 +252,8 @@ pub(crate) struct QueueState {
     /// it to see a submitter asleep before they make room.
     pub(crate) blocked_submits: usize,
     /// Tasks submitted since the last scan (evaluated even when a
-    /// queue-wide reason stops the scan early).
+    /// queue-wide reason stops the scan early). Every scan empties it, so
+    /// while it is not empty the dispatcher has a wake pending for it.
     pub(crate) fresh: Vec<TaskId>,
     /// The scan's buffer for the pending order it reads in batches (kept
     /// between scans: its capacity is reused).

@@ -77,7 +77,7 @@ impl TaskQueue {
                 continue;
             }
             let now = self.inner.governor.now();
-            answers.push(self.insert_locked(&mut st, task, false, now).map(|(id, mut ended)| {
+            answers.push(self.insert_locked(&mut st, task, false, now).map(|(id, _, mut ended)| {
                 dropped.append(&mut ended);
                 id
             }));
@@ -100,14 +100,16 @@ impl TaskQueue {
             return Err(no_room.refuse(task));
         }
         let now = self.inner.governor.now();
-        let (id, dropped) = self.insert_locked(&mut st, task, paused, now)?;
+        let (id, announce, dropped) = self.insert_locked(&mut st, task, paused, now)?;
         let left = (!dropped.is_empty()).then(|| st.entries.is_empty());
         drop(st);
         drop(dropped);
         if let Some(idle) = left {
             self.inner.tasks_left(idle);
         }
-        self.inner.wake_dispatcher();
+        if announce || left.is_some() {
+            self.inner.wake_dispatcher();
+        }
         Ok(id)
     }
 
@@ -141,13 +143,21 @@ impl TaskQueue {
     /// dependencies, its entry and place in the pending order. A task whose
     /// `after` dependency already failed ends FAILED at once; its callback
     /// (and any dependents') comes back to be dropped outside the lock.
+    ///
+    /// Also says whether the dispatcher must be woken for it: only when
+    /// the fresh list was empty. A task submitted while earlier fresh
+    /// tasks wait for their first evaluation is seen by the same scan,
+    /// because every scan empties the list (so a non-empty list means the
+    /// dispatcher was woken after its first task went in and has not
+    /// scanned since). In a burst this spares a lock of the dispatcher's
+    /// signal per submit.
     fn insert_locked(
         &self,
         st: &mut QueueState,
         task: Task,
         paused: bool,
         now: MonoTime,
-    ) -> Result<(TaskId, Vec<Callback>), SubmitError> {
+    ) -> Result<(TaskId, bool, Vec<Callback>), SubmitError> {
         let id = match task.id {
             Some(id) => {
                 if st.entries.contains_key(&id) || st.outcomes.contains_key(&id) {
@@ -214,6 +224,7 @@ impl TaskQueue {
         }
         st.pending.insert(entry.order_key(), id);
         st.entries.insert(id, entry);
+        let announce = st.fresh.is_empty();
         st.fresh.push(id);
         st.emit(|| QueueEvent::Submitted { id, name: event_name.unwrap_or_default() });
         let dropped = match failed_dep {
@@ -222,6 +233,6 @@ impl TaskQueue {
             }
             None => Vec::new(),
         };
-        Ok((id, dropped))
+        Ok((id, announce, dropped))
     }
 }
