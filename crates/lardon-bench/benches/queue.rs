@@ -1,6 +1,7 @@
 //! Queue throughput (docs/DESIGN.md §12): N no-op tasks through a `TaskQueue`
 //! (submit all, `wait_idle`) against a plain crossbeam-channel pool with
-//! the same number of worker threads doing the same no-op work.
+//! the same number of worker threads doing the same no-op work; and the
+//! same tasks submitted as one batch (`TaskQueue::submit_many`).
 //!
 //! `CARGO_TARGET_DIR=target/bench cargo bench -p lardon-bench --bench queue`
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -48,6 +49,33 @@ fn lardon_task_queue(bencher: Bencher, n: usize) {
                 Ok(())
             }))
             .unwrap();
+        }
+        q.wait_idle();
+    });
+    black_box(done.load(Ordering::Relaxed));
+    q.close();
+}
+
+/// The same tasks through one `submit_many` per sample (one queue lock and
+/// one dispatcher wake for the batch, as `lardon submit --each` sends
+/// them); not the figure of issue #12, which submits one at a time.
+#[divan::bench(args = TASKS, sample_count = 10)]
+fn lardon_task_queue_submit_many(bencher: Bencher, n: usize) {
+    let q = queue();
+    let estimate = Estimate::builder().memory(1 << 20).cpu_millis(100).class("noop").build();
+    let done = Arc::new(AtomicU64::new(0));
+    bencher.counter(divan::counter::ItemsCount::new(n)).bench_local(|| {
+        let tasks = (0..n)
+            .map(|_| {
+                let done = Arc::clone(&done);
+                Task::new("noop", estimate.clone(), move |_| {
+                    done.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
+                })
+            })
+            .collect();
+        for answer in q.submit_many(tasks) {
+            answer.unwrap();
         }
         q.wait_idle();
     });

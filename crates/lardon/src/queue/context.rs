@@ -25,20 +25,26 @@ use super::task::{Callback, TaskError, TaskId, TaskResult, TaskState};
 pub struct TaskContext {
     inner: Arc<Inner>,
     id: TaskId,
-    reservation: Option<Reservation>,
-    contract: Contract,
+    held: Held,
+}
+
+/// What a running task holds: its reservation (whose contract is the
+/// sequence's: no copy is made per task), or, between two sequences, a
+/// copy of the ended sequence's contract.
+enum Held {
+    Reserved(Box<Reservation>),
+    Between(Contract),
 }
 
 impl std::fmt::Debug for TaskContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TaskContext").field("id", &self.id).field("contract", &self.contract).finish()
+        f.debug_struct("TaskContext").field("id", &self.id).field("contract", self.contract()).finish()
     }
 }
 
 impl TaskContext {
-    pub(crate) fn new(inner: Arc<Inner>, id: TaskId, reservation: Reservation) -> Self {
-        let contract = reservation.contract().clone();
-        TaskContext { inner, id, reservation: Some(reservation), contract }
+    pub(crate) fn new(inner: Arc<Inner>, id: TaskId, reservation: Box<Reservation>) -> Self {
+        TaskContext { inner, id, held: Held::Reserved(reservation) }
     }
 
     /// This task's id.
@@ -48,13 +54,29 @@ impl TaskContext {
 
     /// A copy of the current sequence's contract.
     pub fn contract(&self) -> &Contract {
-        &self.contract
+        match &self.held {
+            Held::Reserved(r) => r.contract(),
+            Held::Between(c) => c,
+        }
     }
 
     /// Whether the task holds an active reservation now (false only
     /// between sequences, inside `sequence_break`).
     pub fn holds_reservation(&self) -> bool {
-        self.reservation.as_ref().is_some_and(Reservation::is_valid)
+        matches!(&self.held, Held::Reserved(r) if r.is_valid())
+    }
+
+    /// Takes the reservation out (the task keeps a copy of its contract),
+    /// for its release.
+    fn take_reservation(&mut self) -> Option<Box<Reservation>> {
+        if !matches!(self.held, Held::Reserved(_)) {
+            return None;
+        }
+        let kept = Held::Between(self.contract().clone());
+        match std::mem::replace(&mut self.held, kept) {
+            Held::Reserved(r) => Some(r),
+            Held::Between(_) => None,
+        }
     }
 
     /// The Governor (read-only uses: availability, history).
@@ -128,12 +150,12 @@ impl TaskContext {
     /// [`TaskError::Cancelled`] when cancelled (while paused or waiting),
     /// [`TaskError::Failed`] when the Governor rejects the task.
     pub fn sequence_break(&mut self) -> Result<Contract, TaskError> {
-        drop(self.reservation.take());
+        drop(self.take_reservation());
         let signal = Arc::clone(&self.inner.tasks);
         let waker = Waker::from(Arc::clone(&signal));
         let envelope = {
             let st = self.inner.lock();
-            st.entries.get(&self.id).map(next_envelope).ok_or(TaskError::Cancelled)?
+            st.entries.get(&self.id).map(|e| next_envelope(e)).ok_or(TaskError::Cancelled)?
         };
         loop {
             self.checkpoint()?;
@@ -165,8 +187,7 @@ impl TaskContext {
                     }
                     st.emit(|| QueueEvent::Sequence { id: self.id, contract: contract.clone() });
                     drop(st);
-                    self.reservation = Some(reservation);
-                    self.contract = contract.clone();
+                    self.held = Held::Reserved(Box::new(reservation));
                     return Ok(contract);
                 }
                 Err(d) if d.kind() == DecisionKind::Reject => {
@@ -189,7 +210,7 @@ impl TaskContext {
     /// peak ([`crate::Governor::record_batch`]); returns whether it changed
     /// what the class has learned.
     pub fn record_batch(&self, items: u64, duration: Duration, peak_memory: Option<u64>) -> bool {
-        self.inner.governor.record_batch(&self.contract.class, items, duration, peak_memory)
+        self.inner.governor.record_batch(&self.contract().class, items, duration, peak_memory)
     }
 
     /// Records one run of this task's class, unbatched or a batch,
@@ -197,17 +218,17 @@ impl TaskContext {
     /// ([`crate::Governor::record_run`]); returns whether it changed what
     /// the class has learned.
     pub fn record_run(&self, record: crate::RunRecord) -> bool {
-        self.inner.governor.record_run(&self.contract.class, record)
+        self.inner.governor.record_run(&self.contract().class, record)
     }
 
     /// Feeds this sequence's throughput to its capability ramp.
     pub fn record_sequence(&self, items: u64, wall: Duration) -> bool {
-        self.inner.governor.record_sequence(&self.contract, items, wall)
+        self.inner.governor.record_sequence(self.contract(), items, wall)
     }
 
     /// Reports the memory the task uses now (see [`Reservation::report_usage`]).
     pub fn report_usage(&self, bytes: u64) {
-        if let Some(r) = &self.reservation {
+        if let Held::Reserved(r) = &self.held {
             let _ = r.report_usage(bytes);
         }
     }
@@ -224,7 +245,7 @@ impl TaskContext {
     /// Maps `items` on at most the granted CPUs (this thread counts as
     /// one), results in input order whatever the thread count.
     pub fn par_map<T: Sync, R: Send>(&self, items: &[T], f: impl Fn(usize, &T) -> R + Sync) -> Vec<R> {
-        par_map(items, self.contract.whole_cpus() as usize, f)
+        par_map(items, self.contract().whole_cpus() as usize, f)
     }
 
     /// Fallible [`TaskContext::par_map`]: the lowest failing index wins.
@@ -236,15 +257,20 @@ impl TaskContext {
         items: &[T],
         f: impl Fn(usize, &T) -> Result<R, E> + Sync,
     ) -> Result<Vec<R>, ParMapError<R, E>> {
-        try_par_map(items, self.contract.whole_cpus() as usize, f)
+        try_par_map(items, self.contract().whole_cpus() as usize, f)
     }
 }
 
 /// Runs `callback` to its end on the current (worker) thread, then ends
 /// the task and releases its reservation exactly once, whatever happened.
 /// Returns the next task this thread is handed (see
-/// [`super::dispatch::end_and_hand_off`]).
-pub(crate) fn run_callback(mut ctx: TaskContext, callback: Callback) -> Option<Start> {
+/// [`super::dispatch::end_and_hand_off`]; `starts` is the worker's buffer
+/// for that hand-off's admitted tasks).
+pub(crate) fn run_callback(
+    mut ctx: TaskContext,
+    callback: Callback,
+    starts: &mut Vec<Start>,
+) -> Option<Start> {
     let result = catch_unwind(AssertUnwindSafe(|| callback(&mut ctx)));
     let (state, message) = match result {
         // `TaskContext::fail` may still turn this into a failure.
@@ -260,11 +286,12 @@ pub(crate) fn run_callback(mut ctx: TaskContext, callback: Callback) -> Option<S
             (TaskState::Failed, Some(format!("panicked: {what}")))
         }
     };
-    let reservation = ctx.reservation.take();
-    let inner = Arc::clone(&ctx.inner);
-    let id = ctx.id;
-    drop(ctx);
-    let next = super::dispatch::end_and_hand_off(&inner, id, state, message, reservation);
+    let TaskContext { inner, id, held } = ctx;
+    let reservation = match held {
+        Held::Reserved(r) => Some(r),
+        Held::Between(_) => None,
+    };
+    let next = super::dispatch::end_and_hand_off(&inner, id, state, message, reservation, starts);
     #[cfg(test)]
     inner.in_flight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     next

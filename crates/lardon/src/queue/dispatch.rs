@@ -39,14 +39,16 @@ const WALK_BATCH: usize = 64;
 /// A task a scan moved to RUNNING, to launch once every lock is dropped.
 pub(crate) struct Start {
     id: TaskId,
-    reservation: Reservation,
+    /// Boxed: a start moves from the scan to the worker and into its
+    /// context, and each move of a ~200-byte reservation was a `memcpy`
+    /// (about 16 per task, BENCHMARKS.md "Fast path IV: queue").
+    reservation: Box<Reservation>,
     callback: Callback,
 }
 
-/// What one scan decided, acted on once the queue lock is dropped.
+/// What one scan decided, acted on once the queue lock is dropped. The
+/// admitted tasks go to the caller's buffer (see [`scan_locked`]).
 struct Outcome {
-    /// Admitted tasks, in the pending order.
-    starts: Vec<Start>,
     /// Some task waits on host state: re-sample after the interval.
     host_wait: bool,
     /// Callbacks of tasks the scan failed (dropped outside the lock).
@@ -57,25 +59,28 @@ struct Outcome {
 
 impl Outcome {
     fn nothing(host_wait: bool) -> Self {
-        Outcome { starts: Vec::new(), host_wait, dropped: Vec::new(), unused: Vec::new() }
+        Outcome { host_wait, dropped: Vec::new(), unused: Vec::new() }
     }
 
     /// Drops what the scan dropped (with no lock held: a callback's drop
     /// and a reservation's release are not run under the queue lock) and
-    /// returns the tasks to start.
-    fn settle(self) -> (Vec<Start>, bool) {
+    /// returns whether some task waits on host state.
+    fn settle(self) -> bool {
         drop(self.unused);
         drop(self.dropped);
-        (self.starts, self.host_wait)
+        self.host_wait
     }
 }
 
 pub(crate) fn run(inner: &Arc<Inner>) {
     let mut force = false;
+    // The scans' buffer of admitted tasks (its capacity is kept).
+    let mut starts = Vec::new();
     loop {
         let epoch = inner.dispatch.epoch();
         let generation = inner.governor.generation();
-        let Some(Scanned { host_wait, resample_in }) = scan(inner, std::mem::take(&mut force)) else {
+        let Some(Scanned { host_wait, resample_in }) = scan(inner, std::mem::take(&mut force), &mut starts)
+        else {
             return;
         };
         // Sleep until a change no scan has seen yet (a worker that handed
@@ -153,8 +158,9 @@ pub(super) struct Scanned {
 }
 
 /// The dispatcher's scan: every pending task in order, every admitted one
-/// launched on the pool. `None` once the queue closes.
-pub(super) fn scan(inner: &Arc<Inner>, force: bool) -> Option<Scanned> {
+/// launched on the pool (through `starts`, an empty buffer the caller
+/// keeps). `None` once the queue closes.
+pub(super) fn scan(inner: &Arc<Inner>, force: bool, starts: &mut Vec<Start>) -> Option<Scanned> {
     #[cfg(test)]
     inner.dispatcher_scans.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let (changed, ended) = {
@@ -186,22 +192,25 @@ pub(super) fn scan(inner: &Arc<Inner>, force: bool) -> Option<Scanned> {
             for id in ids {
                 st.record_decision(id, DecisionKind::Wait, ReasonCode::ProbeFailed, &message, now);
             }
+            // Every fresh task got its answer: a scan always empties the
+            // list (a submit wakes the dispatcher only when it was empty).
+            st.fresh.clear();
             return Some(Scanned { host_wait: true, resample_in: None });
         }
     };
     let mut gov_scan = inner.governor.scan_for(&inner.dispatch_waker);
-    let outcome = scan_locked(inner, &mut st, &mut gov_scan, &snap, now);
+    let outcome = scan_locked(inner, &mut st, &mut gov_scan, &snap, now, starts);
     // A task the scan failed (rejected, or a dependency failed) left.
     let left = (!outcome.dropped.is_empty()).then(|| st.entries.is_empty());
     // The queue lock goes first: ending the scan runs registered wakers
     // (async code's), which must never run under the queue lock.
     drop(st);
     drop(gov_scan);
-    let (starts, host_wait) = outcome.settle();
+    let host_wait = outcome.settle();
     if let Some(idle) = left {
         inner.tasks_left(idle);
     }
-    for start in starts {
+    for start in starts.drain(..) {
         launch(inner, start);
     }
     Some(Scanned { host_wait, resample_in })
@@ -214,7 +223,9 @@ pub(super) fn scan(inner: &Arc<Inner>, force: bool) -> Option<Scanned> {
 /// trip. The scan is the dispatcher's own code, so every order rule
 /// (priority, FIFO, bypass, holds, dependencies, pause) holds alike.
 /// Returns the first admitted task for this thread to run; any others
-/// go to the pool.
+/// go to the pool. `starts` is the worker's buffer for the scan's admitted
+/// tasks (empty; kept along its chain of tasks so that a hand-off
+/// allocates none).
 ///
 /// The dispatcher is woken only for what a worker cannot do: re-sampling
 /// the host (some task waits on host state, or the probe failed).
@@ -223,7 +234,8 @@ pub(crate) fn end_and_hand_off(
     id: TaskId,
     state: TaskState,
     message: Option<String>,
-    reservation: Option<Reservation>,
+    reservation: Option<Box<Reservation>>,
+    starts: &mut Vec<Start>,
 ) -> Option<Start> {
     // A reservation holding a scratch lease is released first, outside
     // the scan, as a dropped one is: its lease directory is removed (and a
@@ -243,7 +255,7 @@ pub(crate) fn end_and_hand_off(
     let mut gov_scan = inner.governor.scan_for(&inner.dispatch_waker);
     // Released before the task ends: a `Finished` event always follows the
     // release (whoever reads availability after it sees nothing held).
-    let released = reservation.map(|r| gov_scan.release(r));
+    let released = reservation.map(|r| gov_scan.release(*r));
     // `TaskContext::fail` turns a callback's `Ok` into a failure.
     let failed = match st.entries.get(&id) {
         Some(e) if state == TaskState::Completed => e.failed_message.clone(),
@@ -255,7 +267,7 @@ pub(crate) fn end_and_hand_off(
     };
     let dropped = if st.entries.contains_key(&id) { st.finish(id, state, message, now) } else { Vec::new() };
     let outcome = match snap {
-        Ok(snap) if !st.closing => scan_locked(inner, &mut st, &mut gov_scan, &snap, now),
+        Ok(snap) if !st.closing => scan_locked(inner, &mut st, &mut gov_scan, &snap, now, starts),
         // Closing: nothing starts. Probe failure: the dispatcher records it
         // and re-samples on its timer.
         Ok(_) => Outcome::nothing(false),
@@ -277,14 +289,14 @@ pub(crate) fn end_and_hand_off(
         inner.governor.after_release(released);
     }
     drop(dropped);
-    let (starts, _) = outcome.settle();
+    outcome.settle();
     inner.tasks_left(idle);
     if wake_dispatcher {
         inner.wake_dispatcher();
     }
-    let mut starts = starts.into_iter();
-    let mine = starts.next();
-    for other in starts {
+    let mut admitted = starts.drain(..);
+    let mine = admitted.next();
+    for other in admitted {
         launch(inner, other);
     }
     mine
@@ -293,12 +305,14 @@ pub(crate) fn end_and_hand_off(
 /// (held for the whole walk, so no release lands between two evaluations
 /// and a task behind a waiting one cannot overtake it in FIFO order).
 /// Shared by the dispatcher and by a worker handing off its thread.
+/// Admitted tasks are appended to `starts`, in the pending order.
 fn scan_locked(
     inner: &Inner,
     st: &mut MutexGuard<'_, QueueState>,
     gov_scan: &mut crate::governor::Scan<'_>,
     snap: &Snapshot,
     now: crate::MonoTime,
+    starts: &mut Vec<Start>,
 ) -> Outcome {
     // The fresh list and the walk's batch are buffers kept in the state
     // (handed back below, capacity kept): no allocation per scan or per
@@ -311,7 +325,6 @@ fn scan_locked(
     let mut hold: Option<Hold> = None;
     let mut bypassed_head = false;
     let mut host_wait = false;
-    let mut starts: Vec<Start> = Vec::new();
     let mut dropped: Vec<Callback> = Vec::new();
     let mut unused: Vec<Reservation> = Vec::new();
     let mut blocked = Blocked::default();
@@ -420,7 +433,7 @@ fn scan_locked(
                     Some(callback) => {
                         #[cfg(test)]
                         inner.in_flight.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        starts.push(Start { id, reservation, callback });
+                        starts.push(Start { id, reservation: Box::new(reservation), callback });
                     }
                     None => unused.push(reservation),
                 }
@@ -476,7 +489,7 @@ fn scan_locked(
     if (!starts.is_empty() || !dropped.is_empty()) && st.blocked_submits > 0 {
         inner.not_full.notify_all();
     }
-    Outcome { starts, host_wait, dropped, unused }
+    Outcome { host_wait, dropped, unused }
 }
 
 /// PENDING → RUNNING under the lock; returns the callback to run.
@@ -519,6 +532,8 @@ fn launch(inner: &Arc<Inner>, start: Start) {
 /// of hand-offs can be as long as the queue).
 pub(crate) fn run_chain(inner: &Arc<Inner>, start: Start) {
     let mut next = Some(start);
+    // The hand-offs' buffer of admitted tasks, kept along the chain.
+    let mut starts = Vec::new();
     while let Some(Start { id, reservation, callback }) = next.take() {
         if let Some(grant) = reservation.contract().scratch.clone()
             && let Err(message) = inner.governor.prepare_scratch(&grant)
@@ -539,6 +554,6 @@ pub(crate) fn run_chain(inner: &Arc<Inner>, start: Start) {
             return;
         }
         let ctx = TaskContext::new(Arc::clone(inner), id, reservation);
-        next = run_callback(ctx, callback);
+        next = run_callback(ctx, callback, &mut starts);
     }
 }

@@ -247,6 +247,31 @@ fn submit_racing_the_dispatcher_is_never_lost() {
     });
 }
 
+/// Two submits racing each other and the dispatcher: the second one,
+/// finding the first still fresh, sends no wake of its own (the first's
+/// wake brings a scan that sees both), and both tasks always run.
+///
+/// To see it fail (a loom deadlock), let a submit skip the wake whenever
+/// any task is pending (`st.pending.len() > 0` instead of the fresh list
+/// being empty in `insert_locked`): a second submit arriving after the
+/// dispatcher's scan, with the first task still pending, is never seen.
+#[test]
+fn a_second_submit_rides_the_first_ones_wake() {
+    model(|| {
+        let q = StdArc::new(queue());
+        let submitter = {
+            let q = StdArc::clone(&q);
+            thread::spawn(move || q.submit(Task::new("a", mem(GIB), |_| Ok(()))).unwrap())
+        };
+        let b = q.submit(Task::new("b", mem(GIB), |_| Ok(()))).unwrap();
+        let a = submitter.join().unwrap();
+        for id in [a, b] {
+            assert_eq!(q.wait(id).unwrap().state, TaskState::Completed);
+        }
+        q.close();
+    });
+}
+
 /// A running task paused and then cancelled: the callback's checkpoint,
 /// sleeping on the pause (the task keeps its reservation), races the
 /// cancel; it is always woken, returns `Cancelled`, and the reservation is

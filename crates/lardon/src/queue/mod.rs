@@ -22,14 +22,16 @@ mod pending;
 mod prop_tests;
 mod signal;
 mod skip;
+mod slab;
 mod state;
+mod submit;
 mod task;
 #[cfg(all(test, not(loom)))]
 mod tests;
 mod withdraw;
 mod worker;
 
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::task::Waker;
 use std::time::Duration;
 
@@ -41,12 +43,11 @@ pub use state::HISTORY;
 pub use task::{Task, TaskError, TaskId, TaskResult, TaskState};
 
 use crate::governor::Governor;
-use crate::progress::ProgressTracker;
 // Through the loom switch, so the loom models drive the real queue.
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Condvar, Mutex, MutexGuard};
 use signal::Signal;
-use state::{Entry, QueueState};
+use state::QueueState;
 use worker::Pool;
 
 /// Tunables of a [`TaskQueue`].
@@ -259,126 +260,6 @@ impl TaskQueue {
         &self.inner.governor
     }
 
-    /// Submits `task`, blocking while the queue is full.
-    ///
-    /// # Errors
-    /// [`SubmitError::Closing`], [`SubmitError::DuplicateId`] or
-    /// [`SubmitError::UnknownDependency`].
-    pub fn submit(&self, task: Task) -> Result<TaskId, SubmitError> {
-        self.submit_inner(task, true, false)
-    }
-
-    /// Submits `task` without blocking.
-    ///
-    /// # Errors
-    /// [`SubmitError::Full`] when at capacity, else as [`TaskQueue::submit`].
-    pub fn try_submit(&self, task: Task) -> Result<TaskId, SubmitError> {
-        self.submit_inner(task, false, false)
-    }
-
-    /// Inserts `task` (PAUSED from the start when `paused`, under the same
-    /// lock, so it can never start before the pause lands).
-    fn submit_inner(&self, task: Task, block: bool, paused: bool) -> Result<TaskId, SubmitError> {
-        let mut st = self.inner.lock();
-        loop {
-            if st.closing {
-                return Err(SubmitError::Closing(Box::new(task)));
-            }
-            if st.pending.len() < self.inner.config.capacity {
-                break;
-            }
-            if !block {
-                return Err(SubmitError::Full(Box::new(task)));
-            }
-            st.blocked_submits += 1;
-            st = self.inner.not_full.wait(st).unwrap_or_else(PoisonError::into_inner);
-            st.blocked_submits -= 1;
-        }
-        let id = match task.id {
-            Some(id) => {
-                if st.entries.contains_key(&id) || st.outcomes.contains_key(&id) {
-                    return Err(SubmitError::DuplicateId(id));
-                }
-                st.next_id = st.next_id.max(id.0.saturating_add(1));
-                id
-            }
-            None => {
-                let id = TaskId(st.next_id);
-                st.next_id += 1;
-                id
-            }
-        };
-        let mut waiting_on = Vec::new();
-        let mut failed_dep = None;
-        for &dep in &task.after {
-            match (st.entries.contains_key(&dep), st.outcomes.get(&dep)) {
-                (true, _) => waiting_on.push(dep),
-                (false, Some(TaskState::Completed)) => {}
-                (false, Some(state)) => failed_dep = Some((dep, *state)),
-                (false, None) => return Err(SubmitError::UnknownDependency(dep)),
-            }
-        }
-        let mut waiting_any = Vec::new();
-        for &dep in &task.after_any {
-            match (st.entries.contains_key(&dep), st.outcomes.contains_key(&dep)) {
-                (true, _) => waiting_any.push(dep),
-                (false, true) => {}
-                (false, false) => return Err(SubmitError::UnknownDependency(dep)),
-            }
-        }
-        let now = self.inner.governor.now();
-        let seq = st.next_seq;
-        st.next_seq += 1;
-        let entry = Entry {
-            id,
-            name: task.name,
-            envelope: task.envelope,
-            priority: task.priority,
-            seq,
-            state: if paused { TaskState::Paused } else { TaskState::Pending },
-            started: false,
-            waiting_on,
-            waiting_any,
-            callback: Some(task.callback),
-            pause_requested: paused,
-            cancel_requested: false,
-            failed_message: None,
-            contract: None,
-            last_decision: None,
-            progress: ProgressTracker::new(),
-            submitted_at: now,
-            started_at: None,
-            finished_at: None,
-            message: None,
-            sequences: 0,
-            bypassed_since: None,
-        };
-        // The name is copied for the event only when someone subscribes
-        // (`emit` builds no event otherwise).
-        let event_name = (!st.subscribers.is_empty()).then(|| entry.name.clone());
-        for &dep in entry.waiting_on.iter().chain(&entry.waiting_any) {
-            st.dependents.entry(dep).or_default().push(id);
-        }
-        st.pending.insert(entry.order_key(), id);
-        st.entries.insert(id, entry);
-        st.fresh.push(id);
-        st.emit(|| QueueEvent::Submitted { id, name: event_name.unwrap_or_default() });
-        let dropped = match failed_dep {
-            Some((dep, state)) => {
-                st.finish(id, TaskState::Failed, Some(format!("dependency {dep} ended {state}")), now)
-            }
-            None => Vec::new(),
-        };
-        let left = (!dropped.is_empty()).then(|| st.entries.is_empty());
-        drop(st);
-        drop(dropped);
-        if let Some(idle) = left {
-            self.inner.tasks_left(idle);
-        }
-        self.inner.wake_dispatcher();
-        Ok(id)
-    }
-
     /// Cancels `id`: a pending or paused-pending task ends at once; a
     /// running one at its next checkpoint.
     ///
@@ -567,17 +448,6 @@ impl TaskQueue {
 
     fn missing(&self, st: &QueueState, id: TaskId) -> QueueError {
         if st.outcomes.contains_key(&id) { QueueError::AlreadyEnded(id) } else { QueueError::NotFound(id) }
-    }
-
-    /// Submits `task` already PAUSED (skipped by the dispatcher until
-    /// [`TaskQueue::resume`]), under the same lock as the insertion so it
-    /// can never start before the pause lands: a daemon restoring a paused
-    /// task, or `lardon submit --paused`. Blocks while the queue is full.
-    ///
-    /// # Errors
-    /// As [`TaskQueue::submit`].
-    pub fn submit_paused(&self, task: Task) -> Result<TaskId, SubmitError> {
-        self.submit_inner(task, true, true)
     }
 }
 

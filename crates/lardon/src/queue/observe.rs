@@ -25,7 +25,7 @@ impl TaskQueue {
         let green = self.pressure_green();
         let generation = self.inner.governor.generation();
         let st = self.inner.lock();
-        let mut live: Vec<&Entry> = st.entries.values().collect();
+        let mut live: Vec<&Entry> = st.entries.values().map(|e| &**e).collect();
         live.sort_by_key(|e| e.seq);
         QueueSnapshot {
             live: live.into_iter().map(|e| e.view(now, green, st.queue_wait.as_ref())).collect(),

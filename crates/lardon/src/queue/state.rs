@@ -23,6 +23,7 @@ use crate::progress::{Outcome, ProgressTracker};
 
 use super::events::{DecisionRecord, QueueEvent, TaskView};
 use super::pending::PendingOrder;
+use super::slab::IdSlab;
 use super::task::{Callback, TaskId, TaskState};
 
 /// Terminal tasks kept for `snapshot`.
@@ -201,7 +202,7 @@ impl Entry {
 /// view is built when read (building it at every task end, under the
 /// locks, cost strings and a message per task that nobody may ever read).
 pub(crate) struct Retired {
-    entry: Entry,
+    entry: Box<Entry>,
     at: MonoTime,
 }
 
@@ -219,7 +220,7 @@ impl Retired {
 
 #[derive(Default)]
 pub(crate) struct QueueState {
-    pub(crate) entries: HashMap<TaskId, Entry, Ids>,
+    pub(crate) entries: IdSlab<Box<Entry>>,
     pub(crate) pending: PendingOrder,
     /// The queue- or host-wide wait that stopped the last scan early, if
     /// one did (see [`Entry::view`]).
@@ -251,7 +252,8 @@ pub(crate) struct QueueState {
     /// it to see a submitter asleep before they make room.
     pub(crate) blocked_submits: usize,
     /// Tasks submitted since the last scan (evaluated even when a
-    /// queue-wide reason stops the scan early).
+    /// queue-wide reason stops the scan early). Every scan empties it, so
+    /// while it is not empty the dispatcher has a wake pending for it.
     pub(crate) fresh: Vec<TaskId>,
     /// The scan's buffer for the pending order it reads in batches (kept
     /// between scans: its capacity is reused).
@@ -262,7 +264,7 @@ pub(crate) struct QueueState {
     /// Terminal outcome of every task that ended, so a dependency on a task
     /// that ended long ago (out of `history`) still resolves. One small
     /// entry per task ever run.
-    pub(crate) outcomes: HashMap<TaskId, TaskState, Ids>,
+    pub(crate) outcomes: IdSlab<TaskState>,
     /// Live tasks waiting on each live task (`after` or `after_any`): the
     /// reverse of every entry's `waiting_on` and `waiting_any`. A list may
     /// name a task that has since ended; it is skipped.

@@ -15,6 +15,7 @@ mod handoff;
 mod messages;
 mod resample;
 mod running_cap;
+mod submit_many;
 mod wakes;
 mod withdraw;
 
