@@ -14,9 +14,12 @@
 #   4. the CLI's start-up: `lardon --version` against `/bin/true`.
 # Not part of CI. Usage: scripts/bench-daemon.sh [--tasks N] [--parallel P]
 #                         [--depths "0 10000 100000"] [--samples S] [--pueue]
-#                         [--simulate] [--static] [--no-gates]
+#                         [--simulate] [--static | --nopie] [--no-gates]
 # --static measures a statically linked, non-PIE build (x86_64/aarch64
-# glibc hosts), built into target/static. --no-gates turns off the load
+# glibc hosts), built into target/static; --nopie a dynamically linked,
+# non-PIE one (into target/nopie): no relative relocations for the loader
+# to apply at each start, and the daemon still starts runs with
+# posix_spawn (the static build forks). --no-gates turns off the load
 # and CPU-PSI gates (the peers have none; the clients' own load, and what
 # the peers run just before leave in the 1-minute load, can close them).
 set -euo pipefail
@@ -29,6 +32,7 @@ SAMPLES=200
 WITH_PUEUE=0
 SIMULATE=0
 STATIC=0
+NOPIE=0
 GATES=on
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -39,6 +43,7 @@ while [ $# -gt 0 ]; do
     --pueue) WITH_PUEUE=1; shift ;;
     --simulate) SIMULATE=1; shift ;;
     --static) STATIC=1; shift ;;
+    --nopie) NOPIE=1; shift ;;
     --no-gates) GATES=off; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -63,6 +68,9 @@ if [ "$STATIC" = 1 ]; then
   RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" \
     CARGO_TARGET_DIR=$PWD/target/static cargo build --release -q -p lardon-cli --target "$triple"
   LARDON=$PWD/target/static/$triple/release/lardon
+elif [ "$NOPIE" = 1 ]; then
+  # Non-PIE but dynamically linked (see scripts/build-nopie.sh).
+  LARDON=$(scripts/build-nopie.sh)
 else
   echo "building lardon (release)…" >&2
   cargo build --release -q -p lardon-cli
