@@ -1,7 +1,8 @@
 //! # Implementation details
 //!
-//! Batch choice while memory is contended, and the critical floor of a
-//! task with much work left (docs/DESIGN.md §4 step 9).
+//! Batch choice while memory is contended, the critical floor of a task
+//! with much work left, and the sliver rule once a class's batch times are
+//! learned ([`sliver`]) (docs/DESIGN.md §4 step 9).
 //!
 //! A sequence of `b` items holds `fixed + per_item × b` bytes for
 //! `t_fixed + t_item × b`. When nothing waits for memory, the largest
@@ -181,9 +182,9 @@ pub(crate) fn least_area_batch(
 ///
 /// Why (BENCHMARKS.md, "Packing simulator"): memory freed by one sequence
 /// was handed out in pieces of 2–6 items to whichever task came next, and
-/// every piece paid a whole sequence's fixed part; the waste below the
-/// optimum was 17 % of the least memory × time of the honest batched
-/// workload at seed 42.
+/// every piece paid a whole sequence's fixed part; batches below half the
+/// optimum wasted 17 % of the least memory × time of the batched liars
+/// workload at seed 42 (7 % of the honest one).
 pub(crate) fn sliver(
     fixed: u64,
     per_item: u64,
