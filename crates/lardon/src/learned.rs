@@ -30,6 +30,7 @@
 //! fixed part is charged to the items at the batch size it was measured at.
 
 use std::fmt;
+use std::time::Duration;
 
 use crate::history::{ClassHistory, Kill, Measured};
 use crate::units::format_bytes;
@@ -108,6 +109,49 @@ pub struct Learned {
     /// The run killed at its limit that currently bounds a figure from
     /// below, if any (a completion of the same shape clears it).
     pub lower_bound: Option<Source>,
+    /// The time a batch of the class takes, fitted to its recorded batch
+    /// durations ([`ItemTimes::fit`]); `None` until two completed batches
+    /// of different sizes are kept.
+    pub times: Option<ItemTimes>,
+}
+
+/// A batch of `b` items takes `fixed + per_item × b`: the least-squares
+/// line through a class's completed batches (items, wall time), each part
+/// clamped at zero. What packing (docs/DESIGN.md §4 step 9) uses to say how
+/// long a task's remaining items take at a given batch size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ItemTimes {
+    /// Time every sequence pays whatever its batch (start-up, loading).
+    pub fixed: Duration,
+    /// Time each item adds.
+    pub per_item: Duration,
+}
+
+impl ItemTimes {
+    /// The least-squares fit of `duration = fixed + per_item × items` over
+    /// `samples` of `(items, duration)`. `None` when fewer than two
+    /// distinct batch sizes are given (one size cannot split the fixed time
+    /// from the items' time). A negative slope or intercept (noise) is
+    /// clamped to zero.
+    pub fn fit(samples: impl IntoIterator<Item = (u64, Duration)>) -> Option<ItemTimes> {
+        let points: Vec<(f64, f64)> =
+            samples.into_iter().filter(|(b, _)| *b > 0).map(|(b, d)| (b as f64, d.as_secs_f64())).collect();
+        if points.len() < 2 {
+            return None;
+        }
+        let n = points.len() as f64;
+        let (mx, my) = points.iter().fold((0.0, 0.0), |(x, y), p| (x + p.0 / n, y + p.1 / n));
+        let (sxx, sxy) = points
+            .iter()
+            .fold((0.0, 0.0), |(xx, xy), p| (xx + (p.0 - mx) * (p.0 - mx), xy + (p.0 - mx) * (p.1 - my)));
+        if sxx <= f64::EPSILON {
+            return None;
+        }
+        let slope = (sxy / sxx).max(0.0);
+        let intercept = (my - slope * mx).max(0.0);
+        let secs = |s: f64| Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX);
+        Some(ItemTimes { fixed: secs(intercept), per_item: secs(slope) })
+    }
 }
 
 impl Learned {
@@ -140,6 +184,7 @@ pub(crate) fn size(history: Option<&ClassHistory>, declared: Declared, budget: u
             per_item: declared.per_item,
             batch_target: declared.batch_max,
             lower_bound: None,
+            times: None,
         };
     };
     let learned_fixed = worst(
@@ -185,6 +230,7 @@ pub(crate) fn size(history: Option<&ClassHistory>, declared: Declared, budget: u
         per_item,
         batch_target,
         lower_bound,
+        times: ItemTimes::fit(h.batches.iter().map(|m| (m.items, m.duration))),
     }
 }
 

@@ -43,7 +43,7 @@ pub use estimate::{Class, Estimate, EstimateBuilder, EstimateError, MILLIS_PER_C
 pub use fake::FakeProbe;
 pub use governor::{Availability, Governor, GpuAvailability, MAX_SNAPSHOT_AGE};
 pub use history::{BatchSample, MAX_CLASSES, RunOutcome, RunRecord, RunShape, SAMPLES_PER_CLASS};
-pub use learned::{Figure, Learned, Source};
+pub use learned::{Figure, ItemTimes, Learned, Source};
 pub use policy::{GpuDevice, HostPolicy, HostProfile, PolicyError};
 pub use pressure::PressureLevel;
 pub use queue::{

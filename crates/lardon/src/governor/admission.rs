@@ -398,6 +398,25 @@ fn batch_within_target(
         let why = if wants_gpu_bytes(ledger, est) { ReasonCode::GpuMemory } else { ReasonCode::GpuSlot };
         return Err(Decision::wait(why, "no GPU has a free slot and enough memory"));
     }
+    // The sliver rule (packing.rs): below the least memory × time per item,
+    // wait for our own reservations to come back.
+    if batch < target
+        && ledger.totals().memory > 0
+        && let Some(times) = sizing.times
+        && let Some(best) = packing::sliver(sizing.fixed, sizing.per_item, times, est, target, batch)
+    {
+        return Err(Decision::wait(
+            ReasonCode::Memory,
+            format!(
+                "{} available now fits {batch} item(s), below the {best} whose memory × time per item is least \
+                 (learned: {:.1} s per sequence + {:.2} s per item); waits for the {} reserved by running tasks",
+                format_bytes(fit.memory_available),
+                times.fixed.as_secs_f64(),
+                times.per_item.as_secs_f64(),
+                format_bytes(ledger.totals().memory),
+            ),
+        ));
+    }
     Ok(batch)
 }
 

@@ -1,7 +1,8 @@
 //! # Implementation details
 //!
-//! Batch choice while memory is contended, and the critical floor of a
-//! task with much work left (docs/DESIGN.md §4 step 9).
+//! Batch choice while memory is contended, the critical floor of a task
+//! with much work left, and the sliver rule once a class's batch times are
+//! learned ([`sliver`]) (docs/DESIGN.md §4 step 9).
 //!
 //! A sequence of `b` items holds `fixed + per_item × b` bytes for
 //! `t_fixed + t_item × b`. When nothing waits for memory, the largest
@@ -44,6 +45,7 @@ use std::time::Duration;
 
 use crate::clock::MonoTime;
 use crate::estimate::Estimate;
+use crate::learned::ItemTimes;
 
 /// How long a WAIT for memory keeps memory contended without a new one.
 pub(crate) const CONTENTION_WINDOW: Duration = Duration::from_secs(1);
@@ -134,6 +136,68 @@ pub(crate) fn critical_floor(est: &Estimate, samples: usize, history_target: u64
     }
 }
 
+/// Memory × time per item of a sequence of `batch` items sized at
+/// `fixed + per_item × batch` bytes that takes `times` (byte·seconds):
+/// `(fixed + per_item × b) × (t_fixed + t_item × b) ÷ b`.
+pub(crate) fn area_per_item(fixed: u64, per_item: u64, times: ItemTimes, batch: u64) -> f64 {
+    let b = batch.max(1) as f64;
+    let memory = fixed as f64 + per_item as f64 * b;
+    memory * (times.fixed.as_secs_f64() + times.per_item.as_secs_f64() * b) / b
+}
+
+/// The batch in `[batch_min, target]` with the least memory × time per
+/// item ([`area_per_item`]): `sqrt(fixed × t_fixed ÷ (per_item ×
+/// t_item))`, the better of the integers either side, clamped. `target`
+/// when an item costs no memory or no time (larger is then never worse).
+pub(crate) fn least_area_batch(
+    fixed: u64,
+    per_item: u64,
+    times: ItemTimes,
+    batch_min: u64,
+    target: u64,
+) -> u64 {
+    let (lo, hi) = (batch_min.max(1), target.max(batch_min).max(1));
+    let item = per_item as f64 * times.per_item.as_secs_f64();
+    if item <= 0.0 {
+        return hi;
+    }
+    let best = (fixed as f64 * times.fixed.as_secs_f64() / item).sqrt();
+    // `as` saturates (and maps NaN to 0) before the clamp.
+    let (below, above) = ((best.floor() as u64).clamp(lo, hi), (best.ceil() as u64).clamp(lo, hi));
+    if area_per_item(fixed, per_item, times, below) <= area_per_item(fixed, per_item, times, above) {
+        below
+    } else {
+        above
+    }
+}
+
+/// The sliver rule (docs/DESIGN.md §4 step 9): `Some(best)` when a batch of
+/// `batch` items (all that memory allows now, below the target) is smaller
+/// than `best`, the batch with the least memory × time per item in
+/// `[batch_min, min(target, items_left)]` ([`least_area_batch`]), for a
+/// class whose batch times are learned. Admission then WAITs for memory
+/// while its own reservations hold some (it will come back) instead of
+/// granting a batch that pays the fixed memory × fixed time again for
+/// fewer items than it is worth. `None`: the batch is not a sliver.
+///
+/// Why (BENCHMARKS.md, "Packing simulator"): memory freed by one sequence
+/// was handed out in pieces of 2–6 items to whichever task came next, and
+/// every piece paid a whole sequence's fixed part; batches below half the
+/// optimum wasted 17 % of the least memory × time of the batched liars
+/// workload at seed 42 (7 % of the honest one).
+pub(crate) fn sliver(
+    fixed: u64,
+    per_item: u64,
+    times: ItemTimes,
+    est: &Estimate,
+    target: u64,
+    batch: u64,
+) -> Option<u64> {
+    let wanted = est.items_left().filter(|&n| n > 0).map_or(target, |n| n.min(target));
+    let best = least_area_batch(fixed, per_item, times, est.batch_min, wanted);
+    (batch < best).then_some(best)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,6 +249,45 @@ mod tests {
         assert_eq!(critical_floor(&left(1000), 3, 20), 20, "a learned, smaller target wins");
         assert_eq!(critical_floor(&left(640), 0, 64), 0, "unproven class: no floor");
         assert_eq!(critical_floor(&est(10), 5, 64), 0, "items left unknown: no floor");
+    }
+
+    fn times(fixed_ms: u64, per_item_ms: u64) -> ItemTimes {
+        ItemTimes { fixed: Duration::from_millis(fixed_ms), per_item: Duration::from_millis(per_item_ms) }
+    }
+
+    #[test]
+    fn the_least_area_batch_balances_fixed_and_item_memory_times_time() {
+        const MIB: u64 = 1 << 20;
+        // 1 GiB + 100 MiB per item; 5 s + 0.5 s per item: sqrt(10.24 × 10) = 10.1.
+        let t = times(5_000, 500);
+        assert_eq!(least_area_batch(1024 * MIB, 100 * MIB, t, 1, 64), 10);
+        let area = |b| area_per_item(1024 * MIB, 100 * MIB, t, b);
+        assert!(area(10) < area(9) && area(10) < area(11), "10 is the least");
+        // Clamped to [batch_min, target].
+        assert_eq!(least_area_batch(1024 * MIB, 100 * MIB, t, 1, 6), 6);
+        assert_eq!(least_area_batch(1024 * MIB, 100 * MIB, t, 12, 64), 12);
+        // Items cost no time or no memory: larger is never worse.
+        assert_eq!(least_area_batch(1024 * MIB, 100 * MIB, times(5_000, 0), 1, 64), 64);
+        assert_eq!(least_area_batch(1024 * MIB, 0, t, 1, 64), 64);
+        // No fixed time or memory: one item is as good as any.
+        assert_eq!(least_area_batch(1024 * MIB, 100 * MIB, times(0, 500), 1, 64), 1);
+        assert_eq!(least_area_batch(0, 100 * MIB, t, 2, 64), 2);
+    }
+
+    #[test]
+    fn a_batch_below_the_least_area_batch_is_a_sliver() {
+        const MIB: u64 = 1 << 20;
+        let t = times(5_000, 500);
+        let task = Estimate::builder().memory(1024 * MIB).memory_per_item(100 * MIB).batch(1, 64).build();
+        let sliver = |est: &Estimate, target, batch| sliver(1024 * MIB, 100 * MIB, t, est, target, batch);
+        assert_eq!(sliver(&task, 64, 9), Some(10));
+        assert_eq!(sliver(&task, 64, 10), None, "the best batch");
+        assert_eq!(sliver(&task, 64, 30), None, "above it: the contended cap decides");
+        assert_eq!(sliver(&task, 4, 3), Some(4), "a target below the best is the best");
+        // A task with 3 items left needs no more than 3.
+        assert_eq!(sliver(&task.with_items_left(3), 64, 3), None);
+        assert_eq!(sliver(&task.with_items_left(3), 64, 2), Some(3));
+        assert_eq!(sliver(&task.with_items_left(300), 64, 2), Some(10));
     }
 
     #[test]

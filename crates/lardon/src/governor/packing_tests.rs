@@ -183,3 +183,59 @@ fn the_critical_floor_is_not_halved_by_yellow_nor_lifts_the_next_halving() {
     assert_eq!(r.gov.pressure().0, PressureLevel::Yellow);
     assert_eq!(r.gov.batch_target(&batched()), 16);
 }
+
+/// A class "slivers" declaring 1 GiB + 100 MiB per item that ran batches of
+/// 8 and 16 items in 9 s and 13 s: 5 s per sequence + 0.5 s per item, so
+/// its least memory × time per item is at sqrt(1024 × 5 ÷ (100 × 0.5)) ≈ 10.
+fn timed_class(r: &Rig, sizes: &[(u64, u64)]) -> Estimate {
+    use crate::{Class, RunOutcome, RunRecord};
+    for &(items, secs) in sizes {
+        let peak = GIB + items * 100 * MIB;
+        r.gov.record_run(
+            &Class::new("slivers"),
+            RunRecord::batch(items, Duration::from_secs(secs), RunOutcome::Completed { peak: Some(peak) }),
+        );
+    }
+    Estimate::builder().memory(GIB).memory_per_item(100 * MIB).batch(1, 64).class("slivers").build()
+}
+
+#[test]
+fn a_sliver_below_the_least_memory_time_batch_waits_while_our_own_memory_will_come_back() {
+    let r = rig();
+    let e = timed_class(&r, &[(8, 9), (16, 13)]);
+    assert_eq!(r.gov.learned(&e).and_then(|l| l.times).map(|t| t.fixed), Some(Duration::from_secs(5)));
+    // 12.5 of the 14 GiB budget held by our own task: 1.5 GiB fits 5 items,
+    // half the best batch. It waits for memory, and says why.
+    let held = r.gov.reserve(&big(12 * GIB + GIB / 2), &r.snap_with(|_| {})).unwrap();
+    let d = r.gov.decide(&e, &r.snap_with(|_| {}));
+    assert_eq!((d.kind(), d.reason()), (DecisionKind::Wait, ReasonCode::Memory), "{d}");
+    assert!(d.to_string().contains("below the 10 whose memory × time per item is least"), "{d}");
+    // 2 GiB fits 10 items: the best batch is no sliver.
+    drop(held);
+    let held = r.gov.reserve(&big(12 * GIB), &r.snap_with(|_| {})).unwrap();
+    let d = r.gov.decide(&e, &r.snap_with(|_| {}));
+    assert_eq!((d.kind(), d.contract().map(|c| c.batch)), (DecisionKind::ReduceBatch, Some(10)), "{d}");
+    // A task with 5 items left needs no more than 5: not a sliver either.
+    drop(held);
+    let _held = r.gov.reserve(&big(12 * GIB + GIB / 2), &r.snap_with(|_| {})).unwrap();
+    let d = r.gov.decide(&e.with_items_left(5), &r.snap_with(|_| {}));
+    assert_eq!((d.kind(), d.contract().map(|c| c.batch)), (DecisionKind::ReduceBatch, Some(5)), "{d}");
+}
+
+#[test]
+fn a_sliver_is_granted_when_nothing_of_ours_will_come_back_or_the_times_are_unknown() {
+    let r = rig();
+    // Foreign use leaves 1.5 GiB of the budget and we hold nothing: waiting
+    // would wait for nothing, so 5 items are granted.
+    let e = timed_class(&r, &[(8, 9), (16, 13)]);
+    let foreign = |s: &mut crate::Snapshot| s.memory_available = 3 * GIB + GIB / 2;
+    let d = r.gov.decide(&e, &r.snap_with(foreign));
+    assert_eq!((d.kind(), d.contract().map(|c| c.batch)), (DecisionKind::ReduceBatch, Some(5)), "{d}");
+    // One batch size recorded: the times are not known, nothing is a sliver.
+    let r = rig();
+    let e = timed_class(&r, &[(8, 9), (8, 9)]);
+    assert_eq!(r.gov.learned(&e).and_then(|l| l.times), None);
+    let _held = r.gov.reserve(&big(12 * GIB + GIB / 2), &r.snap_with(|_| {})).unwrap();
+    let d = r.gov.decide(&e, &r.snap_with(|_| {}));
+    assert_eq!((d.kind(), d.contract().map(|c| c.batch)), (DecisionKind::ReduceBatch, Some(5)), "{d}");
+}

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Declared, Source, size};
+use super::{Declared, ItemTimes, Source, size};
 use crate::estimate::Class;
 use crate::history::{History, RunOutcome, RunRecord};
 
@@ -158,4 +158,40 @@ fn records_that_carry_nothing_leave_the_sizing_alone() {
         h.record(&c, &RunRecord::batch(8, Duration::ZERO, RunOutcome::Completed { peak: None }));
     }
     assert_eq!(sized(&h, &c, d), before, "the heavy sample still rules; the target does not spring back");
+}
+
+#[test]
+fn batch_times_are_the_least_squares_line_through_distinct_batch_sizes() {
+    let ms = Duration::from_millis;
+    // 2 s + 0.5 s per item, exactly.
+    let t = ItemTimes::fit([(4, ms(4_000)), (8, ms(6_000)), (16, ms(10_000))]).unwrap();
+    assert_eq!((t.fixed, t.per_item), (ms(2_000), ms(500)));
+    // Noise: the line between the points, not through either.
+    let t = ItemTimes::fit([(10, ms(7_000)), (10, ms(8_000)), (20, ms(12_500))]).unwrap();
+    assert_eq!((t.fixed.as_millis(), t.per_item.as_millis()), (2_500, 500));
+    // One size (or none) cannot split fixed from per-item time; batches of
+    // 0 items are ignored.
+    assert_eq!(ItemTimes::fit([(8, ms(6_000)), (8, ms(6_500))]), None);
+    assert_eq!(ItemTimes::fit([(0, ms(1_000)), (8, ms(6_000))]), None);
+    assert_eq!(ItemTimes::fit([]), None);
+    // A negative intercept or slope (noise) is clamped to zero.
+    let t = ItemTimes::fit([(1, ms(100)), (10, ms(10_000))]).unwrap();
+    assert_eq!(t.fixed, Duration::ZERO);
+    let t = ItemTimes::fit([(1, ms(5_000)), (10, ms(4_000))]).unwrap();
+    assert_eq!(t.per_item, Duration::ZERO);
+}
+
+#[test]
+fn a_class_learns_its_batch_times_from_completed_batches_only() {
+    let (mut h, c) = (History::default(), Class::new("timed"));
+    let d = declared(GIB, 100 * MIB, 1, 64);
+    let batch = |items, secs, outcome| RunRecord::batch(items, Duration::from_secs(secs), outcome);
+    h.record(&c, &batch(8, 9, completed(GIB + 800 * MIB)));
+    assert_eq!(sized(&h, &c, d).times, None, "one batch size");
+    // A kill's duration says nothing about the batch's time.
+    h.record(&c, &batch(16, 3, killed(3 * GIB)));
+    assert_eq!(sized(&h, &c, d).times, None);
+    h.record(&c, &batch(16, 13, completed(GIB + 1600 * MIB)));
+    let t = sized(&h, &c, d).times.unwrap();
+    assert_eq!((t.fixed, t.per_item), (Duration::from_secs(5), Duration::from_millis(500)));
 }
