@@ -10,13 +10,14 @@ use crate::clock::MonoTime;
 use crate::contract::Contract;
 use crate::decision::{Decision, Reason, ReasonCode};
 use crate::estimate::Estimate;
-use crate::learned::{self, Declared, Learned};
+use crate::learned::Learned;
 use crate::pressure::PressureLevel;
 use crate::snapshot::Snapshot;
 use crate::units::{format_bytes, format_cpus};
 
 use super::ledger::Ledger;
 use super::packing;
+pub(crate) use super::targets::{packed_target_of, pressure_target, sizing, step9_target};
 
 /// Snapshots older than this (inclusive bound: exactly this old is fresh).
 pub const MAX_SNAPSHOT_AGE: Duration = Duration::from_millis(1000);
@@ -553,74 +554,6 @@ fn grant(
         None => Decision::Admit(contract),
         Some(why) => Decision::ReduceBatch(contract, why),
     }
-}
-
-/// Step 9, history and contention: the history target of `sizing`, capped
-/// at the contended target (`packing.rs`) while memory is contended at
-/// `now`.
-pub(crate) fn packed_target(ledger: &Ledger, est: &Estimate, sizing: &Learned, now: MonoTime) -> u64 {
-    packed_target_of(ledger, est, sizing.fixed, sizing.per_item, sizing.batch_target, now)
-}
-
-/// [`packed_target`] from the figures alone: `target` (the history
-/// target) capped while memory is contended at `now`, for an estimate
-/// sized at `fixed + per_item × batch`.
-#[inline]
-pub(crate) fn packed_target_of(
-    ledger: &Ledger,
-    est: &Estimate,
-    fixed: u64,
-    per_item: u64,
-    target: u64,
-    now: MonoTime,
-) -> u64 {
-    if ledger.contention.is_contended(now) {
-        packing::contended_target(fixed, per_item, est.batch_min, target)
-    } else {
-        target
-    }
-}
-
-/// Step 9: the history target, capped while memory is contended
-/// ([`packed_target`]), lowered by pressure ([`pressure_target`]), then
-/// raised to the critical floor of a task with much work left
-/// (`packing::critical_floor`), never above the history target.
-pub(crate) fn step9_target(ledger: &Ledger, est: &Estimate, sizing: &Learned, now: MonoTime) -> u64 {
-    let target = pressure_target(ledger, est, packed_target(ledger, est, sizing, now));
-    target.max(packing::critical_floor(est, sizing.samples, sizing.batch_target))
-}
-
-/// Step 9 after history: `target` lowered by slow start and halved under
-/// YELLOW, never below `batch_min`.
-#[inline]
-pub(crate) fn pressure_target(ledger: &Ledger, est: &Estimate, target: u64) -> u64 {
-    let mut target = target;
-    if let Some(limit) = ledger.pressure.batch_target() {
-        target = target.min(limit);
-    }
-    target.max(est.batch_min)
-}
-
-/// The estimate's declared memory in admission's terms (step 5: GPU bytes
-/// folded into host bytes on a unified-memory host); `None` on overflow.
-pub(crate) fn declared(ledger: &Ledger, est: &Estimate) -> Option<Declared> {
-    let (fixed, per_item) = if ledger.profile.gpus_unified() {
-        (
-            est.memory_fixed.checked_add(est.gpu_memory_fixed)?,
-            est.memory_per_item.checked_add(est.gpu_memory_per_item)?,
-        )
-    } else {
-        (est.memory_fixed, est.memory_per_item)
-    };
-    Some(Declared { fixed, per_item, batch_min: est.batch_min, batch_max: est.batch_max })
-}
-
-/// The memory sizing and history target admission uses for `est`: the
-/// declared figures raised by what its class learned (docs/DESIGN.md §6).
-/// `None` when the declared figures overflow (step 5).
-pub(crate) fn sizing(ledger: &Ledger, est: &Estimate) -> Option<Learned> {
-    let declared = declared(ledger, est)?;
-    Some(learned::size(ledger.history.class(&est.class), declared, ledger.static_memory_budget()))
 }
 
 /// " (learned: …)" when history raised the sizing, for WAIT/REJECT

@@ -24,6 +24,7 @@ mod scan;
 #[cfg(all(test, not(loom)))]
 mod scratch_tests;
 mod shared;
+mod targets;
 #[cfg(all(test, not(loom)))]
 mod tests;
 mod volumes;
