@@ -133,16 +133,23 @@ impl ItemTimes {
     /// distinct batch sizes are given (one size cannot split the fixed time
     /// from the items' time). A negative slope or intercept (noise) is
     /// clamped to zero.
-    pub fn fit(samples: impl IntoIterator<Item = (u64, Duration)>) -> Option<ItemTimes> {
-        let points: Vec<(f64, f64)> =
-            samples.into_iter().filter(|(b, _)| *b > 0).map(|(b, d)| (b as f64, d.as_secs_f64())).collect();
-        if points.len() < 2 {
+    ///
+    /// Two passes over `samples` and no allocation: admission sizes a class
+    /// from its history on every decision.
+    pub fn fit<I>(samples: I) -> Option<ItemTimes>
+    where
+        I: IntoIterator<Item = (u64, Duration)>,
+        I::IntoIter: Clone,
+    {
+        let points = samples.into_iter().filter(|(b, _)| *b > 0).map(|(b, d)| (b as f64, d.as_secs_f64()));
+        let (count, sx, sy) =
+            points.clone().fold((0usize, 0.0, 0.0), |(n, x, y), p| (n + 1, x + p.0, y + p.1));
+        if count < 2 {
             return None;
         }
-        let n = points.len() as f64;
-        let (mx, my) = points.iter().fold((0.0, 0.0), |(x, y), p| (x + p.0 / n, y + p.1 / n));
+        let n = count as f64;
+        let (mx, my) = (sx / n, sy / n);
         let (sxx, sxy) = points
-            .iter()
             .fold((0.0, 0.0), |(xx, xy), p| (xx + (p.0 - mx) * (p.0 - mx), xy + (p.0 - mx) * (p.1 - my)));
         if sxx <= f64::EPSILON {
             return None;
