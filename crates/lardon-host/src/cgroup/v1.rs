@@ -53,8 +53,15 @@ impl Enforcer for V1Enforcer {
             fsops::mkdir(&cpu)?;
             task.cpu = Some(cpu);
         }
-        // On error `task` drops here and removes what was created.
-        task.set_memory_limit(limits.memory_max, limits.memory_high)?;
+        // On error `task` drops here and removes what was created. A new
+        // v1 memory cgroup starts unlimited: only a limit that is set is
+        // written (two writes saved per run without one).
+        if let Some(max) = limits.memory_max {
+            fsops::write(&task.memory.join("memory.limit_in_bytes"), &max.to_string())?;
+        }
+        if let Some(high) = limits.memory_high {
+            fsops::write(&task.memory.join("memory.soft_limit_in_bytes"), &high.to_string())?;
+        }
         if limits.cpu_millis.is_some() {
             task.set_cpu_quota(limits.cpu_millis)?;
         }
@@ -204,6 +211,9 @@ mod tests {
         let e = V1Enforcer::new(d.path().join("mem"), Some(d.path().join("cpu")));
         let plain = e.create("plain", &TaskLimits::default()).unwrap();
         assert!(!d.path().join("cpu/lardon-plain").exists(), "a cpu cgroup without a quota");
+        for file in ["memory.limit_in_bytes", "memory.soft_limit_in_bytes"] {
+            assert!(!d.path().join("mem/lardon-plain").join(file).exists(), "{file} written without a limit");
+        }
         assert_eq!(plain.procs_files(), vec![d.path().join("mem/lardon-plain/cgroup.procs")]);
         assert!(matches!(plain.set_cpu_quota(Some(500)), Err(HostError::MissingController { .. })));
         let capped =
