@@ -2,8 +2,9 @@
 //! applies every change sent to it, with **group commit**.
 //!
 //! The thread blocks until a write arrives, then takes every write already
-//! queued behind it (at most [`MAX_GROUP`]) and applies them all inside one
-//! transaction: one `COMMIT`, so one fsync, for the whole group. Writes that
+//! queued behind it, and those that arrive while the group is open (at
+//! most [`MAX_GROUP`]), and applies them all inside one transaction: one
+//! `COMMIT`, so one fsync, for the whole group. Writes that
 //! arrive while a group is being committed (or its replies sent) wait in
 //! the channel and form the next group. Each write runs in its own savepoint
 //! ([`Store::atomically`]), so a refused write (an illegal transition, a
@@ -18,8 +19,8 @@
 //! a task did: its decisions, start, run and end) is one nobody waits for:
 //! a group made only of such writes waits up to [`LINGER`] for company
 //! before it commits, so that at a thousand task ends a second the writer
-//! commits about two hundred times a second instead of once per end or
-//! two. Any other write (an acknowledgement someone waits for: a submit,
+//! commits 50–130 times a second instead of 300–700 (BENCHMARKS.md, "Fast
+//! path V"). Any other write (an acknowledgement someone waits for: a submit,
 //! a pause, [`StoreWriter::call`]) commits its group at once, with every
 //! background write queued ahead of it.
 //!
