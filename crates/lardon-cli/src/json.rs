@@ -137,7 +137,7 @@ pub(crate) fn availability(a: Option<&pb::Availability>) -> Value {
         "memory": {"total": m.total, "reserve": m.reserve, "reserved": m.reserved, "available": m.available,
                    "mem_available": m.mem_available, "emergency_floor": m.emergency_floor},
         "cpus": {"logical": c.logical, "reserve": c.reserve, "pool": c.pool, "reserved_millis": c.reserved_millis,
-                 "available_millis": c.available_millis, "load1": c.load1, "max_load_ratio": c.max_load_ratio},
+                 "available_millis": c.available_millis, "load1": c.load1, "own_load": c.own_load, "max_load_ratio": c.max_load_ratio},
         "gpus": a.gpus.iter().map(|g| json!({
             "index": g.index, "name": g.name, "memory_total": g.memory_total, "memory_reserve": g.memory_reserve,
             "memory_reserved": g.memory_reserved, "memory_available": g.memory_available, "unified": g.unified,

@@ -350,12 +350,14 @@ pub(crate) fn resources(a: &pb::Availability) -> String {
     );
     let _ = writeln!(
         out,
-        "cpus      {} logical  reserve {}  reserved {}  available {}  load {:.2} ({})",
+        "cpus      {} logical  reserve {}  reserved {}  available {}  load {:.2} (Lardon's own {:.2}, foreign {:.2}; {})",
         c.logical,
         c.reserve,
         lardon::format_cpus(c.reserved_millis),
         lardon::format_cpus(c.available_millis),
         c.load1,
+        c.own_load,
+        (c.load1 - c.own_load).max(0.0),
         // 0 is how the daemon says the load gate is off.
         if c.max_load_ratio > 0.0 {
             format!("max ratio {:.2} of foreign load", c.max_load_ratio)

@@ -58,6 +58,7 @@ impl Engine {
                 load1: snap.as_ref().map_or(0.0, |s| s.load.one),
                 // 0 when the load gate is off (a ratio is always above 0).
                 max_load_ratio: policy.max_load_ratio.unwrap_or(0.0),
+                own_load: av.own_load,
             }),
             gpus: av
                 .gpus

@@ -170,7 +170,13 @@ pub(super) fn full(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &The
         } else {
             "no load gate".to_owned()
         };
-        lines.push(Line::raw(format!("load {:.2} ({limit}) · pool {} CPUs", c.load1, c.pool.len())));
+        // Lardon's own share is what the gate leaves out (its tasks and itself).
+        lines.push(Line::raw(format!(
+            "load {:.2} (own {:.2}, {limit}) · pool {} CPUs",
+            c.load1,
+            c.own_load,
+            c.pool.len()
+        )));
     }
     if let Some(e) = &a.enforcement {
         let backend = match e.backend() {

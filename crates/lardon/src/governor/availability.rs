@@ -65,6 +65,12 @@ pub struct Availability {
     pub reservations: usize,
     /// Capture time of the last host sample.
     pub last_sample_at: Option<MonoTime>,
+    /// Lardon's own share of the 1-minute load at the last sample: the
+    /// CPUs its tasks hold, or its recent CPU use (its tasks and itself)
+    /// averaged like the load, whichever is larger (docs/DESIGN.md §3).
+    /// The load gate compares the rest, the foreign load, with its
+    /// threshold. 0 before the first sample.
+    pub own_load: f64,
 }
 
 impl Availability {
@@ -102,6 +108,7 @@ impl Availability {
             slow_start: l.pressure.batch_target(),
             reservations: l.reservations(),
             last_sample_at: snap.map(|s| s.captured_at),
+            own_load: snap.map_or(0.0, |s| l.load_figures(s).own),
         }
     }
 }

@@ -123,6 +123,9 @@ fn short_tasks_and_lardon_itself_are_not_foreign_load() {
         }),
     );
     assert!(d.is_granted(), "{d}");
+    // `resources` shows the share the gate left out.
+    let own = r.gov.availability().own_load;
+    assert!((own - 1.7).abs() < 0.05, "own load {own}");
     // The same load with no measured CPU of ours is somebody else's.
     let blind = two_cpu_pool();
     for _ in 0..30_000 {
