@@ -37,22 +37,7 @@ fn broker(dir: &Path, addr: &str, name: &str) -> Proc {
 }
 
 fn agent(dir: &Path, addr: &str, id: &str, tokens: &str) -> Proc {
-    let args = [
-        "agent",
-        "--broker",
-        addr,
-        "--id",
-        id,
-        "--capability",
-        "sh@1",
-        "--tokens",
-        tokens,
-        "--heartbeat",
-        "1s",
-    ];
-    let mut args = args.to_vec();
-    args.extend(["--simulate-host", "8GiB,8"]);
-    Proc::start(dir, id, &args)
+    Proc::start(dir, id, &procs::agent_args(addr, id, "sh@1", tokens))
 }
 
 /// Polls the broker's status until `ok` holds.
