@@ -1,7 +1,8 @@
 //! The pump: one thread subscribed to the queue's events turns each state
 //! change, decision, start and end into a write for the store's writer
 //! (which commits them in groups) and, once the write is durable, fans the
-//! change out to the watchers. The queue's events are the only path by
+//! change out to the watchers. The events of one wake-up (a burst) travel
+//! to the writer as one job, each write in its own unit. The queue's events are the only path by
 //! which a task's state reaches the store after it was submitted.
 //!
 //! It blocks on the queue's event stream with no timeout: it wakes once
@@ -20,15 +21,31 @@ use super::{DaemonEvent, Shared};
 use crate::spec::{TaskId, TaskState};
 use crate::store::{DecisionRecord, Grant, Outcome, Store, StoreError};
 
+/// The most events one store write carries: a long burst still reaches
+/// the store (and the watchers) in steps.
+const MAX_BURST: usize = 64;
+
 pub(crate) fn spawn(shared: Arc<Shared>, queue: &TaskQueue) -> std::io::Result<JoinHandle<()>> {
     // Nothing is queued yet, so no event falls between these two lines.
     let events = queue.subscribe();
     let mut handed = queue.events_emitted();
     let run = move || {
-        for event in events {
+        // One wake-up takes every event already queued (a hand-off's end,
+        // decision and start come together) and sends their writes to the
+        // store as one job: one channel send, one wake of the writer and
+        // one completion per burst instead of per event.
+        while let Ok(first) = events.recv() {
             shared.wakeups.pump.fetch_add(1, Ordering::Relaxed);
-            handle(&shared, event);
-            handed += 1;
+            let mut burst = Burst::default();
+            burst.add(&shared, first);
+            let mut taken = 1;
+            while taken < MAX_BURST {
+                let Ok(next) = events.try_recv() else { break };
+                burst.add(&shared, next);
+                taken += 1;
+            }
+            burst.persist(&shared);
+            handed += taken as u64;
             shared.pumped.set(handed);
         }
         // The stream ended (the queue closed): release any waiter.
@@ -42,34 +59,120 @@ fn grant_of(c: &lardon::Contract) -> Grant {
     Grant { batch: c.batch, memory: c.memory, cpu_millis: c.cpu_millis }
 }
 
-/// Queues `write` for task `id`; once it is durable, tells the watchers
-/// (`finished`: it ended) or logs why it failed.
-fn persist(
-    shared: &Arc<Shared>,
-    id: TaskId,
-    finished: bool,
-    write: impl FnOnce(&mut Store) -> Result<(), StoreError> + Send + 'static,
-) {
-    let watchers = Arc::clone(shared);
-    shared.writer.send_background(write, move |result| {
-        if let Err(e) = result {
-            tracing::error!("task {id}: cannot persist a change: {e}");
-        }
-        watchers.emit(DaemonEvent::TaskChanged(id));
-        if finished {
-            watchers.emit(DaemonEvent::TaskFinished(id));
-        }
-    });
+/// One event's change to the store, as data: a burst's writes are applied
+/// one after another in the writer's order, each in its own unit, so one
+/// that fails (a task removed meanwhile) takes nothing else with it.
+enum Write {
+    Grant(TaskId, Grant),
+    Decision(TaskId, DecisionRecord),
+    Started(TaskId, Grant),
+    Paused(TaskId),
+    Resumed(TaskId),
+    Finished(TaskId, Outcome),
 }
 
-fn handle(shared: &Arc<Shared>, event: QueueEvent) {
-    match event {
-        QueueEvent::Submitted { .. } | QueueEvent::Progress { .. } => {}
-        QueueEvent::Sequence { id, contract } => {
-            // Written only when the batch changed (no write per batch).
-            let grant = grant_of(&contract);
-            persist(shared, TaskId(id.0), false, move |s| s.record_grant(TaskId(id.0), &grant));
+impl Write {
+    fn task(&self) -> TaskId {
+        match self {
+            Write::Grant(id, _)
+            | Write::Decision(id, _)
+            | Write::Started(id, _)
+            | Write::Paused(id)
+            | Write::Resumed(id)
+            | Write::Finished(id, _) => *id,
         }
+    }
+
+    fn apply(&self, s: &mut Store) -> Result<(), StoreError> {
+        match self {
+            Write::Grant(id, grant) => s.record_grant(*id, grant),
+            Write::Decision(id, d) => s.record_decision(*id, d.kind, &d.reason_code, &d.message, None),
+            Write::Started(id, grant) => s.start_attempt_granted(*id, grant).map(drop),
+            Write::Paused(id) => s.pause(*id).map(drop),
+            Write::Resumed(id) => s.resume(*id).map(drop),
+            Write::Finished(id, outcome) => s.finish(*id, outcome),
+        }
+    }
+
+    /// What the watchers hear once the write is durable.
+    fn notices(self) -> impl Iterator<Item = DaemonEvent> {
+        let id = self.task();
+        let (first, finished) = match self {
+            Write::Decision(id, record) => (Some(DaemonEvent::Decision(id, record)), false),
+            Write::Finished(..) => (None, true),
+            _ => (None, false),
+        };
+        first
+            .into_iter()
+            .chain(std::iter::once(DaemonEvent::TaskChanged(id)))
+            .chain(finished.then_some(DaemonEvent::TaskFinished(id)))
+    }
+}
+
+/// The writes of one burst of events.
+#[derive(Default)]
+struct Burst(Vec<Write>);
+
+impl Burst {
+    fn add(&mut self, shared: &Shared, event: QueueEvent) {
+        if let Some(write) = write_for(shared, event) {
+            self.0.push(write);
+        }
+    }
+
+    /// Queues the burst's writes as one background job; once they are
+    /// durable, tells the watchers (in event order) or logs why not.
+    fn persist(self, shared: &Arc<Shared>) {
+        if self.0.is_empty() {
+            return;
+        }
+        let writes = self.0;
+        let count = writes.len();
+        let watchers = Arc::clone(shared);
+        shared.writer.send_background(
+            move |s| {
+                let failed = apply_all(s, &writes);
+                Ok((writes, failed))
+            },
+            move |result: Result<(Vec<Write>, Failed), StoreError>| match result {
+                Ok((writes, failed)) => {
+                    for (id, e) in failed {
+                        tracing::error!("task {id}: cannot persist a change: {e}");
+                    }
+                    for write in writes {
+                        for notice in write.notices() {
+                            watchers.emit(notice);
+                        }
+                    }
+                }
+                // The commit failed: nothing of the burst is durable.
+                Err(e) => tracing::error!("cannot persist {count} task changes: {e}"),
+            },
+        );
+    }
+}
+
+/// The writes of a burst that failed, with why.
+type Failed = Vec<(TaskId, StoreError)>;
+
+/// Applies `writes` in order, each in its own unit: the ones that fail are
+/// returned with their errors, and leave nothing behind; the others stay.
+fn apply_all(s: &mut Store, writes: &[Write]) -> Failed {
+    let mut failed = Vec::new();
+    for write in writes {
+        if let Err(e) = s.atomically(|s| write.apply(s)) {
+            failed.push((write.task(), e));
+        }
+    }
+    failed
+}
+
+/// The store write an event asks for, if any.
+fn write_for(shared: &Shared, event: QueueEvent) -> Option<Write> {
+    match event {
+        QueueEvent::Submitted { .. } | QueueEvent::Progress { .. } => None,
+        // Emitted only when the batch changed (no write per batch).
+        QueueEvent::Sequence { id, contract } => Some(Write::Grant(TaskId(id.0), grant_of(&contract))),
         QueueEvent::Decision { id, kind, reason, message } => {
             let id = TaskId(id.0);
             if kind == DecisionKind::Reject {
@@ -85,36 +188,20 @@ fn handle(shared: &Arc<Shared>, event: QueueEvent) {
                 at_ms: crate::now_ms(),
             };
             shared.stats.lock().unwrap_or_else(std::sync::PoisonError::into_inner).record(id, &record);
-            let watchers = Arc::clone(shared);
-            let stored = record.clone();
-            shared.writer.send_background(
-                move |s| s.record_decision(id, stored.kind, &stored.reason_code, &stored.message, None),
-                move |result| {
-                    if let Err(e) = result {
-                        tracing::error!("task {id}: cannot persist a decision: {e}");
-                    }
-                    watchers.emit(DaemonEvent::Decision(id, record));
-                    watchers.emit(DaemonEvent::TaskChanged(id));
-                },
-            );
+            Some(Write::Decision(id, record))
         }
-        QueueEvent::Started { id, contract } => {
-            let grant = grant_of(&contract);
-            let id = TaskId(id.0);
-            persist(shared, id, false, move |s| s.start_attempt_granted(id, &grant).map(drop));
-        }
+        QueueEvent::Started { id, contract } => Some(Write::Started(TaskId(id.0), grant_of(&contract))),
         QueueEvent::StateChanged { id, state } => {
             if shared.stopping() {
-                return;
+                return None;
             }
             let id = TaskId(id.0);
-            persist(shared, id, false, move |s| match state {
-                lardon::TaskState::Paused => s.pause(id).map(drop),
-                _ => s.resume(id).map(drop),
-            });
+            Some(match state {
+                lardon::TaskState::Paused => Write::Paused(id),
+                _ => Write::Resumed(id),
+            })
         }
         QueueEvent::Finished { id, state, message } => {
-            let id = TaskId(id.0);
             // At shutdown, runs the daemon itself stopped and pending tasks
             // the closing queue cancelled stay live in the store: the next
             // start queues them again. A run that ends failed while the
@@ -122,12 +209,45 @@ fn handle(shared: &Arc<Shared>, event: QueueEvent) {
             // racing the stop's cancel), so it is left live too: at worst a
             // failing run is tried once more after the restart, never lost.
             if shared.stopping() && state != TaskState::Completed {
-                return;
+                return None;
             }
             // The exit code is already on the row: the runner wrote it with
             // its last run, ahead of this end in the writer's order.
-            let outcome = Outcome { state, exit_code: None, reason: message };
-            persist(shared, id, true, move |s| s.finish(id, &outcome));
+            Some(Write::Finished(TaskId(id.0), Outcome { state, exit_code: None, reason: message }))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::spec::TaskSpec;
+    use crate::store::NewTask;
+
+    /// One job carries a whole burst, but a write that fails (its task was
+    /// removed meanwhile) must neither undo nor stop the others.
+    #[test]
+    fn a_failing_write_in_a_burst_leaves_the_others_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path().join("db")).unwrap();
+        let a = store.insert_task(&NewTask::new(TaskSpec::command(["true"]))).unwrap();
+        let b = store.insert_task(&NewTask::new(TaskSpec::command(["true"]))).unwrap();
+        let gone = TaskId(99);
+        let grant = Grant { batch: 1, memory: 1 << 20, cpu_millis: 1000 };
+        let done = Outcome { state: TaskState::Completed, exit_code: None, reason: None };
+        let writes = [
+            Write::Started(a, grant),
+            Write::Started(gone, grant),
+            Write::Started(b, grant),
+            Write::Finished(a, done),
+        ];
+        store.begin_group().unwrap();
+        let failed = apply_all(&mut store, &writes);
+        store.commit_group().unwrap();
+        assert_eq!(failed.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![gone]);
+        let state = |id| store.get_task(id).unwrap().unwrap().state;
+        assert_eq!((state(a), state(b)), (TaskState::Completed, TaskState::Running));
     }
 }

@@ -97,6 +97,10 @@ impl Executor for LocalExecutor {
         .map_err(|e| fail(format!("cannot open log {}: {e}", req.log.display())))?;
         let err = log.try_clone().map_err(|e| fail(format!("cannot duplicate the log handle: {e}")))?;
         let mut cmd = Command::new(&program);
+        // Added to the daemon's environment, not a copy of it set after
+        // `env_clear`: a `PATH` among the set variables makes the standard
+        // library `fork` instead of `posix_spawn` (it must then search the
+        // child's `PATH` itself), which doubled the daemon's CPU per run.
         cmd.args(req.argv.iter().skip(1))
             .envs(req.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())

@@ -1,6 +1,7 @@
 //! Operator configuration that must survive restarts: policy overrides
 //! (`lardon policy --set k=v`) and registered scratch volumes.
 
+use super::unit::Unit;
 use rusqlite::{OptionalExtension, params};
 
 use super::error::{Ctx, StoreError};
@@ -47,7 +48,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         const OP: &str = "write policy";
         let now = self.now_ms();
-        let tx = self.conn.savepoint().ctx("begin policy")?;
+        let tx = Unit::begin(&self.conn).ctx("begin policy")?;
         for key in reset {
             tx.prepare_cached("DELETE FROM policy_overrides WHERE key = ?1")
                 .ctx(OP)?
@@ -76,7 +77,7 @@ impl Store {
         let hook =
             serde_json::to_string(&volume.hook).map_err(|source| StoreError::Encode { op: OP, source })?;
         let capacity = volume.capacity.map(|c| to_i64(c, "capacity")).transpose()?;
-        let tx = self.conn.savepoint().ctx("begin scratch")?;
+        let tx = Unit::begin(&self.conn).ctx("begin scratch")?;
         let taken: Option<String> = tx
             .query_row(
                 "SELECT name FROM scratch_volumes WHERE name = ?1 OR path = ?2",

@@ -6,6 +6,7 @@
 //! retry, an overrun), never per dispatcher scan, and always inside the
 //! transaction of the state change it belongs to where there is one.
 
+use super::unit::Unit;
 use std::fmt;
 use std::str::FromStr;
 
@@ -227,7 +228,7 @@ impl Store {
     /// [`StoreError::NotFound`]; SQLite errors.
     pub fn record_grant(&mut self, id: TaskId, grant: &Grant) -> Result<(), StoreError> {
         let now = self.now_ms();
-        let tx = self.conn.savepoint().ctx("begin grant")?;
+        let tx = Unit::begin(&self.conn).ctx("begin grant")?;
         let previous = last_grant(&tx, id)?;
         if previous.as_ref() == Some(grant) {
             return Ok(());
@@ -261,7 +262,7 @@ impl Store {
     pub fn note_memory_retry(&mut self, id: TaskId, message: &str) -> Result<u32, StoreError> {
         const OP: &str = "note memory retry";
         let now = self.now_ms();
-        let tx = self.conn.savepoint().ctx("begin memory retry")?;
+        let tx = Unit::begin(&self.conn).ctx("begin memory retry")?;
         let retries: Option<i64> = tx
             .prepare_cached(
                 "UPDATE tasks SET memory_retries = memory_retries + 1 WHERE id = ?1 RETURNING memory_retries",
@@ -295,7 +296,7 @@ impl Store {
     pub fn note_soft_overrun(&mut self, id: TaskId, message: &str) -> Result<(), StoreError> {
         const OP: &str = "note soft overrun";
         let now = self.now_ms();
-        let tx = self.conn.savepoint().ctx("begin soft overrun")?;
+        let tx = Unit::begin(&self.conn).ctx("begin soft overrun")?;
         let n = tx
             .prepare_cached("UPDATE tasks SET overrun_note = ?2 WHERE id = ?1")
             .ctx(OP)?
@@ -330,7 +331,7 @@ impl Store {
         message: &str,
     ) -> Result<(), StoreError> {
         let now = self.now_ms();
-        let tx = self.conn.savepoint().ctx("begin offload note")?;
+        let tx = Unit::begin(&self.conn).ctx("begin offload note")?;
         let exists: Option<i64> = tx
             .prepare_cached("SELECT id FROM tasks WHERE id = ?1")
             .ctx("note offload")?

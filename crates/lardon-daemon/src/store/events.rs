@@ -1,6 +1,7 @@
 //! The events table: a bounded, prunable audit trail written in the same
 //! transaction as the change it records.
 
+use super::unit::Unit;
 use rusqlite::{Connection, params};
 
 use super::error::{Ctx, StoreError};
@@ -117,7 +118,7 @@ impl Store {
         payload: &str,
     ) -> Result<(), StoreError> {
         let now = self.now_ms();
-        let tx = self.conn.savepoint().ctx("begin event")?;
+        let tx = Unit::begin(&self.conn).ctx("begin event")?;
         push_event(&tx, task, kind, payload, now, self.max_events)?;
         tx.commit().ctx("commit event")
     }

@@ -2,6 +2,7 @@
 //! per-class run history (the last 8 completed runs per class and shape, and
 //! the kills that bound the next estimate) and capability feedback.
 
+use super::unit::Unit;
 use std::time::Duration;
 
 use lardon::{RunOutcome, RunRecord, RunShape};
@@ -71,7 +72,7 @@ impl Store {
             RunOutcome::Completed { peak } => (peak, None),
             RunOutcome::KilledAtLimit { limit } => (None, Some(limit)),
         };
-        let tx = self.conn.savepoint().ctx("begin history")?;
+        let tx = Unit::begin(&self.conn).ctx("begin history")?;
         tx.prepare_cached(
             "INSERT INTO class_history (class, items, unbatched, duration_ns, peak_bytes, killed_at, at_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -185,7 +186,7 @@ impl Store {
     pub fn put_feedback(&mut self, class: &str, alternative: &str, blob: &[u8]) -> Result<(), StoreError> {
         const OP: &str = "store feedback";
         let now = self.now_ms();
-        let tx = self.conn.savepoint().ctx("begin feedback")?;
+        let tx = Unit::begin(&self.conn).ctx("begin feedback")?;
         tx.prepare_cached(
             "INSERT INTO capability_feedback (class, alternative, blob, updated_ms) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (class, alternative) DO UPDATE SET blob = excluded.blob, updated_ms = excluded.updated_ms",

@@ -29,6 +29,7 @@ mod learning;
 pub mod schema;
 mod tasks;
 mod transitions;
+mod unit;
 mod writer;
 
 use std::fmt;

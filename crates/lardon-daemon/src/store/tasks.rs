@@ -1,5 +1,6 @@
 //! Tasks: insert (one or in bulk), read, list, remove, clean.
 
+use super::unit::Unit;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter, types::Value};
 
 use super::error::{Ctx, StoreError};
@@ -258,7 +259,7 @@ impl Store {
     pub fn insert_tasks_resolved(&mut self, news: &[NewTask]) -> Result<Vec<Inserted>, StoreError> {
         let now = self.now_ms();
         let max_events = self.max_events;
-        let tx = self.conn.savepoint().ctx("begin insert")?;
+        let tx = Unit::begin(&self.conn).ctx("begin insert")?;
         let inserted =
             news.iter().map(|n| insert_one(&tx, n, now, max_events)).collect::<Result<Vec<_>, _>>()?;
         tx.commit().ctx("commit insert")?;
@@ -392,7 +393,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::NotFound`], [`StoreError::NotTerminal`]; SQLite errors.
     pub fn remove_task(&mut self, id: TaskId) -> Result<(), StoreError> {
-        let tx = self.conn.savepoint().ctx("begin remove")?;
+        let tx = Unit::begin(&self.conn).ctx("begin remove")?;
         let state: Option<String> = tx
             .query_row("SELECT state FROM tasks WHERE id = ?1", [to_i64(id.0, "task id")?], |r| r.get(0))
             .optional()
@@ -423,7 +424,7 @@ impl Store {
         }
         let sql =
             format!("DELETE FROM tasks WHERE state IN ({}) RETURNING id", vec!["?"; wanted.len()].join(", "));
-        let tx = self.conn.savepoint().ctx("begin clean")?;
+        let tx = Unit::begin(&self.conn).ctx("begin clean")?;
         let mut ids = {
             let mut stmt = tx.prepare(&sql).ctx(OP)?;
             stmt.query_map(params_from_iter(wanted), |r| r.get::<_, i64>(0))

@@ -1,6 +1,7 @@
 //! State changes, cursor, progress, decisions and crash recovery: each one
 //! transaction that updates only the task's row and appends its event.
 
+use super::unit::Unit;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::course::{self, CourseKind, Grant};
@@ -113,7 +114,7 @@ impl Store {
         const OP: &str = "change task state";
         let now = self.now_ms();
         let max_events = self.max_events;
-        let tx = self.conn.savepoint().ctx("begin state change")?;
+        let tx = Unit::begin(&self.conn).ctx("begin state change")?;
         let (from, paused_running, attempts) = current(&tx, id)?;
         let illegal = StoreError::IllegalTransition { id, from, to };
         if from.is_terminal() || expect.is_some_and(|e| e != from) {
@@ -265,7 +266,7 @@ impl Store {
         const OP: &str = "restart task";
         let now = self.now_ms();
         let max_events = self.max_events;
-        let tx = self.conn.savepoint().ctx("begin restart")?;
+        let tx = Unit::begin(&self.conn).ctx("begin restart")?;
         let (from, _, attempts) = current(&tx, id)?;
         if !from.is_terminal() {
             return Err(StoreError::StillLive { id, state: from });
@@ -309,7 +310,7 @@ impl Store {
         const OP: &str = "return task to the queue";
         let now = self.now_ms();
         let max_events = self.max_events;
-        let tx = self.conn.savepoint().ctx("begin return to queue")?;
+        let tx = Unit::begin(&self.conn).ctx("begin return to queue")?;
         let (from, _, _) = current(&tx, id)?;
         if from != TaskState::Running {
             return Err(StoreError::IllegalTransition { id, from, to: TaskState::Pending });
@@ -354,7 +355,7 @@ impl Store {
         let now = self.now_ms();
         let max_events = self.max_events;
         let key = to_i64(id.0, "task id")?;
-        let tx = self.conn.savepoint().ctx("begin cursor")?;
+        let tx = Unit::begin(&self.conn).ctx("begin cursor")?;
         let row: Option<(i64, Option<i64>)> = tx
             .prepare_cached("SELECT cursor, items FROM tasks WHERE id = ?1")
             .ctx(OP)?
@@ -421,7 +422,7 @@ impl Store {
         let now = self.now_ms();
         let max_events = self.max_events;
         let key = to_i64(id.0, "task id")?;
-        let tx = self.conn.savepoint().ctx("begin decision")?;
+        let tx = Unit::begin(&self.conn).ctx("begin decision")?;
         let prev: Option<(Option<String>, Option<String>)> = tx
             .prepare_cached("SELECT decision_kind, decision_code FROM tasks WHERE id = ?1")
             .ctx(OP)?
@@ -480,7 +481,7 @@ impl Store {
         let now = self.now_ms();
         let max_events = self.max_events;
         let failed_reason = format!("{INTERRUPTED} (not retried: the task asked for no retry)");
-        let tx = self.conn.savepoint().ctx("begin recovery")?;
+        let tx = Unit::begin(&self.conn).ctx("begin recovery")?;
         let run = |sql: &str, args: &[&dyn rusqlite::ToSql]| -> Result<Vec<TaskId>, StoreError> {
             let mut stmt = tx.prepare(sql).ctx(OP)?;
             let mut ids = stmt

@@ -238,6 +238,18 @@ pub(crate) fn rmdir_with(fs: &dyn CgroupFs, dir: &Path) -> Result<(), HostError>
     }
 }
 
+/// Removes a cgroup directory if it holds no process: `Ok(true)` when it
+/// is gone (or was missing), `Ok(false)` when the kernel says it is busy
+/// (a process, or one still finishing its exit, is in it).
+pub(crate) fn rmdir_if_empty(dir: &Path) -> Result<bool, HostError> {
+    match std::fs::remove_dir(dir) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Ok(false),
+        Err(e) => Err(HostError::io("rmdir", dir, e)),
+    }
+}
+
 /// Creates a cgroup directory; a leftover of the same name (from a crash)
 /// is emptied and recreated so its counters start from zero.
 pub(crate) fn mkdir(dir: &Path) -> Result<(), HostError> {

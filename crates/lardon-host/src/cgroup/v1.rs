@@ -86,6 +86,14 @@ impl V1Task {
         if self.removed {
             return Ok(());
         }
+        // An empty group — the common end of a run, whose process group
+        // the runner has already reaped — is removed by the first rmdir,
+        // with no read of its process list; `EBUSY` means a process is
+        // left, and only then is the list read and killed.
+        if fsops::rmdir_if_empty(&self.memory)? {
+            self.removed = true;
+            return self.cpu.iter().try_for_each(|dir| fsops::rmdir(dir));
+        }
         let killed = fsops::kill_procs(&self.memory);
         let mut result = killed;
         for dir in std::iter::once(&self.memory).chain(self.cpu.iter()) {
