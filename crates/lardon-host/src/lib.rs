@@ -47,6 +47,7 @@ mod mountinfo;
 mod parse;
 mod probe;
 mod proctree;
+mod pseudo;
 mod psi;
 mod root;
 mod scratch;
@@ -67,6 +68,7 @@ pub use mountinfo::{CgroupMembership, CgroupMount, own_dir, parse_mountinfo, par
 pub use parse::ParseError;
 pub use probe::HostProbe;
 pub use proctree::{ProcessTree, TreeRss};
+pub use pseudo::read_pseudo;
 pub use psi::parse_psi_some_avg10;
 pub use root::HostRoot;
 pub use scratch::DirVolume;

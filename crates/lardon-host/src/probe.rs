@@ -44,7 +44,7 @@ impl fmt::Debug for HostProbe {
 }
 
 fn read_mandatory(path: &Path) -> Result<String, ProbeError> {
-    std::fs::read_to_string(path).map_err(|e| ProbeError::Unreadable {
+    crate::read_pseudo(path).map_err(|e| ProbeError::Unreadable {
         source_name: path.display().to_string(),
         message: e.to_string(),
     })
@@ -148,7 +148,7 @@ impl Probe for HostProbe {
     fn snapshot(&self) -> Result<Snapshot, ProbeError> {
         let mem = parse_meminfo(&read_mandatory(&self.meminfo)?).map_err(malformed(&self.meminfo))?;
         let load = parse_loadavg(&read_mandatory(&self.loadavg)?).map_err(malformed(&self.loadavg))?;
-        let psi = |p: &Path| std::fs::read_to_string(p).ok().and_then(|t| parse_psi_some_avg10(&t).ok());
+        let psi = |p: &Path| crate::read_pseudo(p).ok().and_then(|t| parse_psi_some_avg10(&t).ok());
         let [cpu, memory, io] = &self.psi;
         let snapshot = Snapshot {
             captured_at: self.clock.now(),
@@ -157,7 +157,7 @@ impl Probe for HostProbe {
             swap_free: mem.swap_free,
             load,
             pressure: Pressure { cpu: psi(cpu), memory: psi(memory), io: psi(io) },
-            swap: std::fs::read_to_string(&self.vmstat).ok().and_then(|t| parse_vmstat_swap(&t).ok()),
+            swap: crate::read_pseudo(&self.vmstat).ok().and_then(|t| parse_vmstat_swap(&t).ok()),
             gpus: self.gpus.sample(),
             cgroup: self.cgroup.sample(),
             own_cpu: own_cpu(),

@@ -90,7 +90,7 @@ impl ProcessTree {
         while i < self.list.len() {
             let task_dir = self.proc.join(format!("{}/task", self.list[i].pid));
             for t in std::fs::read_dir(task_dir).into_iter().flatten().flatten() {
-                let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+                let children = crate::read_pseudo(&t.path().join("children")).unwrap_or_default();
                 for pid in children.split_ascii_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
                     if self.list.iter().all(|p| p.pid != pid)
                         && let Some(start) = self.start_of(pid)
@@ -108,7 +108,7 @@ impl ProcessTree {
         self.refresh();
         let mut sample = TreeRss::default();
         for p in &self.list {
-            let status = std::fs::read_to_string(self.proc.join(format!("{}/status", p.pid)));
+            let status = crate::read_pseudo(&self.proc.join(format!("{}/status", p.pid)));
             let (rss, hwm) = rss_hwm(&status.unwrap_or_default());
             sample.rss = sample.rss.saturating_add(rss);
             sample.largest_hwm = sample.largest_hwm.max(hwm);
@@ -128,7 +128,7 @@ impl ProcessTree {
         self.list
             .iter()
             .filter(|p| {
-                let stat = std::fs::read_to_string(self.proc.join(format!("{}/stat", p.pid)));
+                let stat = crate::read_pseudo(&self.proc.join(format!("{}/stat", p.pid)));
                 let state =
                     stat.ok().and_then(|s| s.rfind(')').and_then(|i| s.get(i + 2..i + 3).map(str::to_owned)));
                 !matches!(state.as_deref(), None | Some("Z" | "X"))
@@ -153,7 +153,7 @@ impl ProcessTree {
     }
 
     fn start_in(proc: &std::path::Path, pid: i32) -> Option<u64> {
-        start_time(&std::fs::read_to_string(proc.join(format!("{pid}/stat"))).ok()?)
+        start_time(&crate::read_pseudo(&proc.join(format!("{pid}/stat"))).ok()?)
     }
 }
 

@@ -41,5 +41,5 @@ impl HostRoot {
 
 /// Reads a whole file, naming it in the error.
 pub(crate) fn read(path: &Path) -> Result<String, HostError> {
-    std::fs::read_to_string(path).map_err(|e| HostError::io("read", path, e))
+    crate::read_pseudo(path).map_err(|e| HostError::io("read", path, e))
 }

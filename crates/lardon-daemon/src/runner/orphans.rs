@@ -105,7 +105,7 @@ fn children() -> Vec<u32> {
 
 /// State letter and process group of `pid` (`/proc/PID/stat` fields 3 and 5).
 fn state_and_group(pid: u32) -> Option<(char, i32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = lardon_host::read_pseudo(std::path::Path::new(&format!("/proc/{pid}/stat"))).ok()?;
     let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
     let state = rest.next()?.chars().next()?;
     let _ppid = rest.next()?;
@@ -150,7 +150,7 @@ impl RunHandle {
 
 /// Start time (field 22 of `/proc/PID/stat`) of `pid`, if it exists.
 pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = lardon_host::read_pseudo(std::path::Path::new(&format!("/proc/{pid}/stat"))).ok()?;
     // The command name (field 2) may contain spaces: parse after its `)`.
     let rest = &stat[stat.rfind(')')? + 1..];
     rest.split_whitespace().nth(19)?.parse().ok()

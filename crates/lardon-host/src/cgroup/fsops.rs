@@ -61,7 +61,7 @@ pub struct RealFs;
 
 impl CgroupFs for RealFs {
     fn read(&self, path: &Path) -> io::Result<String> {
-        std::fs::read_to_string(path)
+        crate::read_pseudo(path)
     }
 
     fn write(&self, path: &Path, value: &str) -> io::Result<()> {
@@ -95,7 +95,7 @@ pub(crate) fn write(path: &Path, value: &str) -> Result<(), HostError> {
 }
 
 pub(crate) fn read(path: &Path) -> Result<String, HostError> {
-    std::fs::read_to_string(path).map_err(|e| HostError::io("read", path, e))
+    crate::read_pseudo(path).map_err(|e| HostError::io("read", path, e))
 }
 
 pub(crate) fn parsed<T>(path: &Path, f: impl FnOnce(&str) -> Result<T, ParseError>) -> Result<T, HostError> {

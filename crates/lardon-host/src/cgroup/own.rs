@@ -111,7 +111,7 @@ impl OwnCgroup {
             .iter()
             .filter_map(|(l, _)| {
                 let text = match l {
-                    Source::V2Limit(p) | Source::V1Limit(p) => std::fs::read_to_string(p).ok()?,
+                    Source::V2Limit(p) | Source::V1Limit(p) => crate::read_pseudo(p).ok()?,
                     _ => return None,
                 };
                 match l {
@@ -125,7 +125,7 @@ impl OwnCgroup {
     /// Reads the figures; each unreadable or malformed one is `None`.
     /// Returns `None` when no figure is known at all.
     pub fn sample(&self) -> Option<CgroupSample> {
-        let read = |p: &Path| std::fs::read_to_string(p).ok();
+        let read = |p: &Path| crate::read_pseudo(p).ok();
         let limit = |s: &Source| -> Option<Option<u64>> {
             match s {
                 Source::V2Limit(p) => parse_v2_limit(&read(p)?).ok(),
