@@ -245,9 +245,17 @@ impl Ledger {
         }
     }
 
-    /// Whether any waker is registered for the next change.
-    pub(crate) fn has_wakers(&self) -> bool {
-        !self.wakers.is_empty()
+    /// Whether a waker other than one that wakes the same task as
+    /// `scanner` is registered: exactly when [`Ledger::take_wakers`] would
+    /// hand back a waker to wake (registration keeps no two that wake the
+    /// same task).
+    #[inline]
+    pub(crate) fn has_wakers_besides(&self, scanner: Option<&Waker>) -> bool {
+        match (self.wakers.as_slice(), scanner) {
+            ([], _) => false,
+            ([only], Some(keep)) => !only.will_wake(keep),
+            _ => true,
+        }
     }
 
     /// Threads blocked in `wait_for_change` now.

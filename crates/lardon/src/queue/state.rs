@@ -31,7 +31,7 @@ pub const HISTORY: usize = 64;
 
 pub(crate) struct Entry {
     pub(crate) id: TaskId,
-    pub(crate) name: String,
+    pub(crate) name: std::borrow::Cow<'static, str>,
     pub(crate) envelope: Envelope,
     pub(crate) priority: i32,
     pub(crate) seq: u64,
@@ -183,7 +183,7 @@ impl Entry {
         };
         TaskView {
             id: self.id,
-            name: self.name.clone(),
+            name: self.name.clone().into_owned(),
             state: self.state,
             priority: self.priority,
             contract: self.contract.clone(),
