@@ -383,6 +383,34 @@ impl Ledger {
         ]
     }
 
+    /// Whether any gate of `snap` is reached for a request, IO PSI counting
+    /// only when `io_work` (the request wants IO slots): exactly
+    /// `load || cpu || memory || (io && io_work)` of [`Ledger::gates`],
+    /// folded for the fast path. The PSI compares come first and the load
+    /// gate's figures are computed only when the host's whole load could
+    /// reach its threshold (the foreign load is never above it).
+    #[inline]
+    pub(crate) fn any_gate(&self, snap: &Snapshot, io_work: bool) -> bool {
+        let p = &self.policy;
+        let reached =
+            |value: Option<f64>, threshold: f64| threshold > 0.0 && value.is_some_and(|v| v >= threshold);
+        if reached(snap.pressure.cpu, p.psi_cpu)
+            || reached(snap.pressure.memory, p.psi_memory)
+            || (io_work && reached(snap.pressure.io, p.psi_io))
+        {
+            return true;
+        }
+        match p.max_load_ratio {
+            None => false,
+            // `foreign = max(load − own, 0)` with `own ≥ 0`: below a
+            // positive threshold when the load itself is.
+            Some(ratio) => {
+                let threshold = ratio * f64::from(p.compute_cpus(&self.profile));
+                !(threshold > 0.0 && snap.load.one < threshold) && self.load_figures(snap).reached()
+            }
+        }
+    }
+
     /// Feeds a new host sample to the pressure machine; moves the
     /// generation when budgets changed.
     pub(crate) fn observe_sample(&mut self, snap: &Snapshot) {
