@@ -255,7 +255,11 @@ pub(crate) fn end_and_hand_off(
     let mut gov_scan = inner.governor.scan_for(&inner.dispatch_waker);
     // Released before the task ends: a `Finished` event always follows the
     // release (whoever reads availability after it sees nothing held).
-    let released = reservation.map(|r| gov_scan.release(*r));
+    let released = reservation.map(|r| gov_scan.release(r));
+    // The entry this end evicts from the history (when it is full) is
+    // dropped after the locks: its box was allocated by the submitting
+    // thread, and freeing it here is the costliest free of a task.
+    let evicted = if st.entries.contains_key(&id) { st.evict_one() } else { None };
     // `TaskContext::fail` turns a callback's `Ok` into a failure.
     let failed = match st.entries.get(&id) {
         Some(e) if state == TaskState::Completed => e.failed_message.clone(),
@@ -289,6 +293,7 @@ pub(crate) fn end_and_hand_off(
         inner.governor.after_release(released);
     }
     drop(dropped);
+    drop(evicted);
     outcome.settle();
     inner.tasks_left(idle);
     if wake_dispatcher {

@@ -314,6 +314,14 @@ impl QueueState {
         }
     }
 
+    /// Makes room in a full history for one more retired task: the oldest
+    /// retired task, for the caller to drop once it holds no lock (`None`
+    /// while the history has room). [`QueueState::finish`] evicts by
+    /// itself otherwise.
+    pub(crate) fn evict_one(&mut self) -> Option<Retired> {
+        (self.history.len() >= HISTORY).then(|| self.history.pop_front()).flatten()
+    }
+
     /// Ends `id` in `state` (terminal), dropping its callback if it never
     /// ran, retiring it to history and resolving its dependents. Returns
     /// the callback so the caller drops it outside the lock.
