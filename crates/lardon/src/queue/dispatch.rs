@@ -401,9 +401,14 @@ fn scan_locked(
             });
             continue;
         }
-        let need = Need::of(&e.envelope, unified);
+        // What the task needs is worked out only where it is read: here,
+        // and to learn from a resource WAIT below (not for a grant or a
+        // queue-wide WAIT, a scan's common answers).
         // A head with a hold pending is always evaluated (it sets the hold).
-        if evaluated_before && head.is_some() && need.as_ref().is_some_and(|n| blocked.covers(n)) {
+        if evaluated_before
+            && head.is_some()
+            && Need::of(&e.envelope, unified).is_some_and(|n| blocked.covers(&n))
+        {
             continue;
         }
         let is_head = head.is_none();
@@ -445,6 +450,7 @@ fn scan_locked(
             }
             Err(Decision::Wait(why)) => {
                 host_wait |= why.code().waits_on_host();
+                let need = if queue_wide(why.code()) { None } else { Need::of(&e.envelope, unified) };
                 blocked.learn(why.code(), need.as_ref());
                 let code = why.code();
                 if blocked.all && queue_wait.is_none() {
