@@ -108,9 +108,28 @@ impl Alternative {
 }
 
 /// Up to four alternatives, preferred first.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Equality is the alternatives' (in order), however they are stored.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Envelope {
-    pub(crate) alternatives: Vec<Alternative>,
+    alternatives: Alternatives,
+}
+
+/// The stored alternatives. A lone alternative (every [`Envelope::single`],
+/// the common task) is stored in place: no heap block to allocate on the
+/// submitting thread and free on a worker. `Many` always holds 2 to
+/// [`MAX_ALTERNATIVES`], so equal lists are stored alike and the derived
+/// equality is the lists'.
+#[derive(Clone, PartialEq, Eq)]
+enum Alternatives {
+    One(Alternative),
+    Many(Vec<Alternative>),
+}
+
+impl std::fmt::Debug for Envelope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Envelope").field("alternatives", &self.alternatives()).finish()
+    }
 }
 
 impl Envelope {
@@ -127,30 +146,61 @@ impl Envelope {
                 return Err(EnvelopeError::Inflight(a.name.to_string()));
             }
         }
+        let mut alternatives = alternatives;
+        let alternatives = match alternatives.pop() {
+            Some(only) if alternatives.is_empty() => Alternatives::One(only),
+            Some(last) => {
+                alternatives.push(last);
+                Alternatives::Many(alternatives)
+            }
+            // Refused above (an empty list is `Count(0)`).
+            None => return Err(EnvelopeError::Count(0)),
+        };
         Ok(Envelope { alternatives })
     }
 
     /// An envelope of one fixed alternative.
     pub fn single(estimate: Estimate) -> Self {
-        Envelope { alternatives: vec![Alternative::named(std::borrow::Cow::Borrowed("default"), estimate)] }
+        Envelope {
+            alternatives: Alternatives::One(Alternative::named(
+                std::borrow::Cow::Borrowed("default"),
+                estimate,
+            )),
+        }
     }
 
     /// The alternatives, in trial order.
     pub fn alternatives(&self) -> &[Alternative] {
-        &self.alternatives
+        match &self.alternatives {
+            Alternatives::One(only) => std::slice::from_ref(only),
+            Alternatives::Many(all) => all,
+        }
+    }
+
+    /// The lone alternative of an envelope of one (every
+    /// [`Envelope::single`]); `None` for two or more.
+    pub(crate) fn only(&self) -> Option<&Alternative> {
+        match &self.alternatives {
+            Alternatives::One(only) => Some(only),
+            Alternatives::Many(_) => None,
+        }
     }
 
     /// The most items left any alternative declares
     /// ([`Estimate::items_left`]), if one does.
     pub fn items_left(&self) -> Option<u64> {
-        self.alternatives.iter().filter_map(|a| a.estimate.items_left()).max()
+        self.alternatives().iter().filter_map(|a| a.estimate.items_left()).max()
     }
 
     /// This envelope with every alternative declaring `items` items left.
     #[must_use]
     pub fn with_items_left(&self, items: u64) -> Envelope {
         let mut next = self.clone();
-        for a in &mut next.alternatives {
+        let all = match &mut next.alternatives {
+            Alternatives::One(only) => std::slice::from_mut(only),
+            Alternatives::Many(all) => all.as_mut_slice(),
+        };
+        for a in all {
             a.estimate = a.estimate.with_items_left(items);
         }
         next
@@ -503,5 +553,34 @@ mod tests {
     fn rate_is_milli_items_per_second() {
         assert_eq!(rate(10, std::time::Duration::from_secs(1)), 10_000);
         assert_eq!(rate(1, std::time::Duration::ZERO), 1_000_000_000_000);
+    }
+
+    #[test]
+    fn an_envelope_of_one_is_stored_in_place_and_equal_however_built() {
+        let est = Estimate::builder().memory(1 << 30).build();
+        let single = Envelope::single(est.clone());
+        let built = Envelope::new(vec![Alternative::new("default", est.clone())]);
+        let Ok(built) = built else { panic!("one alternative is an envelope: {built:?}") };
+        assert!(single.only().is_some() && built.only().is_some(), "one alternative: in place");
+        assert_eq!(single, built, "the same lone alternative, built two ways");
+        assert_eq!(single.alternatives().len(), 1);
+        assert_eq!(single.alternatives()[0].estimate(), &est);
+        let two = Envelope::new(vec![cpu_alt(2), Alternative::new("default", est.clone())]);
+        let Ok(two) = two else { panic!("two alternatives are an envelope: {two:?}") };
+        assert!(two.only().is_none(), "two alternatives: a list");
+        assert_eq!(two.alternatives().iter().map(Alternative::name).collect::<Vec<_>>(), ["cpu", "default"]);
+        assert_ne!(two, single);
+        assert_eq!(
+            format!("{single:?}"),
+            format!("Envelope {{ alternatives: {:?} }}", single.alternatives())
+        );
+        // Rewriting the items left reaches every alternative, either form.
+        let items = Estimate::builder().memory(1 << 30).items_left(10).build();
+        let one = Envelope::single(items.clone()).with_items_left(4);
+        assert_eq!(one.items_left(), Some(4));
+        let both = Envelope::new(vec![Alternative::new("a", items.clone()), Alternative::new("b", items)]);
+        let Ok(both) = both else { panic!("two alternatives are an envelope: {both:?}") };
+        assert!(both.with_items_left(3).alternatives().iter().all(|a| a.estimate().items_left() == Some(3)));
+        assert_eq!(Envelope::new(Vec::new()), Err(EnvelopeError::Count(0)));
     }
 }

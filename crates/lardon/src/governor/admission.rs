@@ -31,6 +31,18 @@ pub(crate) fn capacity(available: u64, fixed: u64, per_item: u64) -> u64 {
     }
 }
 
+/// Whether `capacity(available, fixed, per_item) >= n`, without its
+/// division (`floor(room / per) >= n` iff `n × per <= room`; a product
+/// past `u64` is more than any room). The fast path asks this three
+/// times per grant, and a 64-bit division costs tens of cycles.
+#[inline]
+pub(crate) fn fits_at_least(available: u64, fixed: u64, per_item: u64, n: u64) -> bool {
+    match available.checked_sub(fixed) {
+        None => n == 0,
+        Some(room) => per_item.checked_mul(n).is_some_and(|need| need <= room),
+    }
+}
+
 /// Resources kept free for a long-bypassed head of the queue
 /// (anti-starvation): later tasks are admitted only if they leave this.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -23,7 +23,7 @@ pub(crate) fn evaluate(
 ) -> Decision {
     let mut waits: Vec<String> = Vec::new();
     let mut last_reject: Option<Decision> = None;
-    for (index, alt) in envelope.alternatives.iter().enumerate() {
+    for (index, alt) in envelope.alternatives().iter().enumerate() {
         let ramped = Ramp::ramps(alt);
         let key = (alt.estimate.class.clone(), index);
         let pool = ledger.policy.compute_cpus(&ledger.profile);
@@ -41,7 +41,7 @@ pub(crate) fn evaluate(
                 // alike, and a lone alternative's reason is the reason (so
                 // its message is not copied into a combined one nobody
                 // reads).
-                let single = envelope.alternatives.len() == 1;
+                let single = envelope.alternatives().len() == 1;
                 if single
                     || matches!(
                         decision.reason(),

@@ -32,7 +32,7 @@ use crate::learned::{self, Declared};
 use crate::pressure::PressureLevel;
 use crate::snapshot::Snapshot;
 
-use super::admission::{self, Hold, MAX_SNAPSHOT_AGE, capacity};
+use super::admission::{self, Hold, MAX_SNAPSHOT_AGE, fits_at_least};
 use super::ledger::Ledger;
 
 /// The figures of a full grant found by the fast path; the rest of its
@@ -149,7 +149,7 @@ pub(crate) fn check(
         }
     };
     // 6. Possible on the idle host.
-    if capacity(ledger.static_memory_budget(), fixed, per_item) < est.batch_min
+    if !fits_at_least(ledger.static_memory_budget(), fixed, per_item, est.batch_min)
         || (!est.cpus_reducible && u64::from(est.cpus) > ledger.cpu_pool_millis())
     {
         return None;
@@ -158,13 +158,12 @@ pub(crate) fn check(
     // WAIT for memory whatever the gates say (the common answer of a
     // queue scan), so the gates are not computed for it here.
     let hold = hold.copied().unwrap_or_default();
-    let fits = capacity(ledger.memory_available(snap).saturating_sub(hold.memory), fixed, per_item);
-    if fits < est.batch_min {
+    let available = ledger.memory_available(snap).saturating_sub(hold.memory);
+    if !fits_at_least(available, fixed, per_item, est.batch_min) {
         return None;
     }
     // 7. No gate reached (IO PSI counts only for IO-slot work).
-    let [load, cpu_psi, mem_psi, io_psi] = ledger.gates(snap);
-    if load || cpu_psi || mem_psi || (io_psi && est.io_slots > 0) {
+    if ledger.any_gate(snap, est.io_slots > 0) {
         return None;
     }
     // 9. Memory for the whole target (a smaller batch is a REDUCE_BATCH
@@ -177,7 +176,7 @@ pub(crate) fn check(
         admission::packed_target_of(ledger, est, fixed, per_item, history_target, now),
     )
     .max(super::packing::critical_floor(est, samples, history_target));
-    if fits < target {
+    if !fits_at_least(available, fixed, per_item, target) {
         return None;
     }
     let batch = target;

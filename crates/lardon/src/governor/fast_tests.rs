@@ -355,3 +355,29 @@ fn the_common_request_is_granted_by_the_fast_path() {
     drop(r);
     assert_eq!(rig.gov.availability().reservations, 0);
 }
+
+/// The fast path's division-free memory test says what comparing
+/// `capacity` says, on every combination of boundary figures (zero sizes,
+/// exact fits, one short, products past 64 bits).
+#[test]
+fn fits_at_least_is_capacity_compared() {
+    use super::admission::{capacity, fits_at_least};
+    let figures =
+        [0, 1, 2, 3, 7, 8, 9, 64 * MIB, GIB, GIB + 1, u64::MAX / 3, u64::MAX / 2, u64::MAX - 1, u64::MAX];
+    let mut checked = 0;
+    for available in figures {
+        for fixed in figures {
+            for per_item in figures {
+                for n in figures {
+                    assert_eq!(
+                        fits_at_least(available, fixed, per_item, n),
+                        capacity(available, fixed, per_item) >= n,
+                        "available {available}, fixed {fixed}, per item {per_item}, n {n}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, figures.len().pow(4));
+}

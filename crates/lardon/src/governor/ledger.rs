@@ -245,9 +245,17 @@ impl Ledger {
         }
     }
 
-    /// Whether any waker is registered for the next change.
-    pub(crate) fn has_wakers(&self) -> bool {
-        !self.wakers.is_empty()
+    /// Whether a waker other than one that wakes the same task as
+    /// `scanner` is registered: exactly when [`Ledger::take_wakers`] would
+    /// hand back a waker to wake (registration keeps no two that wake the
+    /// same task).
+    #[inline]
+    pub(crate) fn has_wakers_besides(&self, scanner: Option<&Waker>) -> bool {
+        match (self.wakers.as_slice(), scanner) {
+            ([], _) => false,
+            ([only], Some(keep)) => !only.will_wake(keep),
+            _ => true,
+        }
     }
 
     /// Threads blocked in `wait_for_change` now.
@@ -373,6 +381,34 @@ impl Ledger {
             reached(snap.pressure.memory, p.psi_memory),
             reached(snap.pressure.io, p.psi_io),
         ]
+    }
+
+    /// Whether any gate of `snap` is reached for a request, IO PSI counting
+    /// only when `io_work` (the request wants IO slots): exactly
+    /// `load || cpu || memory || (io && io_work)` of [`Ledger::gates`],
+    /// folded for the fast path. The PSI compares come first and the load
+    /// gate's figures are computed only when the host's whole load could
+    /// reach its threshold (the foreign load is never above it).
+    #[inline]
+    pub(crate) fn any_gate(&self, snap: &Snapshot, io_work: bool) -> bool {
+        let p = &self.policy;
+        let reached =
+            |value: Option<f64>, threshold: f64| threshold > 0.0 && value.is_some_and(|v| v >= threshold);
+        if reached(snap.pressure.cpu, p.psi_cpu)
+            || reached(snap.pressure.memory, p.psi_memory)
+            || (io_work && reached(snap.pressure.io, p.psi_io))
+        {
+            return true;
+        }
+        match p.max_load_ratio {
+            None => false,
+            // `foreign = max(load − own, 0)` with `own ≥ 0`: below a
+            // positive threshold when the load itself is.
+            Some(ratio) => {
+                let threshold = ratio * f64::from(p.compute_cpus(&self.profile));
+                !(threshold > 0.0 && snap.load.one < threshold) && self.load_figures(snap).reached()
+            }
+        }
     }
 
     /// Feeds a new host sample to the pressure machine; moves the

@@ -8,13 +8,13 @@
 use std::task::Waker;
 
 use crate::decision::{Decision, ReasonCode};
-use crate::envelope::Envelope;
+use crate::envelope::{Envelope, Ramp};
 use crate::reservation::Reservation;
 use crate::snapshot::Snapshot;
 use crate::sync::MutexGuard;
 
 use super::ledger::Ledger;
-use super::{Governor, Hold, envelopes, volumes};
+use super::{Governor, Hold, envelopes, fast, volumes};
 
 /// A queue scan: several admissions under one hold of the Governor's lock.
 /// Reservations made here must not be dropped before the scan ends.
@@ -39,7 +39,10 @@ impl Scan<'_> {
     /// that follow count its resources as free (a worker handing its
     /// thread to the next task). A reservation of another Governor, or one
     /// already released, is simply dropped.
-    pub(crate) fn release(&mut self, mut reservation: Reservation) -> Released {
+    /// The reservation is taken boxed, as a started task's travels: it is
+    /// released in place and the box freed, never moved out (a `memcpy`
+    /// of its ~200 bytes).
+    pub(crate) fn release(&mut self, mut reservation: Box<Reservation>) -> Released {
         let Some(guard) = self.guard.as_mut() else {
             drop(reservation);
             return Released(None);
@@ -86,6 +89,38 @@ impl Scan<'_> {
         let Some(guard) = self.guard.as_mut() else {
             return Err(Decision::wait(ReasonCode::ProbeFailed, "scan already finished"));
         };
+        // The common task, one fixed alternative granted in full
+        // (`fast.rs`): held straight from the grant's figures, its contract
+        // built once, in the handle, as `Governor::reserve` does (no
+        // `Decision` built, moved and unwrapped).
+        if let Some(alt) = envelope.only().filter(|alt| !Ramp::ramps(alt))
+            && let Some(grant) = fast::grant(guard, &alt.estimate, snapshot, now, running, hold)
+        {
+            let mut contract = grant.contract(&alt.estimate);
+            // What `envelopes::evaluate` writes into a fixed alternative's
+            // contract.
+            contract.alternative = Some(0);
+            contract.inflight = alt.inflight.1;
+            #[cfg(debug_assertions)]
+            {
+                // The envelope's whole evaluation on the same state (the
+                // grant's ledger effects are idempotent): it must agree.
+                let full = envelopes::evaluate(guard, envelope, snapshot, now, running, hold);
+                debug_assert_eq!(
+                    full,
+                    Decision::Admit(contract.clone()),
+                    "the scan's fast grant differs from the envelope's evaluation"
+                );
+            }
+            let key = guard.hold_plain(grant.batch, grant.charged_memory, grant.cpu_millis, grant.io_slots);
+            return Ok(Reservation::held(
+                &self.governor.shared,
+                key,
+                contract,
+                crate::DecisionKind::Admit,
+                ReasonCode::Admitted,
+            ));
+        }
         let mut decision = envelopes::evaluate(guard, envelope, snapshot, now, running, hold);
         if hold.is_some() && decision.kind() == crate::DecisionKind::Wait {
             let free = envelopes::evaluate(guard, envelope, snapshot, now, running, None);

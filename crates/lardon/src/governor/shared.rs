@@ -65,8 +65,9 @@ impl Shared {
         }
         // Wakers register under this lock too, so looking here misses
         // none, and with none registered (the common case outside a
-        // queue) this is one compare.
-        if guard.has_wakers() {
+        // queue) this is one compare; with only the scanner's registered
+        // (a queue's dispatcher, at the end of every scan) a few more.
+        if guard.has_wakers_besides(scanner) {
             Self::wake(guard, scanner);
         }
     }

@@ -255,7 +255,11 @@ pub(crate) fn end_and_hand_off(
     let mut gov_scan = inner.governor.scan_for(&inner.dispatch_waker);
     // Released before the task ends: a `Finished` event always follows the
     // release (whoever reads availability after it sees nothing held).
-    let released = reservation.map(|r| gov_scan.release(*r));
+    let released = reservation.map(|r| gov_scan.release(r));
+    // The entry this end evicts from the history (when it is full) is
+    // dropped after the locks: its box was allocated by the submitting
+    // thread, and freeing it here is the costliest free of a task.
+    let evicted = if st.entries.contains_key(&id) { st.evict_one() } else { None };
     // `TaskContext::fail` turns a callback's `Ok` into a failure.
     let failed = match st.entries.get(&id) {
         Some(e) if state == TaskState::Completed => e.failed_message.clone(),
@@ -289,6 +293,7 @@ pub(crate) fn end_and_hand_off(
         inner.governor.after_release(released);
     }
     drop(dropped);
+    drop(evicted);
     outcome.settle();
     inner.tasks_left(idle);
     if wake_dispatcher {
@@ -396,9 +401,14 @@ fn scan_locked(
             });
             continue;
         }
-        let need = Need::of(&e.envelope, unified);
+        // What the task needs is worked out only where it is read: here,
+        // and to learn from a resource WAIT below (not for a grant or a
+        // queue-wide WAIT, a scan's common answers).
         // A head with a hold pending is always evaluated (it sets the hold).
-        if evaluated_before && head.is_some() && need.as_ref().is_some_and(|n| blocked.covers(n)) {
+        if evaluated_before
+            && head.is_some()
+            && Need::of(&e.envelope, unified).is_some_and(|n| blocked.covers(&n))
+        {
             continue;
         }
         let is_head = head.is_none();
@@ -440,6 +450,7 @@ fn scan_locked(
             }
             Err(Decision::Wait(why)) => {
                 host_wait |= why.code().waits_on_host();
+                let need = if queue_wide(why.code()) { None } else { Need::of(&e.envelope, unified) };
                 blocked.learn(why.code(), need.as_ref());
                 let code = why.code();
                 if blocked.all && queue_wait.is_none() {

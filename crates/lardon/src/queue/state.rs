@@ -31,7 +31,7 @@ pub const HISTORY: usize = 64;
 
 pub(crate) struct Entry {
     pub(crate) id: TaskId,
-    pub(crate) name: String,
+    pub(crate) name: std::borrow::Cow<'static, str>,
     pub(crate) envelope: Envelope,
     pub(crate) priority: i32,
     pub(crate) seq: u64,
@@ -183,7 +183,7 @@ impl Entry {
         };
         TaskView {
             id: self.id,
-            name: self.name.clone(),
+            name: self.name.clone().into_owned(),
             state: self.state,
             priority: self.priority,
             contract: self.contract.clone(),
@@ -312,6 +312,14 @@ impl QueueState {
                 message: event_message.unwrap_or_default(),
             });
         }
+    }
+
+    /// Makes room in a full history for one more retired task: the oldest
+    /// retired task, for the caller to drop once it holds no lock (`None`
+    /// while the history has room). [`QueueState::finish`] evicts by
+    /// itself otherwise.
+    pub(crate) fn evict_one(&mut self) -> Option<Retired> {
+        (self.history.len() >= HISTORY).then(|| self.history.pop_front()).flatten()
     }
 
     /// Ends `id` in `state` (terminal), dropping its callback if it never

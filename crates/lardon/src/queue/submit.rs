@@ -218,7 +218,7 @@ impl TaskQueue {
         });
         // The name is copied for the event only when someone subscribes
         // (`emit` builds no event otherwise).
-        let event_name = (!st.subscribers.is_empty()).then(|| entry.name.clone());
+        let event_name = (!st.subscribers.is_empty()).then(|| entry.name.clone().into_owned());
         for &dep in entry.waiting_on.iter().chain(&entry.waiting_any) {
             st.dependents.entry(dep).or_default().push(id);
         }

@@ -1,6 +1,7 @@
 //! What is submitted: [`Task`], its [`TaskId`], [`TaskState`] and the
 //! callback's error type [`TaskError`].
 
+use std::borrow::Cow;
 use std::fmt;
 
 use thiserror::Error;
@@ -91,7 +92,8 @@ pub(crate) type Callback = Box<dyn FnOnce(&mut TaskContext) -> TaskResult + Send
 #[must_use]
 pub struct Task {
     pub(crate) id: Option<TaskId>,
-    pub(crate) name: String,
+    /// Borrowed for a literal name (no allocation per submitted task).
+    pub(crate) name: Cow<'static, str>,
     pub(crate) envelope: Envelope,
     pub(crate) priority: i32,
     pub(crate) after: Vec<TaskId>,
@@ -100,9 +102,11 @@ pub struct Task {
 }
 
 impl Task {
-    /// A task named `name` needing `estimate`, running `callback`.
+    /// A task named `name` needing `estimate`, running `callback`. A
+    /// `&'static str` name is kept borrowed (no allocation); a `String` is
+    /// moved in.
     pub fn new(
-        name: impl Into<String>,
+        name: impl Into<Cow<'static, str>>,
         estimate: Estimate,
         callback: impl FnOnce(&mut TaskContext) -> TaskResult + Send + 'static,
     ) -> Self {
@@ -111,7 +115,7 @@ impl Task {
 
     /// A task offering a capability envelope (alternatives tried in order).
     pub fn with_envelope(
-        name: impl Into<String>,
+        name: impl Into<Cow<'static, str>>,
         envelope: Envelope,
         callback: impl FnOnce(&mut TaskContext) -> TaskResult + Send + 'static,
     ) -> Self {

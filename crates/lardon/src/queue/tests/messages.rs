@@ -81,4 +81,11 @@ fn submitted_event_names_the_task_and_a_single_estimate_is_default() {
     assert_eq!(crate::Envelope::single(mem(GIB)).alternatives()[0].name(), "default");
     r.queue.wait_idle();
     assert_eq!(r.queue.get(id).unwrap().name, "named");
+    // A literal name is kept borrowed (no allocation per task); an owned
+    // one is moved in; both read the same.
+    let literal = Task::new("literal", mem(GIB), |_| Ok(()));
+    assert!(matches!(literal.name, std::borrow::Cow::Borrowed("literal")));
+    let owned = Task::new(format!("task {}", 7), mem(GIB), |_| Ok(()));
+    assert!(matches!(&owned.name, std::borrow::Cow::Owned(n) if n == "task 7"));
+    assert_eq!(owned.name(), "task 7");
 }

@@ -9,7 +9,7 @@ fn each_task_of_a_batch_is_answered_as_submit_would_answer_it() {
     let failed = r.queue.submit(Task::new("fails", mem(GIB), |_| Err(TaskError::failed("no")))).unwrap();
     assert_eq!(r.finished(failed), TaskState::Failed);
     let ran = Arc::new(AtomicUsize::new(0));
-    let counted = |name: &str| {
+    let counted = |name: &'static str| {
         let ran = Arc::clone(&ran);
         Task::new(name, mem(GIB), move |_| {
             ran.fetch_add(1, Ordering::SeqCst);
