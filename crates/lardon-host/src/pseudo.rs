@@ -15,7 +15,7 @@ use std::path::Path;
 /// the daemon reads, so they take one read and one read that finds the end.
 const CHUNK: usize = 4096;
 
-/// The whole of `path` as text: one `open`, reads of [`CHUNK`] bytes until
+/// The whole of `path` as text: one `open`, reads of 4 KiB until
 /// end of file, one `close`.
 ///
 /// # Errors
