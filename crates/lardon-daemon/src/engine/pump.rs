@@ -60,8 +60,9 @@ fn grant_of(c: &lardon::Contract) -> Grant {
 }
 
 /// One event's change to the store, as data: a burst's writes are applied
-/// one after another in the writer's order, each in its own unit, so one
-/// that fails (a task removed meanwhile) takes nothing else with it.
+/// one after another in the writer's order, each store method in its own
+/// unit, so one that fails (a task removed meanwhile) takes nothing else
+/// with it.
 enum Write {
     Grant(TaskId, Grant),
     Decision(TaskId, DecisionRecord),
@@ -155,12 +156,14 @@ impl Burst {
 /// The writes of a burst that failed, with why.
 type Failed = Vec<(TaskId, StoreError)>;
 
-/// Applies `writes` in order, each in its own unit: the ones that fail are
-/// returned with their errors, and leave nothing behind; the others stay.
+/// Applies `writes` in order: the ones that fail are returned with their
+/// errors, and leave nothing behind; the others stay. No savepoint of its
+/// own per write: every store method a [`Write`] calls makes its changes
+/// in its own unit (`store/unit.rs`) and rolls them back when it fails.
 fn apply_all(s: &mut Store, writes: &[Write]) -> Failed {
     let mut failed = Vec::new();
     for write in writes {
-        if let Err(e) = s.atomically(|s| write.apply(s)) {
+        if let Err(e) = write.apply(s) {
             failed.push((write.task(), e));
         }
     }

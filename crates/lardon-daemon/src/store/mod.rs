@@ -186,6 +186,12 @@ impl Store {
         }
         conn.pragma_update(None, "synchronous", "FULL").ctx("set synchronous=FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON").ctx("enable foreign keys")?;
+        // Savepoints nest (the writer's unit per job, each method's own):
+        // the pages they must be able to roll back go to a sub-journal,
+        // which SQLite spills to a temporary file past 64 KiB. A burst of
+        // the pump's writes in one job passed that and cost a `pwrite` per
+        // page; in memory it is a copy (bounded by one group's pages).
+        conn.pragma_update(None, "temp_store", "MEMORY").ctx("set temp_store=MEMORY")?;
         schema::migrate(&mut conn, &path)?;
         Ok(Store { conn, path, clock, max_events: DEFAULT_MAX_EVENTS })
     }

@@ -26,6 +26,7 @@ fn connection_is_wal_full_sync_with_foreign_keys() {
     assert_eq!(get("journal_mode"), rusqlite::types::Value::Text("wal".into()));
     assert_eq!(get("synchronous"), rusqlite::types::Value::Integer(2), "FULL");
     assert_eq!(get("foreign_keys"), rusqlite::types::Value::Integer(1));
+    assert_eq!(get("temp_store"), rusqlite::types::Value::Integer(2), "MEMORY: no sub-journal file");
     assert_eq!(get("busy_timeout"), rusqlite::types::Value::Integer(5000));
 }
 
