@@ -214,8 +214,10 @@ fn write_for(shared: &Shared, event: QueueEvent) -> Option<Write> {
             if shared.stopping() && state != TaskState::Completed {
                 return None;
             }
-            // The exit code is already on the row: the runner wrote it with
-            // its last run, ahead of this end in the writer's order.
+            // The exit code is on the row: the runner wrote it with its last
+            // run, ahead of this end in the writer's order (its callback
+            // returned before the queue emitted this). It may have landed
+            // before this attempt's start, which clears nothing it wrote.
             Some(Write::Finished(TaskId(id.0), Outcome { state, exit_code: None, reason: message }))
         }
     }

@@ -218,7 +218,9 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
 /// store ignores a record that carries nothing), and the run's exit code on
 /// the task's row. Not waited for: the writer applies writes in the order
 /// they were sent, so this lands before the task's end, which the pump
-/// sends only after this callback returned.
+/// sends only after this callback returned. It can land before the pump's
+/// start of the same attempt; the start clears nothing it wrote
+/// (`store/order_tests.rs` applies every such order).
 fn persist_run(shared: &Shared, id: TaskId, class: &str, record: RunRecord, code: Option<i32>) {
     let class = class.to_owned();
     shared.writer.send_background(

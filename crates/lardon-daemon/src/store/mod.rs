@@ -311,4 +311,6 @@ fn to_i64(v: u64, what: &'static str) -> Result<i64, StoreError> {
 }
 
 #[cfg(test)]
+mod order_tests;
+#[cfg(test)]
 mod tests;

@@ -128,9 +128,13 @@ impl Store {
             tx.prepare_cached(sql).ctx(OP)?.execute(args).ctx(OP).map(drop)
         };
         match to {
+            // A start clears nothing a later stage of the same attempt may
+            // already have written (its run's handle and exit code travel
+            // on the worker's path and can reach the writer first): every
+            // path back to PENDING that begins a new attempt clears them.
             TaskState::Running if from == TaskState::Pending => exec(
                 "UPDATE tasks SET state = 'running', started_ms = coalesce(started_ms, ?2),
-                        state_reason = ?3, exit_code = NULL WHERE id = ?1",
+                        state_reason = ?3 WHERE id = ?1",
                 &[&key, &now, &reason],
             )?,
             TaskState::Running if paused_running => exec(
@@ -191,12 +195,28 @@ impl Store {
     /// Records the executor's opaque handle of the task's live run (process
     /// group, cgroup, …), or clears it. Terminal transitions and crash
     /// recovery clear it; recovery reports the handles it found
-    /// ([`RecoveryReport::orphans`]).
+    /// ([`RecoveryReport::orphans`]). A task that already ended holds no
+    /// run: a handle that reaches the store after the end is dropped.
     ///
     /// # Errors
     /// [`StoreError::NotFound`]; SQLite errors.
     pub fn set_run_handle(&mut self, id: TaskId, handle: Option<&str>) -> Result<(), StoreError> {
-        self.update_task(id, "set run handle", "UPDATE tasks SET run_handle = ?2 WHERE id = ?1", &handle)
+        const OP: &str = "set run handle";
+        let key = to_i64(id.0, "task id")?;
+        let n = self
+            .conn
+            .prepare_cached(
+                "UPDATE tasks SET run_handle = ?2
+                  WHERE id = ?1 AND state NOT IN ('completed', 'failed', 'cancelled')",
+            )
+            .ctx(OP)?
+            .execute(params![key, handle])
+            .ctx(OP)?;
+        if n == 0 {
+            // Ended (nothing to do) or absent: only the rare miss reads.
+            current(&self.conn, id)?;
+        }
+        Ok(())
     }
 
     /// Runs `sql` (an `UPDATE` of task `?1` with one value `?2`).
@@ -216,8 +236,10 @@ impl Store {
         if n == 0 { Err(StoreError::NotFound(id)) } else { Ok(()) }
     }
 
-    /// Records the exit code of the task's latest run (its end keeps it;
-    /// the next attempt's start clears it).
+    /// Records the exit code of the task's latest run. Its end keeps it,
+    /// and so does its start when this arrives first; what begins a new
+    /// attempt (crash recovery, a restart, a hand-back from the broker)
+    /// clears it.
     ///
     /// # Errors
     /// [`StoreError::NotFound`]; SQLite errors.
@@ -465,7 +487,8 @@ impl Store {
 
     /// Crash recovery (docs/DESIGN.md §10), in one transaction, at daemon start
     /// before anything runs:
-    /// * RUNNING → PENDING, attempts + 1, reason "interrupted";
+    /// * RUNNING → PENDING, attempts + 1, reason "interrupted", the
+    ///   interrupted run's exit code cleared (the next attempt starts clean);
     /// * PAUSED while running → PAUSED (no longer holding anything),
     ///   attempts + 1, reason "interrupted": the user's pause is kept;
     /// * either of those with `retry_on_interrupt = false` → FAILED;
@@ -518,14 +541,14 @@ impl Store {
         )?;
         let requeued = run(
             &format!(
-                "UPDATE tasks SET state = 'pending', state_reason = ?1, {common}
+                "UPDATE tasks SET state = 'pending', state_reason = ?1, exit_code = NULL, {common}
                   WHERE state = 'running' RETURNING id"
             ),
             &[&INTERRUPTED],
         )?;
         let still_paused = run(
             &format!(
-                "UPDATE tasks SET state_reason = ?1, {common}
+                "UPDATE tasks SET state_reason = ?1, exit_code = NULL, {common}
                   WHERE state = 'paused' AND paused_running = 1 RETURNING id"
             ),
             &[&INTERRUPTED],
