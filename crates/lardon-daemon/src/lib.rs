@@ -46,6 +46,7 @@
 #![warn(missing_docs)]
 
 mod engine;
+pub mod handle;
 pub mod ids;
 mod lock;
 mod metrics;

@@ -31,6 +31,7 @@ pub use probe::ProbeChoice;
 pub(crate) use slot::Slot;
 
 use crate::DaemonError;
+use crate::handle::{RunHandle, SlurmJob};
 use crate::runner::{ClassProbes, Executor, LocalExecutor, LogFiles, command_callback, orphans};
 use crate::settings::{self, DaemonSettings, EnforceMode};
 use crate::spec::{DepKind, RunEngine, TaskId, TaskSpec, TaskState};
@@ -245,23 +246,26 @@ impl Engine {
         let report = store.recover_after_crash()?;
         // Jobs of native Slurm mode outlive the daemon: their tasks adopt
         // them again below (those recovery failed have them cancelled).
-        let mut slurm_jobs: HashMap<TaskId, String> = HashMap::new();
+        let mut slurm_jobs: HashMap<TaskId, SlurmJob> = HashMap::new();
         // Tasks out at a broker: asked for again under the same id below.
         let mut shipped: HashMap<TaskId, String> = HashMap::new();
-        for (id, handle) in &report.orphans {
-            if crate::slurm::job_of_handle(handle).is_some() {
-                slurm_jobs.insert(*id, handle.clone());
-                continue;
+        for (id, text) in &report.orphans {
+            match RunHandle::parse(text) {
+                Some(RunHandle::Slurm(job)) => {
+                    slurm_jobs.insert(*id, job);
+                }
+                Some(RunHandle::Offload(remote)) => {
+                    shipped.insert(*id, remote);
+                }
+                Some(RunHandle::Local(group)) => {
+                    let killed = orphans::kill_orphan(&group);
+                    tracing::info!(
+                        "task {id}: orphaned run {text} {}",
+                        if killed { "killed" } else { "already gone" }
+                    );
+                }
+                None => tracing::warn!("task {id}: unreadable run handle {text:?} (nothing to stop)"),
             }
-            if let Some(remote) = crate::offload::remote_of_handle(handle) {
-                shipped.insert(*id, remote.to_owned());
-                continue;
-            }
-            let killed = orphans::kill_orphan(handle);
-            tracing::info!(
-                "task {id}: orphaned run {handle} {}",
-                if killed { "killed" } else { "already gone" }
-            );
         }
         let swept = orphans::sweep_stale_cgroups();
         if swept > 0 {
@@ -401,8 +405,8 @@ impl Engine {
         // lower id, so it is queued (or found ended) before its dependents.
         let states: HashMap<TaskId, TaskState> = tasks.iter().map(|r| (r.id, r.state)).collect();
         for rec in tasks.into_iter().filter(|r| !r.state.is_terminal()) {
-            if let (Some(handle), Some(slurm)) = (slurm_jobs.remove(&rec.id), &engine.slurm) {
-                slurm.adopt(rec.id, &rec.spec, &handle, rec.memory_retries > 0);
+            if let (Some(job), Some(slurm)) = (slurm_jobs.remove(&rec.id), &engine.slurm) {
+                slurm.adopt(rec.id, &rec.spec, job, rec.memory_retries > 0);
                 continue;
             }
             if let (Some(remote), Some(offload)) = (shipped.remove(&rec.id), &engine.offload) {
@@ -419,12 +423,10 @@ impl Engine {
                 tracing::error!("task {}: cannot queue again after restart: {e}", rec.id);
             }
         }
-        for (id, handle) in slurm_jobs {
+        for (id, SlurmJob { job, .. }) in slurm_jobs {
             // The task ended at recovery (no retry wanted): so must its job.
-            if let Some(job) = crate::slurm::job_of_handle(&handle) {
-                tracing::info!("task {id}: cancelling slurm job {job} (the task is not run again)");
-                crate::slurm::scancel(job);
-            }
+            tracing::info!("task {id}: cancelling slurm job {job} (the task is not run again)");
+            crate::slurm::scancel(job);
         }
         Ok(engine)
     }

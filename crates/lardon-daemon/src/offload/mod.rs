@@ -3,7 +3,7 @@
 //! task (one with a capability) runs at an agent when the policy prefers
 //! remote, or when this host's Governor would not admit it now; otherwise
 //! here. While out, the task is RUNNING with the run handle
-//! `offload:<remote id>`; its answer comes back into the store exactly as
+//! [`RunHandle::Offload`] (its remote id); its answer comes back into the store exactly as
 //! a local run's would (exit code, stdout and stderr into its log, the
 //! agent's id in its course). Every infrastructure failure — an unreachable
 //! broker, no agent for the capability, agents lost beyond
@@ -24,7 +24,6 @@ mod files;
 mod reroute;
 mod route;
 
-use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -36,10 +35,10 @@ use lardon_cluster::agent::Backoff;
 use lardon_cluster::client::{Answer, RemoteTask, Submitter, SubmitterConfig};
 use lardon_cluster::{Capability, SubmitterId};
 
-pub(crate) use route::remote_of_handle;
-use route::{Here, Load, Registry, Route, Verdict};
+use route::{Here, Load, Out, Registry, Route, Sent, Verdict};
 
 use crate::engine::{DaemonEvent, Shared, queue_locally};
+use crate::handle::RunHandle;
 use crate::spec::{Offload, TaskId, TaskSpec, TaskState};
 use crate::store::{CourseKind, Outcome};
 
@@ -128,9 +127,8 @@ struct Inner {
     submitter_id: String,
     broker: String,
     rt: tokio::runtime::Handle,
+    /// The tasks out, each with its step and spec: one lock.
     out: Mutex<Registry>,
-    /// The specs of the tasks out, to run them here on a fallback.
-    specs: Mutex<HashMap<TaskId, Arc<TaskSpec>>>,
     /// The agents' load, for `balance`.
     capacity: capacity::Capacity,
 }
@@ -172,7 +170,6 @@ impl OffloadEngine {
                 broker: config.broker.clone(),
                 rt,
                 out: Mutex::default(),
-                specs: Mutex::default(),
                 capacity,
             }),
         })
@@ -226,17 +223,17 @@ impl OffloadEngine {
     /// is not out.
     pub(crate) fn cancel(&self, id: TaskId) -> Option<TaskState> {
         let out = lock(&self.inner.out).take_any(id)?;
-        lock(&self.inner.specs).remove(&id);
-        // A claim without a remote id was never sent: nothing to cancel
-        // there, and it will not be sent now (`Registry::promote`).
-        let reason = if out.remote.is_empty() {
-            "cancelled by user (before it was sent to the broker)".to_owned()
-        } else {
-            match lardon_cluster::TaskId::new(&out.remote) {
-                Ok(remote) => self.inner.submitter.cancel(&remote),
-                Err(e) => tracing::warn!("task {id}: cannot cancel {}: {e}", out.remote),
+        // A claim was never sent: nothing to cancel there, and it will not
+        // be sent now (`Registry::promote`).
+        let reason = match out {
+            Out::Shipping { .. } => "cancelled by user (before it was sent to the broker)".to_owned(),
+            Out::Sent(Sent { remote, .. }) => {
+                match lardon_cluster::TaskId::new(&remote) {
+                    Ok(r) => self.inner.submitter.cancel(&r),
+                    Err(e) => tracing::warn!("task {id}: cannot cancel {remote}: {e}"),
+                }
+                format!("cancelled by user (and at the broker as {remote})")
             }
-            format!("cancelled by user (and at the broker as {})", out.remote)
         };
         self.inner
             .finish(id, &Outcome { state: TaskState::Cancelled, exit_code: None, reason: Some(reason) });
@@ -301,7 +298,7 @@ impl Inner {
         if let Some(deadline) = offload.deadline_unix_ms
             && deadline <= crate::now_ms()
         {
-            if lock(&self.out).take(id, "").is_some() {
+            if lock(&self.out).unclaim(id) {
                 let reason = "deadline passed before it shipped".to_owned();
                 self.finish(id, &Outcome { state: TaskState::Failed, exit_code: None, reason: Some(reason) });
             }
@@ -324,7 +321,7 @@ impl Inner {
                     remote.clone()
                 }
             };
-            s.set_run_handle(id, Some(&route::handle(&remote)))?;
+            s.set_run_handle(id, Some(&RunHandle::Offload(remote.clone()).encode()))?;
             let message = format!("shipped to broker {broker} as {remote}: {note}");
             s.note_offload(id, CourseKind::Offloaded, "shipped", &message)?;
             Ok(remote)
@@ -333,13 +330,13 @@ impl Inner {
             Ok(r) => r,
             Err(e) => {
                 // Cancelled or removed meanwhile: nothing to ship.
-                lock(&self.out).take(id, "");
+                lock(&self.out).unclaim(id);
                 tracing::warn!("task {id}: not shipped: {e}");
                 return;
             }
         };
         self.shared.emit(DaemonEvent::TaskChanged(id));
-        if !lock(&self.out).promote(id, &remote) {
+        if !lock(&self.out).promote(id, &remote, &spec) {
             tracing::info!("task {id}: cancelled while it was being shipped: not sent");
             return;
         }
@@ -351,7 +348,6 @@ impl Inner {
                 return self.fall_back(id, &spec, code, &message);
             }
         };
-        lock(&self.specs).insert(id, Arc::clone(&spec));
         tracing::info!("task {id}: shipped as {remote} ({why})");
         if task.inputs.is_empty() {
             let ticket = self.send(id, &remote, &task);
@@ -429,11 +425,8 @@ impl Inner {
     /// A task whose request never left (its inputs could not be uploaded):
     /// run here, if it is still out as `remote`.
     fn not_sent(&self, id: TaskId, remote: &str, why: &str) {
-        if lock(&self.out).take(id, remote).is_none() {
-            return;
-        }
-        if let Some(spec) = lock(&self.specs).remove(&id) {
-            self.fall_back(id, &spec, "upload_failed", why);
+        if let Some(sent) = lock(&self.out).take(id, remote) {
+            self.fall_back(id, &sent.spec, "upload_failed", why);
         }
     }
 
@@ -451,14 +444,13 @@ impl Inner {
             // RUNNING with its handle; the next start asks for it again.
             return;
         };
-        let Some(out) = lock(&self.out).take(id, remote) else {
+        let Some(Sent { retry, spec, .. }) = lock(&self.out).take(id, remote) else {
             tracing::debug!("task {id}: a second or stale answer for {remote} dropped");
             return;
         };
-        let Some(spec) = lock(&self.specs).remove(&id) else { return };
         let capability = spec.offload.as_ref().map_or("", |o| o.capability.as_str()).to_owned();
         let max_retries = self.shared.settings().offload.max_retries;
-        match route::verdict(&answer, out.retry, max_retries, &self.broker, &capability) {
+        match route::verdict(&answer, retry, max_retries, &self.broker, &capability) {
             Verdict::Ran => {
                 let Answer::Done(mut ended) = answer else { return };
                 // Outputs go into the working directory before the task
@@ -488,8 +480,8 @@ impl Inner {
             Verdict::Reship(why) => {
                 if let Some(offload) = spec.offload.clone() {
                     // Claimed again at once: a cancel from here on stops it.
-                    lock(&self.out).claim(id, out.retry + 1);
-                    self.ship(id, spec, &offload, &why, Ship::Retry(out.retry + 1), true);
+                    lock(&self.out).claim(id, retry + 1);
+                    self.ship(id, spec, &offload, &why, Ship::Retry(retry + 1), true);
                 }
             }
             Verdict::Local { code, message } => {

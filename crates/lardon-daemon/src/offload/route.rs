@@ -1,18 +1,14 @@
-//! The pure parts of offload: where a shippable task goes, the remote ids
-//! and run handles, the registry of tasks out at the broker (which makes an
+//! The pure parts of offload: where a shippable task goes, the remote ids,
+//! the registry of tasks out at the broker (which makes an
 //! answer count once), and what each answer means for the task.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use lardon_cluster::client::Answer;
 
 use crate::settings::OffloadPrefer;
-use crate::spec::TaskId;
-
-/// The run-handle prefix of a task out at the broker
-/// (`offload:<remote id>`), so that a restarted daemon asks the broker for
-/// the same id again instead of looking for a process.
-pub(crate) const HANDLE_PREFIX: &str = "offload:";
+use crate::spec::{TaskId, TaskSpec};
 
 /// Where a shippable task runs, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,23 +117,29 @@ pub(crate) fn remote_id(submitter: &str, id: TaskId, attempt: u32, retry: u32) -
     format!("{submitter}:t{id}:a{attempt}:r{retry}")
 }
 
-/// The run handle of a task out as `remote`.
-pub(crate) fn handle(remote: &str) -> String {
-    format!("{HANDLE_PREFIX}{remote}")
-}
-
-/// The remote id in a run handle written by [`handle`], if it is one.
-pub(crate) fn remote_of_handle(handle: &str) -> Option<&str> {
-    handle.strip_prefix(HANDLE_PREFIX).filter(|r| !r.is_empty())
-}
-
-/// A task out at the broker.
+/// A task out at the broker, as the registry holds it: one entry, one
+/// lock, and a variant for each step (no sentinel remote id).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Out {
+pub(crate) enum Out {
+    /// Claimed and being shipped, not sent: a cancel that takes it ends it,
+    /// and it is then never sent ([`Registry::promote`] fails).
+    Shipping {
+        /// Re-shipments so far.
+        retry: u32,
+    },
+    /// Shipped under a remote id.
+    Sent(Sent),
+}
+
+/// A task shipped under a remote id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Sent {
     /// Its id there.
     pub(crate) remote: String,
     /// Re-shipments so far.
     pub(crate) retry: u32,
+    /// Its spec, to run it here on a fallback.
+    pub(crate) spec: Arc<TaskSpec>,
 }
 
 /// The tasks out at the broker. An answer counts only while its task is
@@ -152,23 +154,41 @@ pub(crate) struct Registry {
 impl Registry {
     /// Takes `id` if it is out as `remote`; `None` for a duplicate or a
     /// stale answer.
-    pub(crate) fn take(&mut self, id: TaskId, remote: &str) -> Option<Out> {
-        if self.out.get(&id).is_some_and(|o| o.remote == remote) { self.out.remove(&id) } else { None }
+    pub(crate) fn take(&mut self, id: TaskId, remote: &str) -> Option<Sent> {
+        if !self.is_out_as(id, remote) {
+            return None;
+        }
+        match self.out.remove(&id) {
+            Some(Out::Sent(sent)) => Some(sent),
+            _ => None,
+        }
     }
 
     /// Claims `id` before it has a remote id (it is being shipped): from
     /// here a cancel finds it ([`Registry::take_any`]), and
     /// [`Registry::promote`] then fails, so it is not sent.
     pub(crate) fn claim(&mut self, id: TaskId, retry: u32) {
-        self.out.insert(id, Out { remote: String::new(), retry });
+        self.out.insert(id, Out::Shipping { retry });
     }
 
-    /// Gives the claim on `id` its remote id; false when the claim is gone
-    /// (cancelled meanwhile: do not send it).
-    pub(crate) fn promote(&mut self, id: TaskId, remote: &str) -> bool {
+    /// Drops the claim on `id` (it will not be sent); false when a cancel
+    /// took it first or it was already promoted.
+    pub(crate) fn unclaim(&mut self, id: TaskId) -> bool {
+        if matches!(self.out.get(&id), Some(Out::Shipping { .. })) {
+            self.out.remove(&id);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Gives the claim on `id` its remote id and spec; false when the claim
+    /// is gone (cancelled meanwhile: do not send it).
+    pub(crate) fn promote(&mut self, id: TaskId, remote: &str, spec: &Arc<TaskSpec>) -> bool {
         match self.out.get_mut(&id) {
-            Some(o) if o.remote.is_empty() => {
-                remote.clone_into(&mut o.remote);
+            Some(entry @ Out::Shipping { .. }) => {
+                let Out::Shipping { retry } = *entry else { return false };
+                *entry = Out::Sent(Sent { remote: remote.to_owned(), retry, spec: Arc::clone(spec) });
                 true
             }
             _ => false,
@@ -177,10 +197,10 @@ impl Registry {
 
     /// Whether `id` is out as `remote` now.
     pub(crate) fn is_out_as(&self, id: TaskId, remote: &str) -> bool {
-        self.out.get(&id).is_some_and(|o| o.remote == remote)
+        matches!(self.out.get(&id), Some(Out::Sent(s)) if s.remote == remote)
     }
 
-    /// Takes `id` whatever its remote id (a cancel).
+    /// Takes `id` whatever its step (a cancel).
     pub(crate) fn take_any(&mut self, id: TaskId) -> Option<Out> {
         self.out.remove(&id)
     }
@@ -306,29 +326,39 @@ mod tests {
 
     #[test]
     fn an_answer_counts_once_and_only_for_the_current_remote_id() {
+        let spec = Arc::new(TaskSpec::command(["true"]));
         let mut r = Registry::default();
-        r.claim(TaskId(7), 0);
-        assert!(r.promote(TaskId(7), "h:t7:a1:r0"));
+        r.claim(TaskId(7), 2);
+        assert!(r.promote(TaskId(7), "h:t7:a1:r0", &spec));
         assert_eq!(r.take(TaskId(7), "h:t7:a1:r9"), None, "a stale id");
-        assert!(r.take(TaskId(7), "h:t7:a1:r0").is_some());
+        let sent = r.take(TaskId(7), "h:t7:a1:r0").unwrap();
+        assert_eq!((sent.retry, sent.spec), (2, Arc::clone(&spec)), "the claim's retry and the spec");
         assert_eq!(r.take(TaskId(7), "h:t7:a1:r0"), None, "the same answer twice");
         r.claim(TaskId(8), 0);
-        assert!(r.promote(TaskId(8), "x"));
+        assert!(r.promote(TaskId(8), "x", &spec));
         assert!(r.take_any(TaskId(8)).is_some());
         assert_eq!(r.take(TaskId(8), "x"), None, "an answer after a cancel");
     }
 
     #[test]
     fn a_claim_cancelled_before_its_remote_id_is_never_promoted() {
+        let spec = Arc::new(TaskSpec::command(["true"]));
         let mut r = Registry::default();
         r.claim(TaskId(9), 0);
         assert!(r.contains(TaskId(9)), "a cancel finds it");
-        assert!(r.promote(TaskId(9), "h:t9:a1:r0"));
+        assert!(!r.is_out_as(TaskId(9), ""), "a claim is out under no id");
+        assert_eq!(r.take(TaskId(9), ""), None, "nor can an answer take it");
+        assert!(r.promote(TaskId(9), "h:t9:a1:r0", &spec));
         assert!(r.is_out_as(TaskId(9), "h:t9:a1:r0"));
-        assert!(!r.promote(TaskId(9), "h:t9:a1:r1"), "promoted once");
+        assert!(!r.promote(TaskId(9), "h:t9:a1:r1", &spec), "promoted once");
+        assert!(!r.unclaim(TaskId(9)), "a sent task is no claim");
         r.claim(TaskId(10), 0);
-        assert_eq!(r.take_any(TaskId(10)).map(|o| o.remote), Some(String::new()));
-        assert!(!r.promote(TaskId(10), "h:t10:a1:r0"), "cancelled meanwhile: not sent");
+        assert_eq!(r.take_any(TaskId(10)), Some(Out::Shipping { retry: 0 }));
+        assert!(!r.promote(TaskId(10), "h:t10:a1:r0", &spec), "cancelled meanwhile: not sent");
+        assert!(!r.unclaim(TaskId(10)), "gone");
+        r.claim(TaskId(11), 0);
+        assert!(r.unclaim(TaskId(11)));
+        assert!(!r.contains(TaskId(11)));
     }
 
     #[test]
@@ -360,8 +390,5 @@ mod tests {
         let id = remote_id("host-1a2b", TaskId(3), 2, 1);
         assert_eq!(id, "host-1a2b:t3:a2:r1");
         assert!(lardon_cluster::TaskId::new(&id).is_ok());
-        assert_eq!(remote_of_handle(&handle(&id)), Some(id.as_str()));
-        assert_eq!(remote_of_handle("offload:"), None);
-        assert_eq!(remote_of_handle("slurm:4:r.json"), None);
     }
 }

@@ -1,5 +1,5 @@
-//! Run handles persisted in the store, and killing the processes of runs a
-//! crash left behind (docs/DESIGN.md §10 crash recovery).
+//! Killing the processes of runs a crash left behind (their handles are
+//! [`crate::handle`]'s) (docs/DESIGN.md §10 crash recovery).
 
 use std::collections::BTreeSet;
 use std::sync::{Mutex, PoisonError, RwLock};
@@ -113,40 +113,9 @@ fn state_and_group(pid: u32) -> Option<(char, i32)> {
     Some((state, pgrp))
 }
 
-/// What the store keeps about a live local run: its process group and the
-/// start time of the group leader (`/proc/PID/stat` field 22), so that a
-/// recycled pid is never mistaken for our run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RunHandle {
-    /// Process group id (= the leader's pid).
-    pub pgid: u32,
-    /// Leader start time in clock ticks since boot, when readable.
-    pub start: Option<u64>,
-}
-
-impl RunHandle {
-    /// `pgid:<n>[:start:<t>]`.
-    pub fn encode(&self) -> String {
-        match self.start {
-            Some(t) => format!("pgid:{}:start:{t}", self.pgid),
-            None => format!("pgid:{}", self.pgid),
-        }
-    }
-
-    /// Parses [`RunHandle::encode`]'s form.
-    pub fn decode(text: &str) -> Option<RunHandle> {
-        let mut parts = text.split(':');
-        if parts.next()? != "pgid" {
-            return None;
-        }
-        let pgid = parts.next()?.parse().ok()?;
-        let start = match (parts.next(), parts.next()) {
-            (Some("start"), Some(t)) => Some(t.parse().ok()?),
-            _ => None,
-        };
-        Some(RunHandle { pgid, start })
-    }
-}
+/// What the store keeps about a live local run (see [`crate::handle`],
+/// whose one text form it is written in).
+pub use crate::handle::ProcessGroup as RunHandle;
 
 /// Start time (field 22 of `/proc/PID/stat`) of `pid`, if it exists.
 pub fn start_time(pid: u32) -> Option<u64> {
@@ -158,8 +127,7 @@ pub fn start_time(pid: u32) -> Option<u64> {
 
 /// Kills the process group of an orphaned run, unless its pid now belongs
 /// to another process (different start time). Returns whether it signalled.
-pub fn kill_orphan(handle: &str) -> bool {
-    let Some(h) = RunHandle::decode(handle) else { return false };
+pub fn kill_orphan(h: &RunHandle) -> bool {
     if h.pgid <= 1 {
         return false;
     }
@@ -227,13 +195,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn handles_round_trip() {
-        for h in [RunHandle { pgid: 42, start: Some(7) }, RunHandle { pgid: 9, start: None }] {
-            assert_eq!(RunHandle::decode(&h.encode()), Some(h));
-        }
-        assert_eq!(RunHandle::decode("junk"), None);
+    fn an_orphan_of_pid_1_is_never_signalled_and_cgroup_names_name_their_daemon() {
         assert!(start_time(std::process::id()).is_some());
-        assert!(!kill_orphan("pgid:1"));
+        assert!(!kill_orphan(&RunHandle { pgid: 1, start: None }));
         assert_eq!(daemon_pid_of("lardon-d42-3-t7-r1"), Some(42));
         assert_eq!(daemon_pid_of("lardon-job-1"), None);
         assert_eq!(daemon_pid_of("lardon-dx-3-t7-r1"), None);

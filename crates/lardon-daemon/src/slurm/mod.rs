@@ -17,7 +17,7 @@ pub mod sbatch;
 pub mod squeue;
 mod tracker;
 
-pub(crate) use tracker::{SlurmEngine, job_of_handle, scancel};
+pub(crate) use tracker::{SlurmEngine, scancel};
 
 use crate::spec::TaskSpec;
 

@@ -29,32 +29,10 @@ use super::outcome::{Next, Seen, Submitted, judge};
 use super::sbatch::{JobRequest, cpus_request, memory_request, parse_job_id};
 use super::squeue::{parse_squeue, squeue_args};
 use crate::engine::{DaemonEvent, Shared};
+use crate::handle::{RunHandle, SlurmJob};
 use crate::ids::format_id;
 use crate::spec::{TaskId, TaskSpec, TaskState};
 use crate::store::Outcome;
-
-/// The run-handle prefix of a task out to Slurm
-/// (`slurm:<job id>:<report file>`), so a restarted daemon adopts the job
-/// again instead of looking for a process.
-pub(crate) const HANDLE_PREFIX: &str = "slurm:";
-
-/// The handle of `job` reporting to `report` (a file name in the reports
-/// dir).
-fn handle(job: u64, report: &str) -> String {
-    format!("{HANDLE_PREFIX}{job}:{report}")
-}
-
-/// The job id in a run handle written by this module, if it is one.
-pub(crate) fn job_of_handle(handle: &str) -> Option<u64> {
-    handle.strip_prefix(HANDLE_PREFIX)?.split(':').next()?.parse().ok()
-}
-
-/// The report file named in a handle: a plain file name, never a path.
-fn report_of_handle(handle: &str) -> Option<&str> {
-    let (_, name) = handle.strip_prefix(HANDLE_PREFIX)?.split_once(':')?;
-    let plain = !name.is_empty() && !name.contains('/') && name != "." && name != "..";
-    plain.then_some(name)
-}
 
 /// `scancel JOB`; failures are logged (the job may already be gone).
 pub(crate) fn scancel(job: u64) {
@@ -151,20 +129,19 @@ impl SlurmEngine {
     /// `resubmitted`: the task already used its one resubmission. A handle
     /// this daemon cannot read has its job cancelled and the task submitted
     /// afresh.
-    pub(crate) fn adopt(&self, id: TaskId, spec: &TaskSpec, run_handle: &str, resubmitted: bool) {
-        let (Some(job), Some(report)) = (job_of_handle(run_handle), report_of_handle(run_handle)) else {
-            if let Some(job) = job_of_handle(run_handle) {
-                scancel(job);
-            }
+    pub(crate) fn adopt(&self, id: TaskId, spec: &TaskSpec, handle: SlurmJob, resubmitted: bool) {
+        let SlurmJob { job, report: Some(report) } = &handle else {
+            scancel(handle.job);
             self.submit(id, spec);
             return;
         };
-        let handle = run_handle.to_owned();
+        let (job, report) = (*job, report.clone());
+        let text = RunHandle::Slurm(handle).encode();
         let recorded = self
             .inner
             .shared
             .writer
-            .call(move |s| s.start_attempt(id).and_then(|_| s.set_run_handle(id, Some(&handle))));
+            .call(move |s| s.start_attempt(id).and_then(|_| s.set_run_handle(id, Some(&text))));
         if let Err(e) = recorded {
             tracing::warn!("task {id}: slurm job {job} adopted but not recorded: {e}");
         }
@@ -206,7 +183,7 @@ impl SlurmEngine {
     }
 
     /// Stops the thread. Jobs out to Slurm keep running and their tasks
-    /// stay RUNNING with a `slurm:<job>` handle: the next start cancels
+    /// stay RUNNING with their [`RunHandle::Slurm`] handle: the next start cancels
     /// those jobs and submits the tasks again (as interrupted runs).
     pub(crate) fn stop(&self) {
         lock(&self.inner.state).stopping = true;
@@ -324,7 +301,8 @@ impl Inner {
         };
         let mem = memory.map_or_else(|| "the site's default".to_owned(), |m| format!("{}M", m >> 20));
         tracing::info!("task {}: slurm job {job_id} (--mem {mem}, {cpus} CPUs)", w.id);
-        let (id, resubmit, run_handle) = (w.id, w.resubmit, handle(job_id, &report_name));
+        let run_handle = RunHandle::Slurm(SlurmJob { job: job_id, report: Some(report_name) }).encode();
+        let (id, resubmit) = (w.id, w.resubmit);
         let recorded = self.shared.writer.call(move |s| {
             let started = if resubmit { Ok(0) } else { s.start_attempt(id) };
             started.and_then(|_| s.set_run_handle(id, Some(&run_handle)))
@@ -421,22 +399,4 @@ fn lookup(jobs: &[u64]) -> Option<Vec<super::squeue::JobStatus>> {
     }
     tracing::warn!("squeue failed: {}", err.trim());
     None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn handles_name_their_job_and_report() {
-        let h = handle(42, "t7-d12-1-s3.json");
-        assert_eq!(h, "slurm:42:t7-d12-1-s3.json");
-        assert_eq!((job_of_handle(&h), report_of_handle(&h)), (Some(42), Some("t7-d12-1-s3.json")));
-        assert_eq!((job_of_handle("slurm:42"), report_of_handle("slurm:42")), (Some(42), None));
-        assert_eq!(job_of_handle("pgid:42:123"), None);
-        assert_eq!(job_of_handle("slurm:x"), None);
-        for bad in ["slurm:42:", "slurm:42:../x", "slurm:42:a/b", "slurm:42:.."] {
-            assert_eq!(report_of_handle(bad), None, "{bad}");
-        }
-    }
 }
