@@ -48,10 +48,13 @@
 mod engine;
 pub mod handle;
 pub mod ids;
+mod kernel;
+mod local;
 mod lock;
 mod metrics;
 pub mod offload;
 pub mod runner;
+mod scratch;
 mod server;
 mod service;
 pub mod settings;

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use lardon::QueueError;
 
-use super::{DaemonEvent, Dependency, Engine, qid};
+use super::Engine;
+use crate::kernel::{DaemonEvent, qid};
+use crate::local::Dependency;
 use crate::settings;
 use crate::spec::{RunEngine, TaskId, TaskSpec, TaskState};
 use crate::store::{CourseEntry, Inserted, NewTask, Outcome, StoreError, TaskFilter, TaskRecord};

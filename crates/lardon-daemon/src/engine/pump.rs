@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 
 use lardon::{DecisionKind, QueueEvent, TaskQueue};
 
-use super::{DaemonEvent, Shared};
+use crate::kernel::{DaemonEvent, Shared};
 use crate::spec::{TaskId, TaskState};
 use crate::store::{DecisionRecord, Grant, Outcome, Store, StoreError};
 

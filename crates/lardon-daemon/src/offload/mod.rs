@@ -37,8 +37,9 @@ use lardon_cluster::{Capability, SubmitterId};
 
 use route::{Here, Load, Out, Registry, Route, Sent, Verdict};
 
-use crate::engine::{DaemonEvent, Shared, queue_locally};
 use crate::handle::RunHandle;
+use crate::kernel::{DaemonEvent, Shared};
+use crate::local::queue_locally;
 use crate::spec::{Offload, TaskId, TaskSpec, TaskState};
 use crate::store::{CourseKind, Outcome};
 

@@ -19,7 +19,7 @@ use lardon::{DecisionKind, QueueError};
 
 use super::route;
 use super::{Inner, OffloadEngine, Ship};
-use crate::engine::qid;
+use crate::kernel::qid;
 use crate::spec::{TaskId, TaskSpec};
 
 /// A task not ready to ship is looked at again after `offload_wait_ms`,

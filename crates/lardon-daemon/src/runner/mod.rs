@@ -3,7 +3,6 @@
 //! add a remote executor without touching the queue or the store
 //! (docs/DESIGN.md §14).
 
-mod command;
 mod env;
 mod local;
 mod logfile;
@@ -16,7 +15,6 @@ use std::time::Duration;
 
 use lardon_host::CpuMask;
 
-pub(crate) use command::command_callback;
 pub use env::task_env;
 pub use local::LocalExecutor;
 pub use logfile::{LogFiles, LogReader, SPARE_DIR as SPARE_LOG_DIR};

@@ -23,7 +23,7 @@ pub(super) fn list(engine: &Engine, req: pb::ListRequest) -> Result<pb::ListResp
     };
     let recs = engine.tasks(&filter).map_err(store_status)?;
     let mut tasks: Vec<pb::Task> =
-        recs.iter().filter(|r| !only || r.spec.priority >= min).map(|r| engine.task_pb(r)).collect();
+        recs.iter().filter(|r| !only || r.spec.priority >= min).map(|r| views::task_pb(engine, r)).collect();
     if only && limit > 0 {
         tasks.truncate(limit as usize);
     }
@@ -35,7 +35,7 @@ pub(super) fn get(engine: &Engine, req: pb::GetRequest) -> Result<pb::GetRespons
     let id = id_arg("id", &req.id)?;
     let rec =
         engine.task(id).map_err(store_status)?.ok_or_else(|| Status::not_found(format!("no task {id}")))?;
-    Ok(pb::GetResponse { task: Some(engine.task_pb(&rec)) })
+    Ok(pb::GetResponse { task: Some(views::task_pb(engine, &rec)) })
 }
 
 /// Why a task is where it is: its course, its needs (with the batch
@@ -46,18 +46,18 @@ pub(super) fn explain(engine: &Engine, req: pb::ExplainRequest) -> Result<pb::Ex
         engine.task(id).map_err(store_status)?.ok_or_else(|| Status::not_found(format!("no task {id}")))?;
     let history =
         if req.history { views::course_pb(engine.course(id).map_err(store_status)?) } else { Vec::new() };
-    let task = engine.task_pb(&rec);
+    let task = views::task_pb(engine, &rec);
     Ok(pb::ExplainResponse {
         history,
         last_decision: task.last_decision.clone(),
         task: Some(task),
         estimate: Some(estimate_to_pb(&rec.spec.estimate)),
         needs: Some(views::needs(&rec.spec, engine)),
-        availability: Some(engine.availability_pb().map_err(store_status)?),
+        availability: Some(views::availability_pb(engine).map_err(store_status)?),
     })
 }
 
 /// The Governor's availability.
 pub(super) fn resources(engine: &Engine) -> Result<pb::ResourcesResponse, Status> {
-    Ok(pb::ResourcesResponse { availability: Some(engine.availability_pb().map_err(store_status)?) })
+    Ok(pb::ResourcesResponse { availability: Some(views::availability_pb(engine).map_err(store_status)?) })
 }

@@ -1,20 +1,14 @@
-//! Scratch volumes over RPC (docs/DESIGN.md §7): registration is durable in the
-//! store, state lives in the Governor, and a `DirVolume` does the disk work.
-
-use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
+//! Scratch volumes over RPC: decode the request, one call into
+//! [`crate::scratch`] (which owns the business: store, Governor,
+//! rollback), encode the answer or the refusal.
 
 use lardon::{ScratchError, VolumeState, VolumeView};
-use lardon_host::DirVolume;
 use lardon_proto::pb;
 use tonic::Status;
 
 use crate::engine::Engine;
+use crate::scratch::{self, ScratchOpError};
 use crate::store::ScratchVolumeRow;
-
-/// How long a drain hook (unmount, swapoff…) may run.
-pub(crate) const HOOK_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn state_to_pb(s: VolumeState) -> pb::ScratchState {
     match s {
@@ -65,89 +59,41 @@ fn to_pb(view: &VolumeView, row: Option<&ScratchVolumeRow>) -> pb::ScratchVolume
     }
 }
 
-/// The controller for a registered row.
-pub(crate) fn controller(row: &ScratchVolumeRow) -> Arc<DirVolume> {
-    Arc::new(DirVolume::new(&row.path).with_hook(row.hook.clone(), HOOK_TIMEOUT))
+fn op_status(e: ScratchOpError) -> Status {
+    match e {
+        ScratchOpError::Invalid(m) => Status::invalid_argument(m),
+        ScratchOpError::Volume(e) => scratch_status(e),
+        ScratchOpError::Store(e) => store_status(e),
+    }
+}
+
+fn pair_pb((view, row): (VolumeView, Option<ScratchVolumeRow>)) -> pb::ScratchVolume {
+    to_pb(&view, row.as_ref())
 }
 
 /// Every volume, with its registration.
 pub(crate) fn list(engine: &Engine) -> Result<Vec<pb::ScratchVolume>, Status> {
-    let rows = engine.shared.reader().scratch_volumes().map_err(store_status)?;
-    Ok(engine
-        .shared
-        .governor
-        .volumes()
-        .iter()
-        .map(|v| to_pb(v, rows.iter().find(|r| r.name == v.name)))
-        .collect())
-}
-
-fn one(engine: &Engine, view: &VolumeView) -> Result<pb::ScratchVolume, Status> {
-    let rows = engine.shared.reader().scratch_volumes().map_err(store_status)?;
-    Ok(to_pb(view, rows.iter().find(|r| r.name == view.name)))
+    Ok(scratch::list(&engine.shared).map_err(store_status)?.into_iter().map(pair_pb).collect())
 }
 
 /// Registers `path` (must be an existing directory) under `name`.
 pub(crate) fn add(engine: &Engine, req: pb::ScratchAddRequest) -> Result<pb::ScratchVolume, Status> {
-    if req.path.is_empty() {
-        return Err(Status::invalid_argument("path: a directory is required"));
-    }
-    let path = Path::new(&req.path);
-    if !path.is_absolute() {
-        return Err(Status::invalid_argument(format!("path: `{}` must be absolute", req.path)));
-    }
-    if !path.is_dir() {
-        return Err(Status::invalid_argument(format!("path: `{}` is not a directory", req.path)));
-    }
-    let name = if req.name.is_empty() {
-        path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "scratch".to_owned())
-    } else {
-        req.name
-    };
-    if name.is_empty() || name.len() > 64 || name.chars().any(|c| c.is_control() || c == '/') {
-        return Err(Status::invalid_argument(format!("name: `{name}` must be 1-64 characters without `/`")));
-    }
-    if req.capacity == Some(0) {
-        return Err(Status::invalid_argument("capacity: must be more than 0"));
-    }
-    let row = ScratchVolumeRow {
-        name: name.clone(),
-        path: req.path.clone(),
-        capacity: req.capacity,
-        hook: req.hook,
-        draining: false,
-        added_ms: 0,
-    };
-    let stored = row.clone();
-    engine.shared.writer.call(move |s| s.add_scratch(&stored)).map_err(store_status)?;
-    match engine.shared.governor.add_volume(name.clone(), controller(&row), row.capacity) {
-        Ok(view) => Ok(to_pb(&view, Some(&row))),
-        Err(e) => {
-            let _ = engine.shared.writer.call(move |s| s.remove_scratch(&name));
-            Err(scratch_status(e))
-        }
-    }
+    let new = scratch::NewVolume { name: req.name, path: req.path, capacity: req.capacity, hook: req.hook };
+    let (view, row) = scratch::add(&engine.shared, new).map_err(op_status)?;
+    Ok(to_pb(&view, Some(&row)))
 }
 
 /// Starts draining `name` (durable: a restart keeps refusing leases).
 pub(crate) fn drain(engine: &Engine, name: &str) -> Result<pb::ScratchVolume, Status> {
-    let view = engine.shared.governor.drain(name).map_err(scratch_status)?;
-    let owned = name.to_owned();
-    engine.shared.writer.call(move |s| s.set_scratch_draining(&owned, true)).map_err(store_status)?;
-    one(engine, &view)
+    scratch::drain(&engine.shared, name).map(pair_pb).map_err(op_status)
 }
 
 /// Returns `name` to service.
 pub(crate) fn cancel_drain(engine: &Engine, name: &str) -> Result<pb::ScratchVolume, Status> {
-    let view = engine.shared.governor.cancel_drain(name).map_err(scratch_status)?;
-    let owned = name.to_owned();
-    engine.shared.writer.call(move |s| s.set_scratch_draining(&owned, false)).map_err(store_status)?;
-    one(engine, &view)
+    scratch::cancel_drain(&engine.shared, name).map(pair_pb).map_err(op_status)
 }
 
 /// Forgets `name` (refused while leases exist).
 pub(crate) fn remove(engine: &Engine, name: &str) -> Result<(), Status> {
-    engine.shared.governor.remove_volume(name).map_err(scratch_status)?;
-    let owned = name.to_owned();
-    engine.shared.writer.call(move |s| s.remove_scratch(&owned)).map_err(store_status)
+    scratch::remove(&engine.shared, name).map_err(op_status)
 }

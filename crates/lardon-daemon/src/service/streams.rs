@@ -15,8 +15,9 @@ use tonic::{Response, Status};
 
 use super::convert::{decision_to_pb, id_arg};
 use super::logwatch::LogWatch;
-use super::{BoxStream, store_status};
-use crate::engine::{DaemonEvent, Engine};
+use super::{BoxStream, store_status, views};
+use crate::engine::Engine;
+use crate::kernel::DaemonEvent;
 use crate::spec::{TaskId, TaskState};
 
 const CHANNEL: usize = 64;
@@ -78,7 +79,7 @@ pub(crate) async fn wait(
                     for id in ids {
                         let rec = e.task(id).map_err(store_status)?;
                         if let Some(r) = rec.filter(|r| r.state.is_terminal()) {
-                            ended.push((id, r.state, e.task_pb(&r)));
+                            ended.push((id, r.state, views::task_pb(e, &r)));
                         }
                     }
                     Ok(ended)
@@ -292,8 +293,8 @@ fn snapshot(engine: &Engine) -> Result<pb::WatchSnapshot, Status> {
         })
         .collect();
     Ok(pb::WatchSnapshot {
-        tasks: recs.iter().map(|r| engine.task_pb(r)).collect(),
-        availability: Some(engine.availability_pb().map_err(store_status)?),
+        tasks: recs.iter().map(|r| views::task_pb(engine, r)).collect(),
+        availability: Some(views::availability_pb(engine).map_err(store_status)?),
         recent_decisions: recent,
         scratch: super::scratch::list(engine)?,
     })
@@ -324,7 +325,7 @@ pub(crate) async fn watch(
                 ev = events.recv() => match ev {
                     Ok(DaemonEvent::TaskChanged(id)) => {
                         let task = blocking(&engine, move |e| {
-                            Ok(e.task(id).ok().flatten().map(|r| e.task_pb(&r)))
+                            Ok(e.task(id).ok().flatten().map(|r| views::task_pb(e, &r)))
                         }).await.ok().flatten();
                         task.map(|t| Ok(event(&mut seq, Event::TaskChanged(t))))
                     }
@@ -375,7 +376,7 @@ pub(crate) async fn watch(
                                 }
                             }
                         }
-                        blocking(&engine, |e| e.availability_pb().map_err(store_status))
+                        blocking(&engine, |e| views::availability_pb(e).map_err(store_status))
                             .await
                             .ok()
                             .map(|a| Ok(event(&mut seq, Event::Availability(a))))

@@ -12,7 +12,7 @@ use lardon_proto::pb;
 use tonic::Status;
 
 use super::convert::spec_from_pb;
-use super::{status, store_status};
+use super::{status, store_status, views};
 use crate::engine::Engine;
 
 /// The most tasks one `SubmitMany` call may carry (a client splits larger
@@ -37,8 +37,11 @@ pub(super) async fn submit(
     }
     blocking(move || {
         let id = engine.submit(spec, paused).map_err(status)?;
-        let task =
-            if id_only { None } else { engine.task(id).map_err(store_status)?.map(|r| engine.task_pb(&r)) };
+        let task = if id_only {
+            None
+        } else {
+            engine.task(id).map_err(store_status)?.map(|r| views::task_pb(&engine, &r))
+        };
         Ok(pb::SubmitResponse { id: crate::ids::format_id(id), task })
     })
     .await

@@ -6,96 +6,95 @@ use lardon_host::BackendKind;
 use lardon_proto::pb;
 
 use super::convert::{pressure_to_pb, task_to_pb};
-use crate::engine::{Engine, qid};
+use crate::engine::Engine;
+use crate::kernel::qid;
 use crate::spec::{TaskSpec, TaskState};
 use crate::store::{CourseEntry, StoreError, TaskRecord};
 
-impl Engine {
-    /// A task with its live view.
-    pub(crate) fn task_pb(&self, rec: &TaskRecord) -> pb::Task {
-        let live = if rec.state.is_terminal() { None } else { self.queue.get(qid(rec.id)) };
-        let mut task = task_to_pb(rec, live.as_ref(), &self.shared.info.host);
-        task.learned = learned(&rec.spec, self);
-        task
-    }
+/// A task with its live view.
+pub(crate) fn task_pb(engine: &Engine, rec: &TaskRecord) -> pb::Task {
+    let live = if rec.state.is_terminal() { None } else { engine.queue.get(qid(rec.id)) };
+    let mut task = task_to_pb(rec, live.as_ref(), &engine.shared.info.host);
+    task.learned = learned(&rec.spec, engine);
+    task
+}
 
-    /// The Governor's availability as the API shows it (exportable as is
-    /// to a cluster scheduler).
-    pub(crate) fn availability_pb(&self) -> Result<pb::Availability, StoreError> {
-        let gov = &self.shared.governor;
-        let info = &self.shared.info;
-        // Load and PSI from the viewing probe (not fed to the Governor).
-        let snap = self.shared.viewer.snapshot().ok();
-        let av = gov.availability();
-        let policy = gov.policy();
-        let profile = gov.profile();
-        let counts = self.shared.reader().count_by_state()?;
-        let count = |s: TaskState| counts.iter().find(|(st, _)| *st == s).map_or(0, |(_, n)| *n);
-        let to_u32 = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
-        let captured = av.last_sample_at.map_or(0, |at| {
-            let age = gov.now().saturating_since(at);
-            crate::now_ms() - i64::try_from(age.as_millis()).unwrap_or(0)
-        });
-        let settings = self.shared.settings();
-        Ok(pb::Availability {
-            host: info.host.clone(),
-            captured_unix_ms: captured,
-            generation: av.generation,
-            memory: Some(pb::MemoryAvailability {
-                total: av.memory_total,
-                reserve: av.memory_reserve,
-                reserved: av.memory_reserved,
-                available: av.memory_available,
-                mem_available: av.memory_host_available.unwrap_or(0),
-                emergency_floor: policy.emergency_floor,
-            }),
-            cpus: Some(pb::CpuAvailability {
-                logical: profile.logical_cpus,
-                reserve: policy.cpu_reserve,
-                pool: self.shared.compute.current().map(|m| m.0.into_iter().collect()).unwrap_or_default(),
-                reserved_millis: to_u32(av.cpu_reserved_millis),
-                available_millis: to_u32(av.cpu_available_millis),
-                load1: snap.as_ref().map_or(0.0, |s| s.load.one),
-                // 0 when the load gate is off (a ratio is always above 0).
-                max_load_ratio: policy.max_load_ratio.unwrap_or(0.0),
-                own_load: av.own_load,
-            }),
-            gpus: av
-                .gpus
-                .iter()
-                .map(|g| pb::GpuAvailability {
-                    index: g.index,
-                    name: profile
-                        .gpus
-                        .iter()
-                        .find(|d| d.index == g.index)
-                        .map(|d| d.name.clone())
-                        .unwrap_or_default(),
-                    memory_total: g.vram_total.unwrap_or(0),
-                    memory_reserve: g.reserve,
-                    memory_reserved: g.reserved,
-                    memory_available: g.available,
-                    unified: g.unified,
-                    slots_total: g.slots,
-                    slots_used: g.slots_used,
-                })
-                .collect(),
-            io: Some(pb::SlotAvailability { total: av.io_slots, used: av.io_reserved }),
-            pressure: Some(pb::PressureView {
-                state: pressure_to_pb(av.pressure) as i32,
-                reason: av.pressure_reason.clone(),
-                psi_cpu: snap.as_ref().and_then(|s| s.pressure.cpu),
-                psi_memory: snap.as_ref().and_then(|s| s.pressure.memory),
-                psi_io: snap.as_ref().and_then(|s| s.pressure.io),
-            }),
-            slow_start_target: av.slow_start,
-            enforcement: Some(enforcement_view(info.backend, &info.backend_why, settings.enforce)),
-            scratch: super::scratch::list(self).unwrap_or_default(),
-            running: to_u32(count(TaskState::Running)),
-            pending: to_u32(count(TaskState::Pending)),
-            max_running: policy.max_running,
-        })
-    }
+/// The Governor's availability as the API shows it (exportable as is
+/// to a cluster scheduler).
+pub(crate) fn availability_pb(engine: &Engine) -> Result<pb::Availability, StoreError> {
+    let gov = &engine.shared.governor;
+    let info = &engine.shared.info;
+    // Load and PSI from the viewing probe (not fed to the Governor).
+    let snap = engine.shared.viewer.snapshot().ok();
+    let av = gov.availability();
+    let policy = gov.policy();
+    let profile = gov.profile();
+    let counts = engine.shared.reader().count_by_state()?;
+    let count = |s: TaskState| counts.iter().find(|(st, _)| *st == s).map_or(0, |(_, n)| *n);
+    let to_u32 = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+    let captured = av.last_sample_at.map_or(0, |at| {
+        let age = gov.now().saturating_since(at);
+        crate::now_ms() - i64::try_from(age.as_millis()).unwrap_or(0)
+    });
+    let settings = engine.shared.settings();
+    Ok(pb::Availability {
+        host: info.host.clone(),
+        captured_unix_ms: captured,
+        generation: av.generation,
+        memory: Some(pb::MemoryAvailability {
+            total: av.memory_total,
+            reserve: av.memory_reserve,
+            reserved: av.memory_reserved,
+            available: av.memory_available,
+            mem_available: av.memory_host_available.unwrap_or(0),
+            emergency_floor: policy.emergency_floor,
+        }),
+        cpus: Some(pb::CpuAvailability {
+            logical: profile.logical_cpus,
+            reserve: policy.cpu_reserve,
+            pool: engine.shared.compute.current().map(|m| m.0.into_iter().collect()).unwrap_or_default(),
+            reserved_millis: to_u32(av.cpu_reserved_millis),
+            available_millis: to_u32(av.cpu_available_millis),
+            load1: snap.as_ref().map_or(0.0, |s| s.load.one),
+            // 0 when the load gate is off (a ratio is always above 0).
+            max_load_ratio: policy.max_load_ratio.unwrap_or(0.0),
+            own_load: av.own_load,
+        }),
+        gpus: av
+            .gpus
+            .iter()
+            .map(|g| pb::GpuAvailability {
+                index: g.index,
+                name: profile
+                    .gpus
+                    .iter()
+                    .find(|d| d.index == g.index)
+                    .map(|d| d.name.clone())
+                    .unwrap_or_default(),
+                memory_total: g.vram_total.unwrap_or(0),
+                memory_reserve: g.reserve,
+                memory_reserved: g.reserved,
+                memory_available: g.available,
+                unified: g.unified,
+                slots_total: g.slots,
+                slots_used: g.slots_used,
+            })
+            .collect(),
+        io: Some(pb::SlotAvailability { total: av.io_slots, used: av.io_reserved }),
+        pressure: Some(pb::PressureView {
+            state: pressure_to_pb(av.pressure) as i32,
+            reason: av.pressure_reason.clone(),
+            psi_cpu: snap.as_ref().and_then(|s| s.pressure.cpu),
+            psi_memory: snap.as_ref().and_then(|s| s.pressure.memory),
+            psi_io: snap.as_ref().and_then(|s| s.pressure.io),
+        }),
+        slow_start_target: av.slow_start,
+        enforcement: Some(enforcement_view(info.backend, &info.backend_why, settings.enforce)),
+        scratch: super::scratch::list(engine).unwrap_or_default(),
+        running: to_u32(count(TaskState::Running)),
+        pending: to_u32(count(TaskState::Pending)),
+        max_running: policy.max_running,
+    })
 }
 
 /// What enforcement applies, as `lardon resources` shows it: the mode is

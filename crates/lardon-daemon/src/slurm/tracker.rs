@@ -28,9 +28,9 @@ use super::exec::ExecReport;
 use super::outcome::{Next, Seen, Submitted, judge};
 use super::sbatch::{JobRequest, cpus_request, memory_request, parse_job_id};
 use super::squeue::{parse_squeue, squeue_args};
-use crate::engine::{DaemonEvent, Shared};
 use crate::handle::{RunHandle, SlurmJob};
 use crate::ids::format_id;
+use crate::kernel::{DaemonEvent, Shared};
 use crate::spec::{TaskId, TaskSpec, TaskState};
 use crate::store::Outcome;
 

@@ -13,7 +13,7 @@
 //! or when admission finds even `batch_min` at the learned size impossible.
 //! Under `enforce = soft` an overrun past the slack is warned about, noted
 //! on the task and learned. The first task of an unproven class goes
-//! first ([`super::probe`]).
+//! first ([`crate::runner::ClassProbes`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,9 +22,9 @@ use std::time::Duration;
 
 use lardon::{RunOutcome, RunRecord, TaskContext, TaskError, TaskResult, format_bytes};
 
-use super::{Run, RunRequest, RunSignal, task_env};
-use crate::engine::{DaemonEvent, Shared, Slot};
 use crate::ids::format_id;
+use crate::kernel::{DaemonEvent, Shared, Slot};
+use crate::runner::{Run, RunError, RunExit, RunRequest, RunSignal, task_env};
 use crate::settings::EnforceMode;
 use crate::spec::{TaskId, TaskSpec};
 
@@ -278,7 +278,7 @@ fn wait_reporting_usage(
     run: &dyn Run,
     ctx: &TaskContext,
     deadline: Option<i64>,
-) -> (Result<super::RunExit, super::RunError>, bool) {
+) -> (Result<RunExit, RunError>, bool) {
     let mut killed = false;
     loop {
         let left = deadline.map(|d| d.saturating_sub(crate::now_ms()));
@@ -309,7 +309,7 @@ fn wait_with_sampler(
     run: &dyn Run,
     ctx: &TaskContext,
     deadline: Option<i64>,
-) -> (Result<super::RunExit, super::RunError>, bool) {
+) -> (Result<RunExit, RunError>, bool) {
     let (stop, stopped) = channel::<()>();
     let killed = std::sync::atomic::AtomicBool::new(false);
     let hit = &killed;
