@@ -19,9 +19,9 @@ fn modules(src: &Path) -> BTreeSet<String> {
     for entry in std::fs::read_dir(src).unwrap().flatten() {
         let path = entry.path();
         let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-        if path.is_dir() && path.join("mod.rs").exists() {
-            out.insert(name);
-        } else if path.extension().is_some_and(|e| e == "rs") && !["lib", "main"].contains(&name.as_str()) {
+        let dir = path.is_dir() && path.join("mod.rs").exists();
+        let file = path.extension().is_some_and(|e| e == "rs") && !["lib", "main"].contains(&name.as_str());
+        if dir || file {
             out.insert(name);
         }
     }
