@@ -4,8 +4,9 @@
 //! re-parented away is still counted) and its peak is the largest *sum*
 //! of their RSS (`VmRSS`), not the largest single process (at least any
 //! one's `VmHWM`, and `ru_maxrss` at the end). The watchdog kills the
-//! task's processes when their summed RSS exceeds the limit — a last
-//! resort, since a fast allocation can outrun a poll.
+//! task's processes by the one rule of [`crate::watchdog`] (the summed RSS
+//! past the limit plus its tolerance) — a last resort, since a fast
+//! allocation can outrun a poll.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -93,7 +94,7 @@ impl Shared {
         let sample = tree.sample();
         self.current.store(sample.rss, Ordering::Release);
         self.peak.fetch_max(sample.rss.max(sample.largest_hwm), Ordering::AcqRel);
-        if sample.rss > self.limit.load(Ordering::Acquire) {
+        if crate::watchdog::over_limit(sample.rss, self.limit.load(Ordering::Acquire)) {
             self.oom.store(true, Ordering::Release);
             for pid in tree.pids() {
                 let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
