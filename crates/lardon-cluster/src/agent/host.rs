@@ -84,7 +84,48 @@ impl Confinement for CgroupConfinement {
 
 #[cfg(test)]
 mod tests {
+    use lardon_proto::cluster as pb;
+    use tokio::sync::oneshot;
+
     use super::*;
+    use crate::agent::{ConfinedExecutor, Executor};
+
+    const MIB: u64 = 1 << 20;
+
+    fn spec(script: &str, memory: u64) -> pb::TaskSpec {
+        pb::TaskSpec {
+            task_id: "t".into(),
+            argv: vec!["sh".into(), "-c".into(), script.into()],
+            need: Some(pb::Need { memory, cpu_millis: 1000 }),
+            ..Default::default()
+        }
+    }
+
+    /// Python that fills `mib` MiB (every page resident) and holds it a
+    /// moment.
+    fn hog(mib: u64) -> String {
+        format!("python3 -c 'import time; b = b\"x\" * ({mib} << 20); time.sleep(0.3)'")
+    }
+
+    /// The real composition: the host's backend (it must enforce a kernel
+    /// limit; a machine that cannot fails here with the reason). A liar is
+    /// killed at its declaration, and an honest task of two processes has
+    /// the cgroup's peak — their sum — not its leader's `ru_maxrss`.
+    #[tokio::test]
+    async fn a_task_in_a_real_cgroup_is_held_to_its_declaration_and_measured_whole() {
+        let detection = lardon_host::detect_enforcer(&HostRoot::default());
+        assert!(detection.limits_apply(), "this machine cannot enforce a memory limit: {}", detection.reason);
+        let executor = ConfinedExecutor::new(Arc::new(Cgroups::new(Arc::clone(&detection.enforcer))));
+        let (_keep, cancel) = oneshot::channel();
+        let liar = executor.run(spec(&hog(200), 48 * MIB), cancel).await;
+        assert!(!liar.success, "{liar:?}");
+        assert!(liar.reason.contains("killed at its memory limit"), "{liar:?}");
+        let (_keep, cancel) = oneshot::channel();
+        let two = format!("{} & {}; wait", hog(40), hog(40));
+        let honest = executor.run(spec(&two, 512 * MIB), cancel).await;
+        assert!(honest.success, "{honest:?}");
+        assert!(honest.peak_memory >= 80 * MIB, "peak {} MiB is the tree's", honest.peak_memory / MIB);
+    }
 
     #[test]
     fn the_host_sampler_follows_a_real_process_and_a_gone_one_is_refused() {
