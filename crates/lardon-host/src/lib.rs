@@ -12,7 +12,13 @@
 //!   measure and kill one task's processes.
 //! * [`ProcessTree`] follows one task's processes through `/proc` and sums
 //!   their resident memory (the none backend's and the cluster agent's
-//!   soft watchdogs).
+//!   soft watchdogs, which kill by the one rule of [`watchdog`]).
+//! * [`process`] is the one process layer of the daemon's runner, the
+//!   cluster agent and `lardon exec`: an argv spawned as its own process
+//!   group ([`spawn_group`]) into a cgroup, its output to a log or
+//!   captured ([`Output`]), its end on a pidfd ([`ExitWatch`]) and reaped
+//!   with its peak ([`wait_child`], [`peak`]), the whole tree killed
+//!   ([`ProcessGroup`], [`GroupGuard`]).
 //!
 //! Every path is rooted in a [`HostRoot`] so parsers and detection run on
 //! fixtures; every parser is a pure `parse_*` function.
@@ -46,6 +52,7 @@ mod meminfo;
 mod mountinfo;
 mod parse;
 mod probe;
+pub mod process;
 mod proctree;
 mod pseudo;
 mod psi;
@@ -54,6 +61,7 @@ mod scratch;
 mod spawn;
 mod topology;
 mod vmstat;
+pub mod watchdog;
 
 pub use cgroup::{
     BackendKind, CgroupLayout, Detection, Enforcer, NoneEnforcer, TaskCgroup, TaskLimits, V1Enforcer,
@@ -67,6 +75,7 @@ pub use meminfo::{MemInfo, parse_meminfo};
 pub use mountinfo::{CgroupMembership, CgroupMount, own_dir, parse_mountinfo, parse_proc_cgroup};
 pub use parse::ParseError;
 pub use probe::HostProbe;
+pub use process::{GroupGuard, Output, ProcessGroup, peak, spawn_group};
 pub use proctree::{ProcessTree, TreeRss};
 pub use pseudo::read_pseudo;
 pub use psi::parse_psi_some_avg10;

@@ -183,6 +183,13 @@ impl ExitWatch {
             .map_err(|e| HostError::sys("pidfd_open", nix::Error::from_raw(e.raw_os_error())))
     }
 
+    /// The pidfd itself, for a caller that waits on it in its own event
+    /// loop (an async runtime): it turns readable when the process exits.
+    #[must_use]
+    pub fn into_fd(self) -> std::os::fd::OwnedFd {
+        self.0
+    }
+
     /// Blocks until the process has exited (`true`: reaping it no longer
     /// blocks) or `timeout` has passed (`false`). A failing `poll(2)` says
     /// `true`, so the caller goes on to a blocking reap rather than spin.

@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use lardon::{FakeClock, FakeProbe, Governor, HostProfile, MonoTime, Probe};
 use lardon_cluster::agent::{
-    Agent, AgentConfig, Backoff, ConfinedExecutor, Confinement, Confiner, CpuSource, Executor,
-    ProcessExecutor, RssSampler, RssSource, Tuning, WatchedExecutor, default_tokens,
+    Agent, AgentConfig, Backoff, Cgroups, ConfinedExecutor, CpuSource, Executor, HostRss, ProcessExecutor,
+    Tuning, WatchedExecutor, default_tokens,
 };
 use lardon_cluster::{AgentId, Capability};
 
@@ -193,7 +193,7 @@ fn executor(args: &AgentArgs) -> Result<Arc<dyn Executor>> {
              allocation is the backstop",
             lardon_cluster::agent::watchdog::SOFT_EVERY.as_millis()
         );
-        Arc::new(WatchedExecutor::new(Arc::new(HostRss(lardon_host::HostRoot::default()))))
+        Arc::new(WatchedExecutor::new(Arc::new(HostRss::new(lardon_host::HostRoot::default()))))
     };
     let cgroups = || {
         let detection = lardon_host::cgroup::detect_enforcer(&lardon_host::HostRoot::default());
@@ -201,7 +201,7 @@ fn executor(args: &AgentArgs) -> Result<Arc<dyn Executor>> {
     };
     let confined = |enforcer, why: &str| -> Arc<dyn Executor> {
         tracing::info!("enforcement: a cgroup per task, limited to its declared memory ({why})");
-        Arc::new(ConfinedExecutor::new(Arc::new(Cgroups(enforcer))))
+        Arc::new(ConfinedExecutor::new(Arc::new(Cgroups::new(enforcer))))
     };
     Ok(match args.enforcement {
         AgentEnforcement::None => {
@@ -226,54 +226,4 @@ fn executor(args: &AgentArgs) -> Result<Arc<dyn Executor>> {
             Err(why) => soft(&format!("--allocation and no writable cgroup: {why}")),
         },
     })
-}
-
-/// The soft watchdog's sampler: the task's process tree under `/proc`.
-#[derive(Debug)]
-struct HostRss(lardon_host::HostRoot);
-
-struct TreeSampler(lardon_host::ProcessTree);
-
-impl RssSource for HostRss {
-    fn watch(&self, pid: u32) -> Result<Box<dyn RssSampler>, String> {
-        let mut tree = lardon_host::ProcessTree::new(&self.0);
-        tree.watch(pid).map_err(|e| e.to_string())?;
-        Ok(Box::new(TreeSampler(tree)))
-    }
-}
-
-impl RssSampler for TreeSampler {
-    fn sample(&mut self) -> Result<u64, String> {
-        Ok(self.0.sample().rss)
-    }
-
-    fn kill_strays(&mut self) {
-        self.0.kill_running();
-    }
-}
-
-/// Task cgroups from the host's enforcement backend.
-#[derive(Debug)]
-struct Cgroups(Arc<dyn lardon_host::cgroup::Enforcer>);
-
-#[derive(Debug)]
-struct TaskCgroup(Box<dyn lardon_host::cgroup::TaskCgroup>);
-
-impl Confiner for Cgroups {
-    fn confine(&self, name: &str, memory: u64) -> Result<Box<dyn Confinement>, String> {
-        let limits = lardon_host::cgroup::TaskLimits { memory_max: Some(memory), ..Default::default() };
-        self.0
-            .create(name, &limits)
-            .map(|c| Box::new(TaskCgroup(c)) as Box<dyn Confinement>)
-            .map_err(|e| e.to_string())
-    }
-}
-
-impl Confinement for TaskCgroup {
-    fn adopt(&self, pid: u32) -> Result<(), String> {
-        self.0.add_pid(pid).map_err(|e| e.to_string())
-    }
-    fn oom_killed(&self) -> bool {
-        self.0.oom_killed().unwrap_or(false)
-    }
 }

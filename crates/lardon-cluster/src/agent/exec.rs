@@ -2,21 +2,26 @@
 //! the harness can use a fake; [`ProcessExecutor`] runs real child
 //! processes from argv (never through a shell), and [`ConfinedExecutor`]
 //! runs them the same way inside a cgroup of their own, limited to the
-//! memory they declared (the cgroups themselves are the caller's
-//! [`Confiner`]: this crate knows no cgroup files).
+//! memory they declared (through a [`Confiner`]: the real one is
+//! [`Cgroups`](super::host::Cgroups), over the host crate's enforcement
+//! backends). Spawning, the pidfd wait, the peak and killing the tree are
+//! the host crate's process layer ([`lardon_host::process`]), the same the
+//! daemon's runner uses; this module adds the async face (the wait on the
+//! runtime, captured output, cancel and deadline).
 
 use std::future::Future;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use lardon_host::{ExitWatch, GroupGuard, HostError, Output, TaskCgroup, spawn_group};
 use lardon_proto::cluster as pb;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
+
+use super::watchdog::{RssSource, SOFT_EVERY, SoftLimit};
 
 /// Most bytes of stdout (and of stderr) sent back; the rest is dropped and
 /// the result says so.
@@ -66,19 +71,27 @@ pub trait Confiner: Send + Sync + std::fmt::Debug + 'static {
     /// whose processes may use at most `memory` bytes together.
     ///
     /// # Errors
-    /// Why it cannot be made (the task then runs unconfined, with the
-    /// engine's limit on the allocation as the backstop).
-    fn confine(&self, name: &str, memory: u64) -> Result<Box<dyn Confinement>, String>;
+    /// The host's error when it cannot be made (the task then runs
+    /// unconfined, with the engine's limit on the allocation as the
+    /// backstop).
+    fn confine(&self, name: &str, memory: u64) -> Result<Box<dyn Confinement>, HostError>;
 }
 
 /// One task's memory limit; dropping it kills what is left in it and
 /// removes it.
 pub trait Confinement: Send + Sync + std::fmt::Debug {
+    /// The task cgroup the task is spawned into from its first
+    /// instruction, and whose high-water mark is its peak; `None` (the
+    /// default): the task is started outside and [`Confinement::adopt`]ed
+    /// right after, its peak its `ru_maxrss`.
+    fn cgroup(&self) -> Option<&dyn TaskCgroup> {
+        None
+    }
     /// Moves process `pid` (and its future children) in.
     ///
     /// # Errors
-    /// Why the kernel refused.
-    fn adopt(&self, pid: u32) -> Result<(), String>;
+    /// The host's error when the kernel refused.
+    fn adopt(&self, pid: u32) -> Result<(), HostError>;
     /// Whether the kernel killed one of its processes at the limit.
     fn oom_killed(&self) -> bool;
 }
@@ -86,10 +99,11 @@ pub trait Confinement: Send + Sync + std::fmt::Debug {
 /// [`ProcessExecutor`] with each task that declared its memory in a
 /// confinement of exactly that size: a task using more than it declared
 /// (a liar) is killed by the kernel at its own limit, before the
-/// allocation's limit takes down the agent and every other task. The
-/// task is moved in right after it starts (this crate runs no code
-/// between fork and exec), so what it allocates in that instant stays
-/// charged to the agent.
+/// allocation's limit takes down the agent and every other task. A
+/// confinement with a [`Confinement::cgroup`] holds the task from its
+/// first instruction (the host crate's [`spawn_group`]); another one
+/// adopts it right after it starts, so what it allocates in that instant
+/// stays charged to the agent.
 #[derive(Debug, Clone)]
 pub struct ConfinedExecutor {
     confiner: std::sync::Arc<dyn Confiner>,
@@ -136,14 +150,68 @@ impl Executor for ConfinedExecutor {
     }
 }
 
+/// An executor that runs tasks as [`ProcessExecutor`] does, each task
+/// that declared its memory watched by the soft memory watchdog
+/// ([`super::watchdog`]).
+#[derive(Debug, Clone)]
+pub struct WatchedExecutor {
+    source: std::sync::Arc<dyn RssSource>,
+    every: Duration,
+}
+
+impl WatchedExecutor {
+    /// Samples tasks with `source` every [`SOFT_EVERY`].
+    #[must_use]
+    pub fn new(source: std::sync::Arc<dyn RssSource>) -> Self {
+        WatchedExecutor { source, every: SOFT_EVERY }
+    }
+
+    /// Samples every `every` instead (tests).
+    #[must_use]
+    pub fn every(mut self, every: Duration) -> Self {
+        self.every = every;
+        self
+    }
+
+    fn limit(&self, spec: &lardon_proto::cluster::TaskSpec) -> Option<SoftLimit> {
+        let declared = spec.need.map_or(0, |n| n.memory);
+        (declared > 0).then(|| SoftLimit {
+            source: std::sync::Arc::clone(&self.source),
+            declared,
+            every: self.every,
+        })
+    }
+}
+
+impl Executor for WatchedExecutor {
+    fn run(
+        &self,
+        spec: lardon_proto::cluster::TaskSpec,
+        cancel: tokio::sync::oneshot::Receiver<()>,
+    ) -> Running {
+        let limit = self.limit(&spec).map_or(Limit::None, Limit::Soft);
+        Box::pin(run_process(spec, None, cancel, limit))
+    }
+
+    fn run_in(
+        &self,
+        spec: lardon_proto::cluster::TaskSpec,
+        dir: &std::path::Path,
+        cancel: tokio::sync::oneshot::Receiver<()>,
+    ) -> Running {
+        let limit = self.limit(&spec).map_or(Limit::None, Limit::Soft);
+        Box::pin(run_process(spec, Some(dir.to_path_buf()), cancel, limit))
+    }
+}
+
 /// What holds a running task to its declared memory.
-pub(super) enum Limit {
+enum Limit {
     /// Nothing (the engine's limit on the allocation, if any).
     None,
     /// A cgroup of its own limited to the declared bytes.
     Confined(Box<dyn Confinement>, u64),
     /// The soft memory watchdog.
-    Soft(super::watchdog::SoftLimit),
+    Soft(SoftLimit),
 }
 
 fn failed(reason: String) -> pb::TaskEnded {
@@ -179,7 +247,7 @@ async fn capture(pipe: Option<impl AsyncRead + Unpin>) -> (Vec<u8>, bool) {
 }
 
 /// Runs `spec` to its end (see [`ProcessExecutor`]), held by `limit`.
-pub(super) async fn run_process(
+async fn run_process(
     spec: pb::TaskSpec,
     dir: Option<PathBuf>,
     cancel: oneshot::Receiver<()>,
@@ -198,25 +266,31 @@ pub(super) async fn run_process(
     let mut cmd = std::process::Command::new(program);
     cmd.args(args)
         .envs(spec.env.iter().map(|v| (v.name.as_str(), v.value.as_str())))
-        .stdin(if spec.stdin.is_empty() { Stdio::null() } else { Stdio::piped() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
+        .stdin(if spec.stdin.is_empty() { Stdio::null() } else { Stdio::piped() });
+    if let Err(e) = Output::Capture.apply(&mut cmd) {
+        return failed(format!("cannot start `{program}`: {e}"));
+    }
     if let Some(dir) = dir {
         cmd.current_dir(dir);
     }
+    let confined = match &limit {
+        Limit::Confined(c, _) => c.cgroup(),
+        Limit::None | Limit::Soft(_) => None,
+    };
     let started = Instant::now();
-    let mut child = match cmd.spawn() {
-        Ok(child) => child,
+    let (mut child, group) = match spawn_group(&mut cmd, confined, None) {
+        Ok(started) => started,
+        Err(HostError::Io { source, .. }) => return failed(format!("cannot start `{program}`: {source}")),
         Err(e) => return failed(format!("cannot start `{program}`: {e}")),
     };
-    let group = i32::try_from(child.id()).ok().map(Pid::from_raw);
     // Killed with its group if this future is dropped before the reap.
-    let mut guard = GroupGuard(group);
+    let mut guard = GroupGuard::new(Some(group));
     let (confinement, soft) = match limit {
         Limit::None => (None, None),
         Limit::Confined(c, memory) => {
-            if let Err(e) = c.adopt(child.id()) {
+            if c.cgroup().is_none()
+                && let Err(e) = c.adopt(child.id())
+            {
                 tracing::warn!("task {}: runs unconfined: {e}", spec.task_id);
             }
             (Some((c, memory)), None)
@@ -266,24 +340,24 @@ pub(super) async fn run_process(
         exit = reaped.as_mut() => exit,
         Ok(()) = cancel => {
             stopped = Some("cancelled".to_owned());
-            kill_group(group);
+            group.kill();
             reaped.as_mut().await
         }
         () = deadline => {
             stopped = Some("deadline passed".to_owned());
-            kill_group(group);
+            group.kill();
             reaped.as_mut().await
         }
         (used, declared) = watchdog => {
             stopped = Some(super::watchdog::killed_reason(used, declared));
-            kill_group(group);
+            group.kill();
             if let Some((sampler, _, _)) = soft.as_mut() {
                 sampler.kill_strays();
             }
             reaped.as_mut().await
         }
     };
-    guard.0 = None;
+    guard.disarm();
     let wall = started.elapsed();
     let (stdout, out_cut) = out.await.unwrap_or_default();
     let (stderr, err_cut) = err.await.unwrap_or_default();
@@ -301,7 +375,12 @@ pub(super) async fn run_process(
                     (None, None, Some(sig)) => format!("killed by signal {sig}"),
                     (None, None, None) => "ended without a status".to_owned(),
                 },
-                peak_memory: exit.max_rss,
+                // The cgroup's high-water mark where the task ran in one.
+                peak_memory: lardon_host::peak(
+                    confinement.as_ref().and_then(|(c, _)| c.cgroup()),
+                    Some(&exit),
+                )
+                .unwrap_or(exit.max_rss),
                 wall_ms: u64::try_from(wall.as_millis()).unwrap_or(u64::MAX).max(1),
                 ..Default::default()
             }
@@ -326,16 +405,11 @@ pub(super) async fn run_process(
 }
 
 /// Waits for `child` to exit and reaps it with its peak RSS. The wait
-/// needs no thread per task: a pidfd turns readable when the child exits
-/// (the reap that follows does not block); without pidfds (a kernel
-/// before 5.3) a blocking thread waits instead.
+/// needs no thread per task: the host crate's pidfd ([`ExitWatch`]) turns
+/// readable when the child exits (the reap that follows does not block);
+/// without pidfds (a kernel before 5.3) a blocking thread waits instead.
 async fn reap(child: std::process::Child) -> Result<lardon_host::ChildExit, String> {
-    let pidfd = rustix::process::pidfd_open(
-        rustix::process::Pid::from_child(&child),
-        rustix::process::PidfdFlags::NONBLOCK,
-    )
-    .ok()
-    .and_then(watch_readable);
+    let pidfd = ExitWatch::new(child.id()).ok().and_then(|w| watch_readable(w.into_fd()));
     if let Some(fd) = pidfd
         && fd.readable().await.is_ok()
     {
@@ -355,22 +429,6 @@ fn watch_readable(fd: std::os::fd::OwnedFd) -> Option<tokio::io::unix::AsyncFd<s
     // owns until it is dropped, and its `as_raw_fd` always returns that
     // same descriptor (tokio's I/O-safety requirement).
     unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE).ok() }
-}
-
-/// SIGKILLs the task's whole process group: helpers it started go with it.
-fn kill_group(group: Option<Pid>) {
-    if let Some(pgid) = group {
-        let _ = killpg(pgid, Signal::SIGKILL);
-    }
-}
-
-/// Kills the group on drop unless disarmed (the task was reaped).
-struct GroupGuard(Option<Pid>);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        kill_group(self.0.take());
-    }
 }
 
 #[cfg(test)]
@@ -462,7 +520,7 @@ mod tests {
     struct FakeConfinement(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
 
     impl Confiner for Fake {
-        fn confine(&self, name: &str, memory: u64) -> Result<Box<dyn Confinement>, String> {
+        fn confine(&self, name: &str, memory: u64) -> Result<Box<dyn Confinement>, HostError> {
             self.0
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -473,7 +531,7 @@ mod tests {
     }
 
     impl Confinement for FakeConfinement {
-        fn adopt(&self, pid: u32) -> Result<(), String> {
+        fn adopt(&self, pid: u32) -> Result<(), HostError> {
             self.0
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -11,8 +11,10 @@
 //!   from argv, never through a shell ([`ProcessExecutor`]).
 //! * **Memory.** In an allocation, each task that declared its memory is
 //!   held to it: in a cgroup of its own where the agent can make one
-//!   ([`ConfinedExecutor`]), else by the soft memory watchdog
-//!   ([`WatchedExecutor`], [`watchdog`]).
+//!   ([`ConfinedExecutor`] with [`Cgroups`]), else by the soft memory
+//!   watchdog ([`WatchedExecutor`] with [`HostRss`], [`watchdog`]), which
+//!   kills by the host crate's one RSS rule. Spawning, waiting and killing
+//!   are the host crate's process layer, as for the daemon.
 //! * **Availability** is pushed whenever the Governor's generation moves
 //!   (its own reservations, and host samples taken every second), and at
 //!   the next sample after a WAIT (the broker emptied its mirror then).
@@ -38,6 +40,7 @@
 mod drain;
 mod exec;
 mod files;
+mod host;
 mod tokens;
 pub mod tuning;
 pub mod watchdog;
@@ -58,10 +61,13 @@ use crate::capability::Capability;
 use crate::ids::{AgentId, TaskId};
 use crate::wire;
 
-pub use exec::{ConfinedExecutor, Confinement, Confiner, Executor, MAX_OUTPUT, ProcessExecutor, Running};
+pub use exec::{
+    ConfinedExecutor, Confinement, Confiner, Executor, MAX_OUTPUT, ProcessExecutor, Running, WatchedExecutor,
+};
+pub use host::{Cgroups, HostRss};
 pub use tokens::default_tokens;
 pub use tuning::{CpuSource, Tuner, Tuning};
-pub use watchdog::{RssSampler, RssSource, WatchedExecutor};
+pub use watchdog::{RssSampler, RssSource};
 
 use drain::{Drain, Step, grace_from_end};
 

@@ -1,4 +1,5 @@
-//! The soft memory watchdog: its decision, its pace on a paused clock with
+//! The soft memory watchdog (its decision is the host crate's, tested
+//! there): its pace on a paused clock with
 //! scripted samples, and the executor killing a real process on its word.
 
 use std::collections::VecDeque;
@@ -7,24 +8,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use lardon_proto::cluster as pb;
 use tokio::sync::oneshot;
 
+use lardon_host::HostError;
+
 use super::*;
-use crate::agent::Executor;
+use crate::agent::{Executor, WatchedExecutor};
 
 const MIB: u64 = 1 << 20;
-
-#[test]
-fn the_decision_allows_the_tolerance_and_nothing_more() {
-    // 5 % of the declaration, at least 8 MiB.
-    assert_eq!(tolerance(64 * MIB), 8 * MIB);
-    assert_eq!(tolerance(1024 * MIB), 1024 * MIB / 20);
-    assert!(!over_limit(64 * MIB, 64 * MIB));
-    assert!(!over_limit(72 * MIB, 64 * MIB), "within the tolerance");
-    assert!(over_limit(72 * MIB + 1, 64 * MIB), "one byte past it");
-    assert!(!over_limit(1075 * MIB, 1024 * MIB));
-    assert!(over_limit(1076 * MIB, 1024 * MIB));
-    assert!(!over_limit(u64::MAX, 0), "nothing declared: nothing to hold it to");
-    assert!(!over_limit(u64::MAX, u64::MAX), "no overflow at the top");
-}
 
 /// Scripted samples; then the last one again. Records each call.
 #[derive(Debug)]
@@ -34,11 +23,11 @@ struct Script {
 }
 
 impl RssSampler for Script {
-    fn sample(&mut self) -> Result<u64, String> {
+    fn sample(&mut self) -> Result<u64, HostError> {
         self.log.lock().unwrap_or_else(PoisonError::into_inner).push("sample".into());
         let next =
             if self.samples.len() > 1 { self.samples.pop_front() } else { self.samples.front().cloned() };
-        next.unwrap_or(Ok(0))
+        next.unwrap_or(Ok(0)).map_err(HostError::Unsupported)
     }
     fn kill_strays(&mut self) {
         self.log.lock().unwrap_or_else(PoisonError::into_inner).push("kill strays".into());
@@ -115,7 +104,7 @@ struct Source {
 }
 
 impl RssSource for Source {
-    fn watch(&self, pid: u32) -> Result<Box<dyn RssSampler>, String> {
+    fn watch(&self, pid: u32) -> Result<Box<dyn RssSampler>, HostError> {
         self.log.lock().unwrap_or_else(PoisonError::into_inner).push(format!("watch {}", pid > 0));
         Ok(Box::new(Script { samples: self.samples.iter().cloned().collect(), log: Arc::clone(&self.log) }))
     }

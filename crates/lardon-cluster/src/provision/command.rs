@@ -1,6 +1,7 @@
-//! Running an engine's command-line tool (`sbatch`, `squeue`, `kubectl`, …):
-//! the one way providers talk to their engine, so a failure always names
-//! the command line and carries the tool's own words.
+//! Running an engine's command-line tool (`kubectl`, …): the one way
+//! providers other than Slurm talk to their engine (Slurm's tools are the
+//! `lardon-slurm` adapter's, which fails the same way), so a failure always
+//! names the command line and carries the tool's own words.
 
 use std::io::Write as _;
 use std::process::{Command, Stdio};

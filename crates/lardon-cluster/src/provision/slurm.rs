@@ -3,20 +3,24 @@
 //! multi-node shape) that dials back to the broker and exits after its
 //! idle time, which ends the job COMPLETED.
 //!
+//! Slurm itself is spoken to through the `lardon-slurm` crate, the one
+//! adapter the daemon's native mode uses too; this module is the
+//! provider's logic over it:
 //! * **Submit**: `sbatch --parsable` with the script on standard input; the
-//!   answer is `JOBID` or `JOBID;CLUSTER`, anything else is an error.
+//!   answer is `JOBID` or `JOBID;CLUSTER`, anything else is an error
+//!   ([`lardon_slurm::parse_job_id`]).
 //! * **Dry run**: `sbatch --test-only` with the same script.
-//! * **Status**: one `squeue --json --states=all` per refresh for all
-//!   allocations. Debian's Slurm 22.05 (checked on the CI machine) prints
-//!   every job it still lists whatever `--jobs` says, so the ids are
-//!   filtered here; a job it no longer lists (past `MinJobAge`) is over.
-//!   `job_state` is a string in 22.05 and a list of strings in later
-//!   versions; both are read.
+//! * **Status**: one `squeue` per refresh for all allocations, in the
+//!   `--format=%i|%T|%r` the adapter chooses (its docs say why, not
+//!   `--json`); a job it no longer lists (past `MinJobAge`) is over, and so
+//!   is COMPLETING (the batch step, so the agent, is gone). A state word
+//!   the adapter does not know is an error naming it.
 //! * **Cancel**: `scancel JOBID`.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use lardon_slurm::{JobState, JobStatus, quote};
 use thiserror::Error;
 
 use super::{AgentLaunch, AllocState, AllocationId, Provider, ProviderError, Shape};
@@ -52,14 +56,11 @@ pub struct SlurmConfig {
 /// What went wrong talking to Slurm.
 #[derive(Debug, Error)]
 pub enum SlurmError {
-    /// The engine's tool could not run, or failed.
+    /// Slurm's tool could not run, failed, or answered no job id.
     #[error(transparent)]
-    Command(#[from] super::command::CommandError),
-    /// `sbatch --parsable` answered something that is not a job id.
-    #[error("sbatch --parsable: expected JOBID or JOBID;CLUSTER, got `{0}`")]
-    BadJobId(String),
-    /// `squeue --json` answered something unexpected.
-    #[error("squeue --json: {0}")]
+    Slurm(#[from] lardon_slurm::SlurmError),
+    /// `squeue` answered a state this provider cannot place.
+    #[error("squeue: {0}")]
     BadStatus(String),
     /// A shape or extra option that cannot go into a batch script.
     #[error("shape {shape}: {why}")]
@@ -118,9 +119,7 @@ impl Provider for SlurmProvider {
 
     fn dry_run(&mut self, shape: &Shape) -> Result<(), ProviderError> {
         let script = self.script(shape)?;
-        super::command::run("sbatch", &["--test-only"], Some(&script))
-            .map(drop)
-            .map_err(|e| err(e.to_string()))
+        lardon_slurm::sbatch_test_only(&script).map_err(|e| err(e.to_string()))
     }
 
     /// One `sbatch` per allocation. When a later one fails after earlier
@@ -130,11 +129,9 @@ impl Provider for SlurmProvider {
         let script = self.script(shape)?;
         let mut ids = Vec::new();
         for _ in 0..count {
-            let granted = super::command::run("sbatch", &["--parsable"], Some(&script))
-                .map_err(SlurmError::from)
-                .and_then(|out| parse_job_id(&out));
+            let granted = lardon_slurm::sbatch(&[] as &[&str], &script);
             match granted {
-                Ok(id) => ids.push(id),
+                Ok(id) => ids.push(AllocationId(id.to_string())),
                 Err(e) if ids.is_empty() => return Err(err(e.to_string())),
                 Err(e) => {
                     tracing::warn!("slurm: {} of {count} allocations granted; then: {e}", ids.len());
@@ -149,23 +146,20 @@ impl Provider for SlurmProvider {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let out = super::command::run("squeue", &["--json", "--states=all"], None)
-            .map_err(|e| err(e.to_string()))?;
-        parse_squeue_json(&out, ids).map_err(|e| err(e.to_string()))
+        // An id that is no number is no job of Slurm's: over.
+        let jobs: Vec<u64> = ids.iter().filter_map(|id| id.0.parse().ok()).collect();
+        let answer = lardon_slurm::squeue(&jobs).map_err(|e| err(e.to_string()))?;
+        states(&answer, ids).map_err(|e| err(e.to_string()))
     }
 
     fn cancel(&mut self, id: &AllocationId) -> Result<(), ProviderError> {
-        super::command::run("scancel", &[id.0.as_str()], None).map(drop).map_err(|e| err(e.to_string()))
+        let job = id.0.parse().map_err(|_| err(format!("allocation {id} is not a Slurm job id")))?;
+        lardon_slurm::scancel(job).map_err(|e| err(e.to_string()))
     }
 
     fn agent_prefix(&self, id: &AllocationId) -> String {
         format!("slurm-{id}")
     }
-}
-
-/// Quotes `word` for a POSIX shell.
-fn quote(word: &str) -> String {
-    format!("'{}'", word.replace('\'', r"'\''"))
 }
 
 /// `D-HH:MM:SS`, rounded up to the second.
@@ -243,65 +237,44 @@ pub fn batch_script(shape: &SlurmShape, config: &SlurmConfig) -> Result<String, 
     Ok(text)
 }
 
-/// The job id in `sbatch --parsable`'s answer (`JOBID` or
-/// `JOBID;CLUSTER`).
-///
-/// # Errors
-/// [`SlurmError::BadJobId`] for anything else.
-pub fn parse_job_id(stdout: &str) -> Result<AllocationId, SlurmError> {
-    let text = stdout.trim();
-    let id = text.split_once(';').map_or(text, |(id, _)| id);
-    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) || text.contains('\n') {
-        return Err(SlurmError::BadJobId(text.to_owned()));
-    }
-    Ok(AllocationId(id.to_owned()))
-}
-
-/// Where a Slurm job state word puts an allocation; `None` for a word
-/// this Slurm does not document.
-fn job_state(word: &str) -> Option<AllocState> {
-    Some(match word {
-        "PENDING" | "CONFIGURING" | "REQUEUED" | "REQUEUE_FED" | "REQUEUE_HOLD" | "RESIZING" => {
-            AllocState::Queued
-        }
-        "RUNNING" | "SUSPENDED" | "STOPPED" | "SIGNALING" | "STAGE_OUT" => AllocState::Running,
+/// Where a Slurm job state puts an allocation; `None` for a word the
+/// adapter does not know.
+fn alloc_state(state: &JobState) -> Option<AllocState> {
+    Some(match state {
+        JobState::Pending | JobState::Configuring | JobState::Resizing => AllocState::Queued,
+        JobState::Running => AllocState::Running,
         // COMPLETING: the batch step ended; the agent is gone.
-        "COMPLETED" | "COMPLETING" | "CANCELLED" | "FAILED" | "TIMEOUT" | "NODE_FAIL" | "PREEMPTED"
-        | "BOOT_FAIL" | "DEADLINE" | "OUT_OF_MEMORY" | "SPECIAL_EXIT" | "REVOKED" => AllocState::Ended,
-        _ => return None,
+        JobState::Completing
+        | JobState::Completed
+        | JobState::Failed
+        | JobState::OutOfMemory
+        | JobState::Cancelled
+        | JobState::Timeout
+        | JobState::NodeFail
+        | JobState::OtherEnd(_) => AllocState::Ended,
+        JobState::Other(_) => return None,
     })
 }
 
-/// The states of `ids` in `squeue --json`'s answer; an id it does not
-/// list is [`AllocState::Ended`].
+/// The states of `ids` in `squeue`'s `answer`; an id it does not list is
+/// [`AllocState::Ended`].
 ///
 /// # Errors
-/// [`SlurmError::BadStatus`] when the answer is not JSON, has no `jobs`
-/// list, or a job lacks a numeric `job_id` or a known `job_state`.
-pub fn parse_squeue_json(
-    text: &str,
+/// [`SlurmError::BadStatus`] when a job of `ids` is in a state word the
+/// adapter does not know.
+pub fn states(
+    answer: &[JobStatus],
     ids: &[AllocationId],
 ) -> Result<Vec<(AllocationId, AllocState)>, SlurmError> {
-    let bad = |m: String| SlurmError::BadStatus(m);
-    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| bad(format!("not JSON: {e}")))?;
-    let jobs = v.get("jobs").and_then(|j| j.as_array()).ok_or_else(|| bad("no `jobs` list".into()))?;
-    let mut known = std::collections::HashMap::new();
-    for job in jobs {
-        let id = job
-            .get("job_id")
-            .and_then(serde_json::Value::as_u64)
-            .ok_or_else(|| bad("a job without a numeric `job_id`".into()))?;
-        // 22.05: "RUNNING"; 23.02 and later: ["RUNNING"] (plus flags).
-        let words: Vec<&str> = match job.get("job_state") {
-            Some(serde_json::Value::String(s)) => vec![s.as_str()],
-            Some(serde_json::Value::Array(a)) => a.iter().filter_map(serde_json::Value::as_str).collect(),
-            _ => Vec::new(),
-        };
-        let state = words
-            .iter()
-            .find_map(|w| job_state(w))
-            .ok_or_else(|| bad(format!("job {id}: unknown `job_state` {:?}", job.get("job_state"))))?;
-        known.insert(id.to_string(), state);
-    }
-    Ok(ids.iter().map(|id| (id.clone(), known.get(&id.0).copied().unwrap_or(AllocState::Ended))).collect())
+    ids.iter()
+        .map(|id| {
+            let listed = answer.iter().find(|j| j.id.to_string() == id.0);
+            let state = match listed {
+                None => AllocState::Ended,
+                Some(j) => alloc_state(&j.state)
+                    .ok_or_else(|| SlurmError::BadStatus(format!("job {id}: unknown state {:?}", j.state)))?,
+            };
+            Ok((id.clone(), state))
+        })
+        .collect()
 }

@@ -1,16 +1,21 @@
-//! The Slurm provider's script and its parsers, on outputs recorded from
-//! Debian's Slurm 22.05 on the CI machine (paths in them rewritten).
+//! The Slurm provider's script and its reading of job states (the
+//! parsers of Slurm's answers are the `lardon-slurm` adapter's, tested
+//! there on answers recorded from Debian's Slurm 22.05).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::slurm::{SlurmError, batch_script, parse_job_id, parse_squeue_json};
+use lardon_slurm::parse_squeue;
+
+use super::slurm::{SlurmError, batch_script, states};
 use super::*;
 
-/// `squeue --json` with jobs 3 CANCELLED, 4 COMPLETED, 5 CANCELLED, 6 and 7
-/// RUNNING, 8 PENDING (Resources).
-const MIXED: &str = include_str!("fixtures/squeue-22.05-mixed.json");
+/// An `squeue --format=%i|%T|%r` answer in Slurm 22.05's words: jobs 3
+/// CANCELLED, 4 COMPLETED, 5 CANCELLED, 6 and 7 RUNNING, 8 PENDING
+/// (Resources), 9 COMPLETING, 10 CONFIGURING.
+const MIXED: &str = "3|CANCELLED|None\n4|COMPLETED|None\n5|CANCELLED by 0|None\n6|RUNNING|None\n\
+                     7|RUNNING|None\n8|PENDING|Resources\n9|COMPLETING|None\n10|CONFIGURING|None\n";
 
 fn ids(list: &[&str]) -> Vec<AllocationId> {
     list.iter().map(|s| AllocationId((*s).to_owned())).collect()
@@ -47,51 +52,34 @@ fn config(nodes: u32, extras: &[&str]) -> SlurmConfig {
 }
 
 #[test]
-fn squeue_json_states_map_to_allocation_states_and_an_unlisted_job_is_over() {
-    let states = parse_squeue_json(MIXED, &ids(&["8", "6", "4", "3", "12345"])).unwrap();
+fn squeue_states_map_to_allocation_states_and_an_unlisted_job_is_over() {
+    let answer = parse_squeue(MIXED);
+    let got = states(&answer, &ids(&["8", "6", "4", "3", "12345", "9", "10", "not-a-job"])).unwrap();
     assert_eq!(
-        states,
+        got,
         [
             (AllocationId("8".into()), AllocState::Queued),
             (AllocationId("6".into()), AllocState::Running),
             (AllocationId("4".into()), AllocState::Ended),
             (AllocationId("3".into()), AllocState::Ended),
             (AllocationId("12345".into()), AllocState::Ended),
+            (AllocationId("9".into()), AllocState::Ended,),
+            (AllocationId("10".into()), AllocState::Queued),
+            (AllocationId("not-a-job".into()), AllocState::Ended),
         ]
     );
-}
-
-#[test]
-fn later_slurms_list_of_state_words_is_read_too() {
-    let text = r#"{"jobs": [{"job_id": 41, "job_state": ["RUNNING", "COMPLETING"]},
-                            {"job_id": 42, "job_state": ["PENDING"]}]}"#;
-    let states = parse_squeue_json(text, &ids(&["41", "42"])).unwrap();
-    assert_eq!(states[0].1, AllocState::Running, "the first known word counts");
-    assert_eq!(states[1].1, AllocState::Queued);
-}
-
-#[test]
-fn a_squeue_answer_not_understood_is_an_error_naming_what() {
-    let e = |t: &str| parse_squeue_json(t, &ids(&["1"])).unwrap_err().to_string();
-    assert!(e("squeue: error: invalid").starts_with("squeue --json: not JSON"), "{}", e("x"));
-    assert_eq!(e(r#"{"errors": []}"#), "squeue --json: no `jobs` list");
-    assert_eq!(
-        e(r#"{"jobs": [{"job_id": "7", "job_state": "RUNNING"}]}"#),
-        "squeue --json: a job without a numeric `job_id`"
-    );
-    assert!(e(r#"{"jobs": [{"job_id": 7, "job_state": "DANCING"}]}"#).contains("job 7: unknown `job_state`"));
     // No ids: nothing to ask.
-    assert_eq!(parse_squeue_json(MIXED, &[]).unwrap(), []);
+    assert_eq!(states(&answer, &[]).unwrap(), []);
 }
 
 #[test]
-fn sbatch_parsable_answers_are_parsed_strictly() {
-    // Recorded: `sbatch --parsable` printed `3\n`.
-    assert_eq!(parse_job_id("3\n").unwrap(), AllocationId("3".into()));
-    assert_eq!(parse_job_id("1234;cluster-a\n").unwrap(), AllocationId("1234".into()));
-    for bad in ["", "\n", "Submitted batch job 3", "3 4", "x;c", "3\n4\n"] {
-        assert!(matches!(parse_job_id(bad), Err(SlurmError::BadJobId(_))), "{bad:?}");
-    }
+fn a_state_word_not_understood_is_an_error_naming_it() {
+    let answer = parse_squeue("7|DANCING|None\n");
+    let e = states(&answer, &ids(&["7"])).unwrap_err();
+    assert!(matches!(e, SlurmError::BadStatus(_)), "{e}");
+    assert!(e.to_string().contains("job 7: unknown state"), "{e}");
+    // A job not asked about is not judged.
+    assert_eq!(states(&answer, &ids(&["8"])).unwrap(), [(AllocationId("8".into()), AllocState::Ended)]);
 }
 
 #[test]

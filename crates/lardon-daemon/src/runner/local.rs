@@ -1,13 +1,15 @@
-//! The local executor: a process group per run, in its own task cgroup
-//! (v2, v1 or the none backend's RSS watcher), pinned to the compute pool,
-//! output appended to the task's log file. Nothing on a run's path sleeps:
-//! its end is a blocking `wait4`, and its group's cleanup returns at once
-//! when nothing is left (see `kill_and_reap_group` and the backends'
-//! teardown). With [`LogFiles`], a run's log comes from and, when it stayed
-//! empty, goes back to a pool of spare files (no new inode per run).
+//! The local executor: the daemon's [`Executor`] seam implemented over the
+//! host crate's process layer ([`lardon_host::process`]): a process group
+//! per run, in its own task cgroup (v2, v1 or the none backend's RSS
+//! watcher), pinned to the compute pool, output appended to the task's log
+//! file. Nothing on a run's path sleeps: its end is a blocking `wait4`,
+//! and its group's cleanup returns at once when nothing is left (see
+//! [`ProcessGroup::kill_and_reap`] and the backends' teardown). With
+//! [`LogFiles`], a run's log comes from and, when it stayed empty, goes
+//! back to a pool of spare files (no new inode per run).
 
 use std::fs::OpenOptions;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,12 +17,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use lardon_host::{
-    ChildExit, Enforcer, ExitWatch, HostRoot, NoneEnforcer, TaskCgroup, TaskLimits, spawn_in, wait_child,
+    ChildExit, Enforcer, ExitWatch, HostRoot, NoneEnforcer, Output, ProcessGroup, TaskCgroup, TaskLimits,
+    spawn_group, wait_child,
 };
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
-use nix::sys::wait::waitpid;
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
 use super::logfile::LogFiles;
 use super::orphans::{RunHandle, start_time};
@@ -95,19 +95,13 @@ impl Executor for LocalExecutor {
             None => OpenOptions::new().create(true).append(true).open(&req.log),
         }
         .map_err(|e| fail(format!("cannot open log {}: {e}", req.log.display())))?;
-        let err = log.try_clone().map_err(|e| fail(format!("cannot duplicate the log handle: {e}")))?;
         let mut cmd = Command::new(&program);
         // Added to the daemon's environment, not a copy of it set after
         // `env_clear`: a `PATH` among the set variables makes the standard
         // library `fork` instead of `posix_spawn` (it must then search the
         // child's `PATH` itself), which doubled the daemon's CPU per run.
-        cmd.args(req.argv.iter().skip(1))
-            .envs(req.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(err)
-            // Its own process group: signals reach every descendant.
-            .process_group(0);
+        cmd.args(req.argv.iter().skip(1)).envs(req.env.iter().map(|(k, v)| (k, v))).stdin(Stdio::null());
+        Output::Log(log).apply(&mut cmd).map_err(|e| fail(e.to_string()))?;
         if let Some(dir) = &req.cwd {
             cmd.current_dir(dir);
         }
@@ -123,9 +117,10 @@ impl Executor for LocalExecutor {
             _ => None,
         };
         // Registered: the orphan reaper must not take this child's status.
-        let child = super::orphans::spawn_owned(
-            || spawn_in(&mut cmd, cgroup.as_deref(), req.cpus.as_ref()),
-            Child::id,
+        // Its own process group: signals reach every descendant.
+        let (child, group) = super::orphans::spawn_owned(
+            || spawn_group(&mut cmd, cgroup.as_deref(), req.cpus.as_ref()),
+            |(child, _)| child.id(),
         )
         .map_err(|e| fail(e.to_string()))?;
         if let Some(watched) = cgroup.as_deref().filter(|g| g.procs_files().is_empty()) {
@@ -140,6 +135,7 @@ impl Executor for LocalExecutor {
         let watch = ExitWatch::new(pid).ok();
         Ok(Box::new(LocalRun {
             pid,
+            group,
             handle,
             watch,
             child: Mutex::new(Some(child)),
@@ -155,6 +151,8 @@ impl Executor for LocalExecutor {
 #[derive(Debug)]
 struct LocalRun {
     pid: u32,
+    /// The process group the run leads.
+    group: ProcessGroup,
     handle: RunHandle,
     /// The main child's exit, to wait for with a timeout.
     watch: Option<ExitWatch>,
@@ -175,26 +173,6 @@ impl LocalRun {
     fn cgroup(&self) -> std::sync::MutexGuard<'_, Option<Box<dyn TaskCgroup>>> {
         self.cgroup.lock().unwrap_or_else(PoisonError::into_inner)
     }
-
-    fn pgid(&self) -> Option<Pid> {
-        i32::try_from(self.pid).ok().map(Pid::from_raw)
-    }
-
-    /// SIGKILLs what is left of the group and reaps it: the daemon is a
-    /// child subreaper, so orphaned grandchildren are ours to reap. A group
-    /// already empty — the common end of a run — costs one `killpg`.
-    fn kill_and_reap_group(&self) {
-        let Some(pgid) = self.pgid() else { return };
-        if let Err(Errno::ESRCH) = killpg(pgid, Signal::SIGKILL) {
-            return;
-        }
-        // Blocks until no child of ours is left in the group. No second
-        // look is needed: a member whose parent dies is re-parented to us
-        // before that parent can be reaped (the kernel re-parents in
-        // exit_notify, before the parent turns zombie), so when waitpid
-        // reports no child left, none can still become ours.
-        while let Ok(_) | Err(Errno::EINTR) = waitpid(Pid::from_raw(-pgid.as_raw()), None) {}
-    }
 }
 
 impl Run for LocalRun {
@@ -209,13 +187,11 @@ impl Run for LocalRun {
             RunSignal::Terminate => Signal::SIGTERM,
             RunSignal::Kill => Signal::SIGKILL,
         };
-        let Some(pgid) = self.pgid() else { return Ok(()) };
         if self.done.load(Ordering::SeqCst) {
             return Ok(());
         }
-        match killpg(pgid, sig) {
-            Ok(()) | Err(Errno::ESRCH) => {}
-            Err(e) => return Err(RunError::Control(format!("cannot send {sig} to group {pgid}: {e}"))),
+        if let Err(e) = self.group.signal(sig) {
+            return Err(RunError::Control(format!("cannot send {sig} to group {}: {e}", self.group.id())));
         }
         if signal == RunSignal::Kill
             && let Some(cg) = self.cgroup().as_ref()
@@ -248,8 +224,8 @@ impl Run for LocalRun {
     }
 
     fn peak(&self) -> Option<u64> {
-        let rss = self.exit.lock().unwrap_or_else(PoisonError::into_inner).map(|e| e.max_rss);
-        self.cgroup().as_ref().and_then(|cg| cg.memory_peak().ok().flatten()).or(rss)
+        let exit = *self.exit.lock().unwrap_or_else(PoisonError::into_inner);
+        lardon_host::peak(self.cgroup().as_deref(), exit.as_ref())
     }
 
     fn oom_killed(&self) -> bool {
@@ -260,7 +236,7 @@ impl Run for LocalRun {
         if self.done.swap(true, Ordering::SeqCst) {
             return;
         }
-        self.kill_and_reap_group();
+        self.group.kill_and_reap();
         let cgroup = self.cgroup().take();
         if let Some(cg) = cgroup {
             let name = cg.name().to_owned();
@@ -287,7 +263,7 @@ impl Drop for LocalRun {
             let _ = child.kill();
             let _ = child.wait();
             super::orphans::disown(self.pid);
-            self.kill_and_reap_group();
+            self.group.kill_and_reap();
         }
     }
 }

@@ -8,8 +8,11 @@
 //! `memory.peak`, v1 `memory.max_usage_in_bytes`), read only when our
 //! cgroup is the job's (its path names `job_<SLURM_JOB_ID>`): outside one
 //! (Slurm without `task/cgroup`, or a run by hand) the cgroup is shared
-//! with unrelated processes, and the children's `ru_maxrss` is used
-//! instead. The memory limit reported is the minimum over the cgroup and
+//! with unrelated processes, and the command's `ru_maxrss` is used
+//! instead. The command is started and reaped through the host crate's
+//! process layer ([`lardon_host::process`]), as the daemon's runner and a
+//! cluster agent start theirs; it stays in `lardon exec`'s own process
+//! group, so a terminal's Ctrl-C and Slurm's signals reach it. The memory limit reported is the minimum over the cgroup and
 //! its ancestors (Slurm limits the job or step level, not the task leaf,
 //! which reads "unlimited").
 
@@ -26,7 +29,7 @@ use serde::{Deserialize, Serialize};
 pub enum PeakSource {
     /// The job's memory cgroup (every process of the job).
     Cgroup,
-    /// The largest child's resident set (`getrusage`).
+    /// The command's own largest resident set (`wait4`'s `ru_maxrss`).
     Rusage,
 }
 
@@ -117,11 +120,17 @@ pub fn run(
     root: &HostRoot,
     job_id: Option<&str>,
 ) -> Result<ExecReport, ExecError> {
-    let (program, args) = argv.split_first().ok_or(ExecError::NoCommand)?;
+    let program = argv.first().ok_or(ExecError::NoCommand)?;
+    let mut cmd = lardon_host::process::command(argv).ok_or(ExecError::NoCommand)?;
     let started = Instant::now();
-    let status = match std::process::Command::new(program).args(args).status() {
-        Ok(s) => s,
-        Err(source) => {
+    let spawned = lardon_host::spawn_in(&mut cmd, None, None).and_then(lardon_host::wait_child);
+    let exit = match spawned {
+        Ok(exit) => exit,
+        Err(e) => {
+            let source = match e {
+                lardon_host::HostError::Io { source, .. } => source,
+                other => std::io::Error::other(other),
+            };
             let failed = ExecReport {
                 exit_code: Some(127),
                 signal: None,
@@ -138,11 +147,11 @@ pub fn run(
     use std::os::unix::process::ExitStatusExt;
     let (peak, limit) = match job_peak(root, job_id) {
         Some((peak, limit)) => (Some((peak, PeakSource::Cgroup)), limit),
-        None => (children_max_rss().map(|p| (p, PeakSource::Rusage)), None),
+        None => (Some(exit.max_rss).filter(|p| *p > 0).map(|p| (p, PeakSource::Rusage)), None),
     };
     let out = ExecReport {
-        exit_code: status.code(),
-        signal: status.signal(),
+        exit_code: exit.status.code(),
+        signal: exit.status.signal(),
         wall_ms,
         peak_bytes: peak.map(|(p, _)| p),
         peak_source: peak.map(|(_, s)| s),
@@ -174,13 +183,6 @@ pub fn job_peak(root: &HostRoot, job_id: Option<&str>) -> Option<(u64, Option<u6
                 .and_then(|d| read(d.join("memory.max_usage_in_bytes")))
         })?;
     Some((peak, OwnCgroup::new(&layout).memory_limit()))
-}
-
-/// The largest resident set of any waited-for child, bytes.
-fn children_max_rss() -> Option<u64> {
-    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN).ok()?;
-    // Linux reports kilobytes.
-    u64::try_from(usage.max_rss()).ok().filter(|k| *k > 0).map(|k| k.saturating_mul(1024))
 }
 
 #[cfg(test)]

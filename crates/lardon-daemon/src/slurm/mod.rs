@@ -3,8 +3,9 @@
 //! class learned, and learns from what the job measured.
 //!
 //! * [`sbatch`]: the `--mem` rule and the job's arguments and script;
-//! * [`squeue`]: reading job states (one call per refresh, parsed
-//!   defensively);
+//! * talking to Slurm (`sbatch`, one `squeue` per refresh, `scancel`, the
+//!   state words) is the `lardon-slurm` crate, the one adapter the
+//!   cluster's pilot provider uses too;
 //! * [`exec`]: `lardon exec`, the wrapper a job runs, which reports the job
 //!   cgroup's peak, the wall time and the exit back to the daemon;
 //! * the daemon-side engine (submission under `slurm_max_jobs`, tracking,
@@ -14,7 +15,6 @@
 pub mod exec;
 mod outcome;
 pub mod sbatch;
-pub mod squeue;
 mod tracker;
 
 pub(crate) use tracker::{SlurmEngine, scancel};

@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use lardon::{RunOutcome, RunRecord, format_bytes};
+use lardon_slurm::JobState;
 
 use super::exec::ExecReport;
-use super::squeue::JobState;
 use crate::spec::TaskState;
 use crate::store::Outcome;
 
@@ -146,7 +146,12 @@ pub(crate) fn judge(job: Submitted, seen: &Seen, report: Option<&ExecReport>) ->
         }
         // Not terminal: the caller only judges ended jobs; say so rather
         // than guess.
-        JobState::Pending | JobState::Running | JobState::Other(_) => Verdict {
+        JobState::Pending
+        | JobState::Configuring
+        | JobState::Running
+        | JobState::Resizing
+        | JobState::Completing
+        | JobState::Other(_) => Verdict {
             record: None,
             next: failed(format!("slurm job {id} was judged while still live ({state:?})"), None),
         },

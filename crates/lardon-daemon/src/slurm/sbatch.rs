@@ -4,6 +4,8 @@
 
 use std::path::Path;
 
+use lardon_slurm::quote;
+
 use crate::spec::TaskSpec;
 
 /// Slurm's `--mem` unit: a request is a whole number of MiB.
@@ -129,20 +131,6 @@ impl JobRequest {
     }
 }
 
-/// `s` as one POSIX shell word.
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
-/// The job id `sbatch --parsable` printed (`ID` or `ID;cluster`).
-///
-/// # Errors
-/// The output, when it is not a job number.
-pub fn parse_job_id(stdout: &str) -> Result<u64, String> {
-    let first = stdout.trim().split(';').next().unwrap_or("");
-    first.parse::<u64>().map_err(|_| format!("sbatch printed `{}`, not a job id", stdout.trim()))
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -219,22 +207,5 @@ mod tests {
              export LARDON_TASK_ID='7'\nexport GREETING='it'\\''s'\n\
              exec '/opt/lardon' exec --report '/state/slurm/t7-s1.json' -- 'sh' '-c' 'echo '\\''hi'\\'' $HOME'\n"
         );
-    }
-
-    #[test]
-    fn the_quoted_script_runs_the_argv_verbatim() {
-        // The shell itself is the judge of the quoting.
-        let argv = ["printf", "%s|", "a b", "it's", "$HOME", "`x`", "\\n"];
-        let words: Vec<String> = argv.iter().map(|a| quote(a)).collect();
-        let out = std::process::Command::new("sh").arg("-c").arg(words.join(" ")).output().unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "a b|it's|$HOME|`x`|\\n|");
-    }
-
-    #[test]
-    fn parsable_output_gives_the_job_id() {
-        assert_eq!(parse_job_id("42\n"), Ok(42));
-        assert_eq!(parse_job_id("42;cluster\n"), Ok(42));
-        assert!(parse_job_id("sbatch: error: x").unwrap_err().contains("not a job id"));
-        assert!(parse_job_id("").is_err());
     }
 }

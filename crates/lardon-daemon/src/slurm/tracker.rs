@@ -15,9 +15,7 @@
 //! sizes every `--mem`).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -26,20 +24,18 @@ use lardon::{Class, format_cpus};
 
 use super::exec::ExecReport;
 use super::outcome::{Next, Seen, Submitted, judge};
-use super::sbatch::{JobRequest, cpus_request, memory_request, parse_job_id};
-use super::squeue::{parse_squeue, squeue_args};
+use super::sbatch::{JobRequest, cpus_request, memory_request};
 use crate::handle::{RunHandle, SlurmJob};
 use crate::ids::format_id;
 use crate::kernel::{DaemonEvent, Shared};
 use crate::spec::{TaskId, TaskSpec, TaskState};
 use crate::store::Outcome;
 
-/// `scancel JOB`; failures are logged (the job may already be gone).
+/// `scancel JOB` ([`lardon_slurm::scancel`]); failures are logged (the
+/// job may already be gone).
 pub(crate) fn scancel(job: u64) {
-    match Command::new("scancel").arg(job.to_string()).output() {
-        Ok(out) if out.status.success() => {}
-        Ok(out) => tracing::warn!("scancel {job}: {}", String::from_utf8_lossy(&out.stderr).trim()),
-        Err(e) => tracing::warn!("scancel {job}: cannot run scancel: {e}"),
+    if let Err(e) = lardon_slurm::scancel(job) {
+        tracing::warn!("scancel {job}: {e}");
     }
 }
 
@@ -356,47 +352,20 @@ impl Inner {
     }
 }
 
-/// Runs `sbatch` with the script on its standard input; the job id, or
-/// one line saying why not.
+/// Runs `sbatch` ([`lardon_slurm::sbatch`]) with the script on its
+/// standard input; the job id, or one line saying why not.
 fn sbatch(req: &JobRequest) -> Result<u64, String> {
-    let mut child = Command::new("sbatch")
-        .args(req.args())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run sbatch: {e} (is Slurm installed and SLURM_CONF set?)"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(req.script.as_bytes())
-            .map_err(|e| format!("sbatch: cannot write the script: {e}"))?;
-    }
-    let out = child.wait_with_output().map_err(|e| format!("sbatch: {e}"))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let line = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
-        return Err(format!("sbatch refused the job: {}", line.trim()));
-    }
-    parse_job_id(&String::from_utf8_lossy(&out.stdout))
+    lardon_slurm::sbatch(&req.args(), &req.script).map_err(|e| match e {
+        lardon_slurm::SlurmError::Failed { stderr, .. } => {
+            let line = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
+            format!("sbatch refused the job: {}", line.trim())
+        }
+        other => other.to_string(),
+    })
 }
 
-/// One `squeue` for every outstanding job; `None` when Slurm could not
-/// answer (tried again at the next refresh).
-fn lookup(jobs: &[u64]) -> Option<Vec<super::squeue::JobStatus>> {
-    let out = match Command::new("squeue").args(squeue_args(jobs)).output() {
-        Ok(o) => o,
-        Err(e) => {
-            tracing::warn!("cannot run squeue: {e}");
-            return None;
-        }
-    };
-    if out.status.success() {
-        return Some(parse_squeue(&String::from_utf8_lossy(&out.stdout)));
-    }
-    let err = String::from_utf8_lossy(&out.stderr);
-    if super::squeue::only_unknown_ids(&err) {
-        return Some(Vec::new());
-    }
-    tracing::warn!("squeue failed: {}", err.trim());
-    None
+/// One `squeue` for every outstanding job ([`lardon_slurm::squeue()`]);
+/// `None` when Slurm could not answer (tried again at the next refresh).
+fn lookup(jobs: &[u64]) -> Option<Vec<lardon_slurm::JobStatus>> {
+    lardon_slurm::squeue(jobs).inspect_err(|e| tracing::warn!("{e}")).ok()
 }

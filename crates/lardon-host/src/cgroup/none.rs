@@ -4,8 +4,9 @@
 //! re-parented away is still counted) and its peak is the largest *sum*
 //! of their RSS (`VmRSS`), not the largest single process (at least any
 //! one's `VmHWM`, and `ru_maxrss` at the end). The watchdog kills the
-//! task's processes when their summed RSS exceeds the limit — a last
-//! resort, since a fast allocation can outrun a poll.
+//! task's processes by the one rule of [`crate::watchdog`] (the summed RSS
+//! past the limit plus its tolerance) — a last resort, since a fast
+//! allocation can outrun a poll.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -93,7 +94,7 @@ impl Shared {
         let sample = tree.sample();
         self.current.store(sample.rss, Ordering::Release);
         self.peak.fetch_max(sample.rss.max(sample.largest_hwm), Ordering::AcqRel);
-        if sample.rss > self.limit.load(Ordering::Acquire) {
+        if crate::watchdog::over_limit(sample.rss, self.limit.load(Ordering::Acquire)) {
             self.oom.store(true, Ordering::Release);
             for pid in tree.pids() {
                 let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
@@ -197,5 +198,48 @@ impl TaskCgroup for NoneTask {
 impl Drop for NoneTask {
     fn drop(&mut self) {
         let _ = self.teardown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    /// A pid no kernel hands out (past any `pid_max`): the kill a breach
+    /// sends reaches nothing.
+    const PID: u32 = 2_000_000_000;
+
+    /// A fixture `/proc` with one process of `rss_mib` MiB resident.
+    fn proc_with(dir: &std::path::Path, rss_mib: u64) {
+        let p = dir.join(format!("proc/{PID}"));
+        std::fs::create_dir_all(&p).unwrap();
+        let stat =
+            format!("{PID} (hog) S 1 {PID} {PID} 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10");
+        std::fs::write(p.join("stat"), stat).unwrap();
+        let kib = rss_mib * 1024;
+        std::fs::write(p.join("status"), format!("Name:\thog\nVmHWM:\t{kib} kB\nVmRSS:\t{kib} kB\n"))
+            .unwrap();
+    }
+
+    /// The none backend kills by the one rule of `crate::watchdog`: a
+    /// summed RSS within the limit's tolerance (64 MiB + 8 MiB) is let
+    /// run, one past it is killed.
+    #[test]
+    fn the_none_backend_kills_past_the_limit_plus_its_tolerance_only() {
+        let dir = tempfile::tempdir().unwrap();
+        proc_with(dir.path(), 70);
+        // A poll far beyond the test: only the synchronous samples count.
+        let none = NoneEnforcer::new(HostRoot::under(dir.path()), Duration::from_secs(600));
+        let limits = TaskLimits { memory_max: Some(64 * MIB), ..TaskLimits::default() };
+        let task = none.create("rule", &limits).unwrap();
+        task.add_pid(PID).unwrap();
+        assert_eq!(task.memory_current().unwrap(), Some(70 * MIB));
+        assert!(!task.oom_killed().unwrap(), "70 MiB is within 64 MiB's tolerance");
+        proc_with(dir.path(), 73);
+        assert_eq!(task.memory_current().unwrap(), Some(73 * MIB));
+        assert!(task.oom_killed().unwrap(), "73 MiB is past it");
+        std::fs::remove_dir_all(dir.path().join("proc")).unwrap();
+        task.remove().unwrap();
     }
 }

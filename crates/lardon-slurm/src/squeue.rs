@@ -1,13 +1,12 @@
-//! Reading job states from Slurm: one `squeue` call per refresh for every
-//! outstanding job, in a `--format` that has been stable since Slurm 2.x
-//! (`%i|%T|%r`: id, long state, reason), parsed defensively — a line that
-//! does not parse is skipped, an unknown state word is kept as
-//! [`JobState::Other`] and treated as still live, and a job missing from
-//! the answer is the caller's to judge (it ended and aged out, or never
-//! existed). `squeue --json` changes schema between Slurm versions
-//! (its `data_parser` version); this format does not.
+//! Reading job states: one `squeue` call per refresh for every job asked
+//! about, in the `--format=%i|%T|%r` this crate's docs choose, parsed
+//! defensively.
+
+use crate::command::{SlurmError, run};
+use crate::state::JobState;
 
 /// The `squeue` arguments for `jobs`: every state, no header, our format.
+#[must_use]
 pub fn squeue_args(jobs: &[u64]) -> Vec<String> {
     let list: Vec<String> = jobs.iter().map(u64::to_string).collect();
     vec![
@@ -16,58 +15,6 @@ pub fn squeue_args(jobs: &[u64]) -> Vec<String> {
         format!("--jobs={}", list.join(",")),
         "--format=%i|%T|%r".to_owned(),
     ]
-}
-
-/// A Slurm job state, as `squeue %T` or `scontrol`'s `JobState=` words it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum JobState {
-    /// Waiting for resources or priority.
-    Pending,
-    /// Running (or completing, configuring, suspended…: not ended yet).
-    Running,
-    /// Ended with exit code 0.
-    Completed,
-    /// Ended with a non-zero exit code or signal.
-    Failed,
-    /// Killed by its memory limit (`task/cgroup` enforcement).
-    OutOfMemory,
-    /// Cancelled (`scancel`, by us or someone else).
-    Cancelled,
-    /// Hit its time limit.
-    Timeout,
-    /// Its node failed.
-    NodeFail,
-    /// Any other terminal state (`PREEMPTED`, `BOOT_FAIL`, `DEADLINE`,
-    /// `SPECIAL_EXIT`, `REVOKED`), by its word.
-    OtherEnd(String),
-    /// A word this parser does not know; treated as live.
-    Other(String),
-}
-
-impl JobState {
-    /// Parses a state word; a trailing `+` or ` by …` (as in
-    /// `CANCELLED by 0`) is ignored.
-    pub fn parse(word: &str) -> JobState {
-        let w = word.trim().split([' ', '+']).next().unwrap_or("").to_ascii_uppercase();
-        match w.as_str() {
-            "PENDING" | "REQUEUED" | "REQUEUE_HOLD" | "REQUEUE_FED" | "RESV_DEL_HOLD" => JobState::Pending,
-            "RUNNING" | "COMPLETING" | "CONFIGURING" | "SUSPENDED" | "STOPPED" | "SIGNALING"
-            | "STAGE_OUT" | "RESIZING" => JobState::Running,
-            "COMPLETED" => JobState::Completed,
-            "FAILED" => JobState::Failed,
-            "OUT_OF_MEMORY" => JobState::OutOfMemory,
-            "CANCELLED" => JobState::Cancelled,
-            "TIMEOUT" => JobState::Timeout,
-            "NODE_FAIL" => JobState::NodeFail,
-            "PREEMPTED" | "BOOT_FAIL" | "DEADLINE" | "SPECIAL_EXIT" | "REVOKED" => JobState::OtherEnd(w),
-            _ => JobState::Other(w),
-        }
-    }
-
-    /// Whether the job has ended (it will not run again).
-    pub fn is_terminal(&self) -> bool {
-        !matches!(self, JobState::Pending | JobState::Running | JobState::Other(_))
-    }
 }
 
 /// One job's line of the answer.
@@ -83,6 +30,7 @@ pub struct JobStatus {
 
 /// Parses `squeue --format=%i|%T|%r` output; lines that do not parse
 /// (a warning, an array or heterogeneous job id) are skipped.
+#[must_use]
 pub fn parse_squeue(text: &str) -> Vec<JobStatus> {
     text.lines()
         .filter_map(|line| {
@@ -98,12 +46,30 @@ pub fn parse_squeue(text: &str) -> Vec<JobStatus> {
 /// Whether a failed `squeue` said only that none of the ids is known any
 /// more (it exits 1 with "Invalid job id specified" when every listed job
 /// aged out): an empty answer, not an error.
+#[must_use]
 pub fn only_unknown_ids(stderr: &str) -> bool {
     stderr.contains("Invalid job id")
 }
 
+/// Asks Slurm once for every job of `jobs` ([`squeue_args`]): the lines
+/// it answered, in its order. A job it does not list is the caller's to
+/// judge; no jobs asks nothing.
+///
+/// # Errors
+/// [`SlurmError`] when `squeue` cannot run or fails for another reason
+/// than [`only_unknown_ids`].
+pub fn squeue(jobs: &[u64]) -> Result<Vec<JobStatus>, SlurmError> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    match run("squeue", &squeue_args(jobs), None) {
+        Ok(out) => Ok(parse_squeue(&out)),
+        Err(SlurmError::Failed { stderr, .. }) if only_unknown_ids(&stderr) => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -147,7 +113,6 @@ mod tests {
         );
         assert!(!jobs[0].state.is_terminal());
         assert!(JobState::parse("preempted").is_terminal());
-        assert!(JobState::parse("COMPLETING").eq(&JobState::Running));
     }
 
     #[test]
@@ -155,5 +120,6 @@ mod tests {
         assert_eq!(squeue_args(&[3, 41]), ["--noheader", "--states=all", "--jobs=3,41", "--format=%i|%T|%r"]);
         assert!(only_unknown_ids("slurm_load_jobs error: Invalid job id specified\n"));
         assert!(!only_unknown_ids("squeue: error: Unable to contact slurm controller"));
+        assert_eq!(squeue(&[]).unwrap(), [], "no jobs: no call");
     }
 }

@@ -1,0 +1,151 @@
+//! Running Slurm's tools (`sbatch`, `scancel`, and `squeue` for
+//! [`crate::squeue()`]): a failure names the command line and carries the
+//! tool's standard error; and the words a batch script and `sbatch`'s
+//! answer are made of ([`quote`], [`parse_job_id`]).
+
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+
+/// What went wrong talking to Slurm.
+#[derive(Debug, thiserror::Error)]
+pub enum SlurmError {
+    /// The tool could not be run at all.
+    #[error("cannot run {program}: {source} (is Slurm installed and SLURM_CONF set?)")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The tool ran and failed.
+    #[error("{command} failed ({status}): {stderr}")]
+    Failed {
+        /// The command line.
+        command: String,
+        /// Its exit status.
+        status: String,
+        /// Its standard error, trimmed.
+        stderr: String,
+    },
+    /// `sbatch --parsable` answered something that is not a job id.
+    #[error("sbatch --parsable: expected JOBID or JOBID;CLUSTER, got `{0}`")]
+    BadJobId(String),
+}
+
+/// Runs `program args…` with `stdin` written to it, returning its standard
+/// output; a failure carries its standard error.
+pub(crate) fn run<S: AsRef<str>>(
+    program: &str,
+    args: &[S],
+    stdin: Option<&str>,
+) -> Result<String, SlurmError> {
+    let spawn = |source| SlurmError::Spawn { program: program.to_owned(), source };
+    let mut child = Command::new(program)
+        .args(args.iter().map(AsRef::as_ref))
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(spawn)?;
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(text.as_bytes()).map_err(spawn)?;
+    }
+    let out = child.wait_with_output().map_err(spawn)?;
+    if !out.status.success() {
+        let line: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
+        return Err(SlurmError::Failed {
+            command: format!("{program} {}", line.join(" ")),
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Submits `script` (given on `sbatch`'s standard input) with `args`,
+/// `--parsable` added first: the job id [`parse_job_id`] reads.
+///
+/// # Errors
+/// [`SlurmError`] when `sbatch` cannot run, refuses the job, or answers
+/// something that is not a job id.
+pub fn sbatch<S: AsRef<str>>(args: &[S], script: &str) -> Result<u64, SlurmError> {
+    let mut all = vec!["--parsable"];
+    all.extend(args.iter().map(AsRef::as_ref).filter(|a| *a != "--parsable"));
+    parse_job_id(&run("sbatch", &all, Some(script))?)
+}
+
+/// Asks `sbatch --test-only` whether `script` would be accepted, without
+/// submitting it.
+///
+/// # Errors
+/// [`SlurmError`] when `sbatch` cannot run or refuses the script.
+pub fn sbatch_test_only(script: &str) -> Result<(), SlurmError> {
+    run("sbatch", &["--test-only"], Some(script)).map(drop)
+}
+
+/// `scancel JOB`.
+///
+/// # Errors
+/// [`SlurmError`] when `scancel` cannot run or fails (the job may
+/// already be gone: callers usually log it and go on).
+pub fn scancel(job: u64) -> Result<(), SlurmError> {
+    run("scancel", &[job.to_string()], None).map(drop)
+}
+
+/// `s` as one POSIX shell word (single-quoted; a `'` inside becomes
+/// `'\''`).
+#[must_use]
+pub fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The job id `sbatch --parsable` printed: `JOBID` or `JOBID;CLUSTER` on
+/// one line, the id all digits.
+///
+/// # Errors
+/// [`SlurmError::BadJobId`] for anything else (a warning, two lines, an
+/// id too large for `u64`).
+pub fn parse_job_id(stdout: &str) -> Result<u64, SlurmError> {
+    let text = stdout.trim();
+    let id = text.split_once(';').map_or(text, |(id, _)| id);
+    let bad = || SlurmError::BadJobId(text.to_owned());
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) || text.contains('\n') {
+        return Err(bad());
+    }
+    id.parse().map_err(|_| bad())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sbatch_parsable_answers_are_parsed_strictly() {
+        // Recorded: `sbatch --parsable` printed `3\n`.
+        assert_eq!(parse_job_id("3\n").unwrap(), 3);
+        assert_eq!(parse_job_id("42;cluster\n").unwrap(), 42);
+        for bad in ["", "\n", "Submitted batch job 3", "3 4", "x;c", "3\n4\n", "sbatch: error: x"] {
+            assert!(matches!(parse_job_id(bad), Err(SlurmError::BadJobId(_))), "{bad:?}");
+        }
+        assert!(parse_job_id("99999999999999999999999").is_err(), "past u64");
+    }
+
+    #[test]
+    fn the_quoted_words_run_verbatim() {
+        // The shell itself is the judge of the quoting.
+        let argv = ["printf", "%s|", "a b", "it's", "$HOME", "`x`", "\\n"];
+        let words: Vec<String> = argv.iter().map(|a| quote(a)).collect();
+        let out = Command::new("sh").arg("-c").arg(words.join(" ")).output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "a b|it's|$HOME|`x`|\\n|");
+    }
+
+    #[test]
+    fn a_tool_that_fails_is_named_with_its_own_words() {
+        let e = run("sh", &["-c", "echo nope >&2; exit 3"], None).unwrap_err();
+        assert_eq!(e.to_string(), "sh -c echo nope >&2; exit 3 failed (exit status: 3): nope");
+        assert_eq!(run("cat", &[] as &[&str], Some("in")).unwrap(), "in");
+        let e = run("/nonexistent/lardon-no-sbatch", &[] as &[&str], None).unwrap_err();
+        assert!(matches!(e, SlurmError::Spawn { .. }), "{e}");
+    }
+}
