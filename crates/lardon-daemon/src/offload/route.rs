@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use lardon_cluster::client::Answer;
+use lardon_submit::client::Answer;
 
 use crate::settings::OffloadPrefer;
 use crate::spec::TaskId;
@@ -359,7 +359,7 @@ mod tests {
     fn handles_name_the_remote_id() {
         let id = remote_id("host-1a2b", TaskId(3), 2, 1);
         assert_eq!(id, "host-1a2b:t3:a2:r1");
-        assert!(lardon_cluster::TaskId::new(&id).is_ok());
+        assert!(lardon_cluster_core::TaskId::new(&id).is_ok());
         assert_eq!(remote_of_handle(&handle(&id)), Some(id.as_str()));
         assert_eq!(remote_of_handle("offload:"), None);
         assert_eq!(remote_of_handle("slurm:4:r.json"), None);
