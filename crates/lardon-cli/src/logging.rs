@@ -84,7 +84,15 @@ pub(crate) fn filter(level: Option<&str>, rust_log: Option<&str>) -> Result<EnvF
 }
 
 /// Lardon's own crates, whose lines a bare level is about.
-const OWN_CRATES: [&str; 5] = ["lardon", "lardon_host", "lardon_daemon", "lardon_cli", "lardon_cluster"];
+const OWN_CRATES: [&str; 7] = [
+    "lardon",
+    "lardon_host",
+    "lardon_daemon",
+    "lardon_cli",
+    "lardon_cluster",
+    "lardon_cluster_core",
+    "lardon_submit",
+];
 
 /// A bare level (`debug`) applies to Lardon's own crates; the libraries
 /// under them (gRPC, HTTP/2) stay at `warn` unless asked for by name, so

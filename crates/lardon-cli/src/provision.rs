@@ -150,7 +150,7 @@ pub(crate) fn parse(text: &str) -> Result<Provision, String> {
             .broker
             .clone()
             .ok_or("broker: the address agents dial back to is required (e.g. \"10.0.0.5:7700\")")?;
-        lardon_cluster::agent::broker_uri(&broker).map_err(|e| format!("broker: {e}"))?;
+        lardon_submit::broker_uri(&broker).map_err(|e| format!("broker: {e}"))?;
         let program = match &file.agent_program {
             Some(p) => p.clone(),
             // Inside the image, on its PATH.

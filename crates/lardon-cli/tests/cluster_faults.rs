@@ -17,10 +17,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use lardon_cluster::agent::Backoff;
-use lardon_cluster::client::{self, Answer, RemoteTask, Submitter, SubmitterConfig, Ticket};
 use lardon_cluster::{Capability, SubmitterId, TaskId};
 use lardon_proto::cluster::ClusterStatusResponse;
+use lardon_submit::Backoff;
+use lardon_submit::client::{self, Answer, RemoteTask, Submitter, SubmitterConfig, Ticket};
 
 use procs::{Proc, free_port, logs};
 

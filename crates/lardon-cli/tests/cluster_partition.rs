@@ -21,10 +21,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use lardon_cluster::agent::Backoff;
-use lardon_cluster::client::{self, Answer, RemoteTask, Submitter, SubmitterConfig};
 use lardon_cluster::{Capability, SubmitterId, TaskId};
 use lardon_proto::cluster::ClusterStatusResponse;
+use lardon_submit::Backoff;
+use lardon_submit::client::{self, Answer, RemoteTask, Submitter, SubmitterConfig};
 use procs::{Proc, agent_args, logs};
 
 const WAIT: Duration = Duration::from_secs(60);

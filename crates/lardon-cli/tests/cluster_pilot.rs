@@ -12,7 +12,7 @@ mod pilot;
 #[path = "support/procs.rs"]
 mod procs;
 
-use lardon_cluster::client::Answer;
+use lardon_submit::client::Answer;
 
 use pilot::{broker, done, sh, submitter, until_explain, until_status};
 use procs::{free_port, logs};

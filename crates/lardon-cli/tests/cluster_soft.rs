@@ -12,8 +12,8 @@ mod pilot;
 #[path = "support/procs.rs"]
 mod procs;
 
-use lardon_cluster::client::{Answer, RemoteTask};
 use lardon_cluster::{Capability, Need, TaskId};
+use lardon_submit::client::{Answer, RemoteTask};
 
 use pilot::{answer, submitter, until_status};
 use procs::{Proc, free_port, logs};

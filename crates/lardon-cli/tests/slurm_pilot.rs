@@ -183,7 +183,7 @@ async fn a_two_node_allocation_runs_tasks_on_both_nodes() {
 }
 
 async fn client_agents(addr: &str) -> Vec<String> {
-    let s = lardon_cluster::client::status(addr, &Default::default()).await.unwrap();
+    let s = lardon_submit::client::status(addr, &Default::default()).await.unwrap();
     let mut ids: Vec<String> = s.agents.into_iter().map(|a| a.agent_id).collect();
     ids.sort();
     ids
@@ -202,14 +202,14 @@ async fn a_liar_is_killed_in_its_own_cgroup_before_the_jobs_limit_and_the_alloca
     // job's 200 MiB (which would end the whole allocation OUT_OF_MEMORY).
     let bin = common::bin().to_str().unwrap().to_owned();
     let argv = vec![bin, "exercise".into(), "--mem".into(), "400MiB".into(), "--secs".into(), "1".into()];
-    let mut liar = lardon_cluster::client::RemoteTask::new(
+    let mut liar = lardon_submit::client::RemoteTask::new(
         lardon_cluster::TaskId::new("liar").unwrap(),
         lardon_cluster::Capability::parse("sh@1").unwrap(),
         argv,
     );
     liar.need = lardon_cluster::Need { memory: 50 << 20, cpu_millis: 1000 };
     match pilot::answer(s.submit(&liar), &[&b]).await {
-        lardon_cluster::client::Answer::Done(ended) => {
+        lardon_submit::client::Answer::Done(ended) => {
             assert!(!ended.success, "{ended:?}");
             assert!(ended.reason.contains("killed at its memory limit"), "{ended:?}\n{}", job_logs(d));
         }

@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
-use crate::capability::Capability;
+use lardon_cluster_core::Capability;
 
 /// The broker's demand per capability, as KEDA sees it: tasks queued or
 /// in flight. Cloning shares the board.

@@ -1,52 +1,40 @@
-//! # lardon-cluster: the broker, its agents and its submitters
+//! # lardon-cluster: the broker and its agents
 //!
 //! Cluster mode (docs/DESIGN.md §14) routes tasks from submitters
 //! (offloading daemons, `lardon cluster submit`) to agents that an existing
 //! engine (Slurm, Kubernetes, systemd) places and limits.
 //!
-//! * [`Router`] is the routing core as pure state transitions — routes by
-//!   [`Capability`], deficit round robin across submitters, power of two
-//!   choices among agents, WAIT and agent loss handled without losing or
-//!   repeating work — so that every rule has a deterministic test. It does
-//!   no I/O.
+//! It sits on two crates below it: `lardon-cluster-core` (ids,
+//! capabilities, messages, wire validation, the router, learned figures:
+//! pure, no I/O) and `lardon-submit` (the submitter client, dialling, blob
+//! transfer, back-off), which the offloading daemon uses without linking
+//! anything here.
+//!
 //! * [`broker`] is `lardon broker`: the gRPC service
 //!   (`lardon.cluster.v1.Broker`) around one owner task that drives the
-//!   router, with its state in SQLite ([`store`]) so a restart loses
-//!   nothing.
+//!   core's `Router`, with its state in SQLite ([`store`]) so a restart
+//!   loses nothing.
 //! * [`agent`] is `lardon agent`: it dials out, runs assignments as child
 //!   processes (argv only) after its own Governor admits them, and pushes
 //!   its availability.
-//! * [`client`] is the submitter side, a small library the CLI (and later
-//!   an offloading daemon) uses.
-//! * [`wire`] validates everything a peer sends.
-//! * [`learned`] is what the broker learned of each task class (peak
-//!   memory, wall time), which walltime-aware dispatch reads.
 //! * [`cache`], [`optimizer`], [`provision`] and [`keda`] are the result
 //!   cache and its hook chain, the token-bound controller (run by each
-//!   agent, [`agent::tuning`]), the Provisioner's decision (not yet driven
-//!   by a loop) and the KEDA scaler.
+//!   agent, [`agent::tuning`]), the Provisioner's decision and its loop,
+//!   and the KEDA scaler.
+//!
+//! The core's names that the broker's and the agent's APIs take are
+//! re-exported at the root; nothing here is re-exported below.
 #![warn(missing_docs)]
 
 pub mod agent;
-pub mod blobs;
 pub mod broker;
 pub mod cache;
-mod capability;
-pub mod client;
-pub mod dial;
-mod ids;
 pub mod keda;
-pub mod learned;
-mod messages;
 pub mod optimizer;
 pub mod provision;
-mod router;
 pub mod store;
-pub mod wire;
 
-pub use capability::{Capability, CapabilityError};
-pub use ids::{AgentId, IdError, SubmitterId, TaskId};
-pub use messages::{
-    AgentView, Availability, Delivery, Event, Hello, Need, Outcome, Report, Request, Submitted, TaskPlace,
+pub use lardon_cluster_core::{
+    AgentId, AgentView, Availability, Capability, CapabilityError, Delivery, Event, Hello, IdError, Need,
+    Outcome, Report, Request, Submitted, SubmitterId, TaskId, TaskPlace,
 };
-pub use router::Router;

@@ -15,7 +15,7 @@ use prost::Message;
 use rusqlite::{Connection, OptionalExtension, params};
 use thiserror::Error;
 
-use crate::learned::Learned;
+use lardon_cluster_core::learned::Learned;
 
 /// The store failed.
 #[derive(Debug, Error)]
@@ -259,7 +259,7 @@ impl Store {
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
-    /// Records one successful run of `class` (see [`crate::learned`]):
+    /// Records one successful run of `class` (see [`lardon_cluster_core::learned`]):
     /// only the newest [`Learned::SAMPLES`] rows of a class are kept, and
     /// at most [`Learned::SAMPLES`] × [`Learned::MAX_CLASSES`] in all.
     ///

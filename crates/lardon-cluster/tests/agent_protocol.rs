@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lardon::{FakeClock, FakeProbe, Governor, HostPolicy, HostProfile};
-use lardon_cluster::agent::{Agent, AgentConfig, Backoff, Executor, Running};
+use lardon_cluster::agent::{Agent, AgentConfig, Executor, Running};
 use lardon_cluster::{AgentId, Capability};
 use lardon_proto::cluster as pb;
 use lardon_proto::cluster::broker_server::{Broker, BrokerServer};
+use lardon_submit::Backoff;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::{TcpListenerStream, UnboundedReceiverStream};
@@ -252,7 +253,7 @@ fn spec(id: &str, capability: &str, memory: u64) -> pb::TaskSpec {
     let cap = Capability::parse(capability).unwrap();
     pb::TaskSpec {
         task_id: id.into(),
-        capability: Some(lardon_cluster::wire::capability_to_pb(&cap)),
+        capability: Some(lardon_cluster_core::wire::capability_to_pb(&cap)),
         need: Some(pb::Need { memory, cpu_millis: 1000 }),
         argv: vec!["true".into()],
         ..Default::default()

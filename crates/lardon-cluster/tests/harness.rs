@@ -10,11 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lardon::{FakeClock, FakeProbe, Governor, HostPolicy, HostProfile};
-use lardon_cluster::agent::{Agent, AgentConfig, Backoff, Executor, Running};
+use lardon_cluster::agent::{Agent, AgentConfig, Executor, Running};
 use lardon_cluster::broker::{self, BrokerConfig};
-use lardon_cluster::client::{self, Answer, RemoteTask, Submitter, SubmitterConfig};
 use lardon_cluster::{AgentId, Capability, SubmitterId, TaskId};
 use lardon_proto::cluster as pb;
+use lardon_submit::Backoff;
+use lardon_submit::client::{self, Answer, RemoteTask, Submitter, SubmitterConfig};
 use tokio::sync::{mpsc, oneshot, watch};
 
 const WAIT: Duration = Duration::from_secs(30);

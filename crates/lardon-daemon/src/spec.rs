@@ -237,7 +237,7 @@ pub struct TaskSpec {
 #[serde(deny_unknown_fields)]
 pub struct Offload {
     /// The canonical capability key (`name@version:target`, `*` for any),
-    /// as [`lardon_cluster::Capability::key`] writes it.
+    /// as [`lardon_cluster_core::Capability::key`] writes it.
     pub capability: String,
     /// Unix ms after which the agent kills it (`None`: no deadline). A
     /// deadline already passed when the task would ship fails it.
@@ -358,7 +358,7 @@ impl TaskSpec {
             return Err(SpecError::ZeroItems);
         }
         if let Some(offload) = &self.offload {
-            lardon_cluster::Capability::parse(&offload.capability)
+            lardon_cluster_core::Capability::parse(&offload.capability)
                 .map_err(|e| SpecError::BadCapability(e.to_string()))?;
             if offload.deadline_unix_ms.is_some_and(|d| d <= 0) {
                 return Err(SpecError::BadDeadline);
@@ -369,7 +369,7 @@ impl TaskSpec {
     }
 
     /// A shippable task's files: each a relative path of plain names
-    /// (`lardon_cluster::wire::relative_path`), none named twice, at most
+    /// (`lardon_cluster_core::wire::relative_path`), none named twice, at most
     /// [`MAX_TASK_FILES`] of each, and a working directory to hold them.
     fn validate_files(&self, offload: &Offload) -> Result<(), SpecError> {
         for (field, paths) in [("inputs", &offload.inputs), ("outputs", &offload.outputs)] {
@@ -381,7 +381,7 @@ impl TaskSpec {
             }
             let mut seen = std::collections::HashSet::new();
             for (i, path) in paths.iter().enumerate() {
-                lardon_cluster::wire::relative_path(&format!("{field}[{i}]"), path)
+                lardon_cluster_core::wire::relative_path(&format!("{field}[{i}]"), path)
                     .map_err(|e| SpecError::BadFile(e.to_string()))?;
                 if !seen.insert(path.as_str()) {
                     return Err(SpecError::BadFile(format!("{field}[{i}]: `{path}` named twice")));
@@ -432,7 +432,7 @@ pub fn check_cwd_exists(cwd: &str) -> Result<(), SpecError> {
 
 /// Most input files, and most output files, of a shippable task (the
 /// broker's own bound).
-pub const MAX_TASK_FILES: usize = lardon_cluster::wire::MAX_FILES;
+pub const MAX_TASK_FILES: usize = lardon_cluster_core::wire::MAX_FILES;
 
 /// Longest task name accepted, in characters.
 pub const MAX_NAME_CHARS: usize = 256;

@@ -19,10 +19,11 @@ use std::time::{Duration, Instant};
 
 use lardon::{FakeClock, FakeProbe, Governor, HostPolicy, HostProfile, MonoTime};
 use lardon_bench::stats::Distribution;
-use lardon_cluster::agent::{Agent, AgentConfig, Backoff, ProcessExecutor};
+use lardon_cluster::agent::{Agent, AgentConfig, ProcessExecutor};
 use lardon_cluster::broker::{self, BrokerConfig};
-use lardon_cluster::client::{self, Answer, RemoteTask, Submitter, SubmitterConfig};
 use lardon_cluster::{AgentId, Capability, SubmitterId, TaskId};
+use lardon_submit::Backoff;
+use lardon_submit::client::{self, Answer, RemoteTask, Submitter, SubmitterConfig};
 
 fn main() {
     let iterations = std::env::args().nth(1).and_then(|a| a.parse::<usize>().ok()).unwrap_or(500);
@@ -88,7 +89,7 @@ async fn run(iterations: usize) -> Result<Vec<(&'static str, Distribution)>, Str
     )
     .map_err(|x| e(&x))?;
     tokio::spawn(agent.run(std::future::pending()));
-    let dial = lardon_cluster::dial::Dial::default();
+    let dial = lardon_submit::dial::Dial::default();
     let connected = async {
         loop {
             if client::status(&addr, &dial).await.is_ok_and(|s| s.agents.len() == 1) {

@@ -7,10 +7,11 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use lardon::{FakeClock, FakeProbe, Governor, HostProfile, MonoTime, Probe};
 use lardon_cluster::agent::{
-    Agent, AgentConfig, Backoff, Cgroups, ConfinedExecutor, CpuSource, Executor, HostRss, ProcessExecutor,
+    Agent, AgentConfig, Cgroups, ConfinedExecutor, CpuSource, Executor, HostRss, ProcessExecutor,
     Tuning, WatchedExecutor, default_tokens,
 };
 use lardon_cluster::{AgentId, Capability};
+use lardon_submit::Backoff;
 
 use crate::cli::{AgentArgs, AgentEnforcement};
 use crate::error::usage;

@@ -149,7 +149,7 @@ impl ClusterSecurity {
 
     /// How a peer dials the broker: `default_name` is the certificate's
     /// name in --tls-dir unless --tls-name says otherwise.
-    pub(crate) fn dial(&self, default_name: &str) -> Result<lardon_cluster::dial::Dial> {
+    pub(crate) fn dial(&self, default_name: &str) -> Result<lardon_submit::dial::Dial> {
         let tls = match &self.tls_dir {
             Some(dir) => Some(
                 lardon_tls::Identity::load(dir, self.tls_name.as_deref().unwrap_or(default_name))
@@ -157,6 +157,6 @@ impl ClusterSecurity {
             ),
             None => None,
         };
-        Ok(lardon_cluster::dial::Dial { tls, token: self.token()? })
+        Ok(lardon_submit::dial::Dial { tls, token: self.token()? })
     }
 }

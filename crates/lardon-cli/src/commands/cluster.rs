@@ -5,9 +5,9 @@ use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Result;
-use lardon_cluster::agent::Backoff;
-use lardon_cluster::client::{self, Answer, RemoteTask, StatusError, Submitter, SubmitterConfig};
 use lardon_cluster::{Capability, Need, SubmitterId, TaskId};
+use lardon_submit::Backoff;
+use lardon_submit::client::{self, Answer, RemoteTask, StatusError, Submitter, SubmitterConfig};
 
 use crate::cli::{ClusterCommand, ClusterSubmitArgs};
 use crate::error::{Failure, usage};
@@ -27,7 +27,7 @@ pub(crate) async fn run(command: &ClusterCommand) -> Result<u8> {
     }
 }
 
-async fn explain(broker: &str, json: bool, dial: &lardon_cluster::dial::Dial) -> Result<u8> {
+async fn explain(broker: &str, json: bool, dial: &lardon_submit::dial::Dial) -> Result<u8> {
     let e = client::explain(broker, dial).await.map_err(unreachable)?;
     if json {
         let allocations: Vec<serde_json::Value> = e
@@ -75,7 +75,7 @@ pub(crate) fn unreachable(e: StatusError) -> anyhow::Error {
     }
 }
 
-async fn status(broker: &str, json: bool, dial: &lardon_cluster::dial::Dial) -> Result<u8> {
+async fn status(broker: &str, json: bool, dial: &lardon_submit::dial::Dial) -> Result<u8> {
     let s = client::status(broker, dial).await.map_err(unreachable)?;
     if json {
         super::out(&format!("{:#}\n", status_json(&s)))?;

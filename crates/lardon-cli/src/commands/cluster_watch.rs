@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use lardon_cluster::client;
+use lardon_submit::client;
 
 use crate::error::{Failure, usage};
 
@@ -23,7 +23,7 @@ pub(crate) async fn watch(
     broker: &str,
     json: bool,
     min_interval_ms: u64,
-    dial: &lardon_cluster::dial::Dial,
+    dial: &lardon_submit::dial::Dial,
 ) -> Result<u8> {
     let interval =
         u32::try_from(min_interval_ms).ok().filter(|ms| MIN_INTERVAL_MS.contains(ms)).ok_or_else(|| {

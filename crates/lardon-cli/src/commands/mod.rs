@@ -92,12 +92,12 @@ fn top(cli: &Cli, no_color: bool) -> Result<u8> {
 fn top_cluster(broker: &str, no_color: bool, security: &crate::cli::ClusterSecurity) -> Result<u8> {
     use tokio_stream::StreamExt as _;
     let dial = security.dial("agent")?;
-    lardon_cluster::agent::broker_uri(broker).map_err(|e| crate::error::usage(e.to_string()))?;
+    lardon_submit::broker_uri(broker).map_err(|e| crate::error::usage(e.to_string()))?;
     let addr = broker.to_owned();
     let subscribe: lardon_top::cluster::Subscribe = Box::new(move || {
         let (addr, dial) = (addr.clone(), dial.clone());
         Box::pin(async move {
-            let stream = lardon_cluster::client::watch(&addr, &dial, TOP_INTERVAL_MS)
+            let stream = lardon_submit::client::watch(&addr, &dial, TOP_INTERVAL_MS)
                 .await
                 .map_err(|e| e.to_string())?;
             let events: lardon_top::cluster::Events =

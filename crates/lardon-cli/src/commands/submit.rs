@@ -124,7 +124,7 @@ fn relative(flag: &str, path: &Path) -> Result<String> {
     // `./x` and `a//b` mean `x` and `a/b`; `..` never passes.
     let clean: Vec<&str> = text.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
     let clean = clean.join("/");
-    lardon_cluster::wire::relative_path(flag, &clean).map_err(|e| usage(e.to_string()))?;
+    lardon_cluster_core::wire::relative_path(flag, &clean).map_err(|e| usage(e.to_string()))?;
     Ok(clean)
 }
 

@@ -6,10 +6,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use lardon_cluster::agent::Backoff;
-use lardon_cluster::client::{self, Answer, RemoteTask, Submitter, SubmitterConfig, Ticket};
 use lardon_cluster::{Capability, Need, SubmitterId, TaskId};
 use lardon_proto::cluster::{ClusterStatusResponse, ProvisionExplainResponse};
+use lardon_submit::Backoff;
+use lardon_submit::client::{self, Answer, RemoteTask, Submitter, SubmitterConfig, Ticket};
 
 use super::procs::{Proc, logs};
 

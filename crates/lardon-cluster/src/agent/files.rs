@@ -3,7 +3,7 @@
 //! runs it there, uploads the declared outputs it produced and reports
 //! their digests; the directory is removed afterwards, whatever happened.
 //!
-//! Paths were validated on receipt ([`crate::wire::relative_path`]: plain
+//! Paths were validated on receipt ([`lardon_cluster_core::wire::relative_path`]: plain
 //! names only) and are checked again here before anything is written, so
 //! no input lands outside the task's directory. Outputs must be regular
 //! files: a symlink the task made (to `/etc/shadow`, say) is refused, not
@@ -19,9 +19,9 @@ use lardon_proto::cluster as pb;
 use tokio::sync::oneshot;
 
 use super::exec::Executor;
-use crate::blobs::{self, BlobClient};
 use crate::cache::key::digest_of;
-use crate::dial::Dial;
+use lardon_submit::blobs::{self, BlobClient};
+use lardon_submit::dial::Dial;
 
 /// Where and how an agent stages tasks' files.
 #[derive(Debug, Clone)]
@@ -55,7 +55,7 @@ fn fresh_dir(root: &Path, task: &str) -> std::io::Result<PathBuf> {
 
 /// `dir/path` for a validated relative path; refuses anything else again.
 fn inside(dir: &Path, field: &str, path: &str) -> Result<PathBuf, String> {
-    crate::wire::relative_path(field, path).map_err(|e| e.to_string())?;
+    lardon_cluster_core::wire::relative_path(field, path).map_err(|e| e.to_string())?;
     Ok(dir.join(path))
 }
 

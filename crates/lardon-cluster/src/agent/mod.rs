@@ -57,9 +57,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tracing::{info, warn};
 
-use crate::capability::Capability;
-use crate::ids::{AgentId, TaskId};
-use crate::wire;
+use lardon_cluster_core::wire;
+use lardon_cluster_core::{AgentId, Capability, TaskId};
+use lardon_submit::Backoff;
+use lardon_submit::{BadAddress, broker_uri};
 
 pub use exec::{
     ConfinedExecutor, Confinement, Confiner, Executor, MAX_OUTPUT, ProcessExecutor, Running, WatchedExecutor,
@@ -70,21 +71,6 @@ pub use tuning::{CpuSource, Tuner, Tuning};
 pub use watchdog::{RssSampler, RssSource};
 
 use drain::{Drain, Step, grace_from_end};
-
-/// Exponential backoff between connection attempts, capped.
-#[derive(Debug, Clone, Copy)]
-pub struct Backoff {
-    /// The first wait.
-    pub initial: Duration,
-    /// The longest wait.
-    pub max: Duration,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff { initial: Duration::from_millis(200), max: Duration::from_secs(5) }
-    }
-}
 
 /// How an agent runs.
 #[derive(Debug, Clone)]
@@ -103,7 +89,7 @@ pub struct AgentConfig {
     /// Between connection attempts.
     pub backoff: Backoff,
     /// TLS and join token to dial with.
-    pub dial: crate::dial::Dial,
+    pub dial: lardon_submit::dial::Dial,
     /// When its allocation ends, Unix milliseconds (`None`: not known):
     /// the broker gives it no task that would outlast it.
     pub ends_at_ms: Option<u64>,
@@ -118,8 +104,8 @@ pub struct AgentConfig {
 #[derive(Debug, Error)]
 pub enum AgentError {
     /// The broker address is not a URI.
-    #[error("--broker: `{0}` is not a valid address (expected HOST:PORT or http://HOST:PORT)")]
-    BadAddress(String),
+    #[error(transparent)]
+    BadAddress(#[from] BadAddress),
     /// No capability was declared.
     #[error("--capability: an agent declares at least one")]
     NoCapability,
@@ -215,17 +201,6 @@ async fn tune_tick(tuner: &mut Option<(Tuner, tokio::time::Interval)>) {
         Some((_, every)) => drop(every.tick().await),
         None => std::future::pending().await,
     }
-}
-
-/// `HOST:PORT` or a URI, as a URI.
-///
-/// # Errors
-/// [`AgentError::BadAddress`].
-pub fn broker_uri(addr: &str) -> Result<String, AgentError> {
-    let uri = if addr.contains("://") { addr.to_owned() } else { format!("http://{addr}") };
-    tonic::transport::Endpoint::from_shared(uri.clone())
-        .map_err(|_| AgentError::BadAddress(addr.to_owned()))?;
-    Ok(uri)
 }
 
 impl Agent {
@@ -359,7 +334,7 @@ impl Agent {
     /// A stop request: the first starts a drain (told to the broker when
     /// connected), the second asks to stop now (returns true).
     fn on_stop_request(&mut self, out: Option<&mpsc::UnboundedSender<pb::AgentMessage>>) -> bool {
-        let now_ms = crate::broker::unix_ms();
+        let now_ms = lardon_submit::unix_ms();
         let grace = self
             .config
             .drain_grace

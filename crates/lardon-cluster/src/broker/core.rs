@@ -19,12 +19,12 @@ use tonic::Status;
 use tracing::{info, warn};
 
 use crate::cache::hooks::{CacheHook, HookChain};
-use crate::ids::{AgentId, SubmitterId, TaskId};
-use crate::learned::Learned;
-use crate::messages::{Availability, Delivery, Hello, Outcome, Report, TaskPlace};
-use crate::router::Router;
 use crate::store::{Store, StoreError};
-use crate::wire::{self, Job};
+use lardon_cluster_core::Router;
+use lardon_cluster_core::learned::Learned;
+use lardon_cluster_core::wire::{self, Job};
+use lardon_cluster_core::{AgentId, SubmitterId, TaskId};
+use lardon_cluster_core::{Availability, Delivery, Hello, Outcome, Report, TaskPlace};
 
 pub(crate) use super::provisioning::ProvisionView;
 
@@ -191,13 +191,6 @@ pub(crate) struct Core {
     watch: super::watch::Feed,
 }
 
-/// The system's wall clock, Unix milliseconds.
-pub(crate) fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 impl Core {
     /// A core over `store`, with its live tasks restored: queued ones on
     /// their routes, in-flight ones held for their agent's re-hello.
@@ -221,7 +214,7 @@ impl Core {
             counters: super::metrics::Counters::default(),
             learned: Learned::new(),
             verdicts: HashMap::new(),
-            clock: unix_ms,
+            clock: lardon_submit::unix_ms,
             shapes: Vec::new(),
             changes: 0,
             watch: super::watch::Feed::default(),
@@ -300,9 +293,9 @@ impl Core {
         self
     }
 
-    /// What the broker learned of `class` (see [`crate::learned`]).
+    /// What the broker learned of `class` (see [`lardon_cluster_core::learned`]).
     #[cfg(test)]
-    pub(crate) fn estimate(&self, class: &str) -> Option<crate::learned::Estimate> {
+    pub(crate) fn estimate(&self, class: &str) -> Option<lardon_cluster_core::learned::Estimate> {
         self.learned.estimate(class)
     }
 

@@ -9,9 +9,9 @@ use tracing::{info, warn};
 
 use super::apply::Reported;
 use super::{AgentTx, Core, Peer};
-use crate::ids::{AgentId, TaskId};
-use crate::messages::{Availability, Hello, Report};
-use crate::wire;
+use lardon_cluster_core::wire;
+use lardon_cluster_core::{AgentId, TaskId};
+use lardon_cluster_core::{Availability, Hello, Report};
 
 impl Core {
     /// An agent said hello (a first connection or a reconnect): what it

@@ -8,10 +8,10 @@ use lardon_proto::cluster as pb;
 use tracing::error;
 
 use super::Core;
-use crate::ids::{AgentId, SubmitterId, TaskId};
-use crate::learned::class_of;
-use crate::messages::{Delivery, Event, Outcome, TaskPlace};
-use crate::wire;
+use lardon_cluster_core::learned::class_of;
+use lardon_cluster_core::wire;
+use lardon_cluster_core::{AgentId, SubmitterId, TaskId};
+use lardon_cluster_core::{Delivery, Event, Outcome, TaskPlace};
 
 impl Core {
     /// Records what `events` and the `touched` tasks changed, then sends

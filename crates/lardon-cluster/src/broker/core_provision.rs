@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use tracing::info;
 
 use super::{Core, ProvisionView};
-use crate::learned::class_of;
-use crate::messages::{Delivery, TaskPlace};
-use crate::wire;
+use lardon_cluster_core::learned::class_of;
+use lardon_cluster_core::wire;
+use lardon_cluster_core::{Delivery, TaskPlace};
 use lardon_proto::cluster as pb;
 
 impl Core {

@@ -9,10 +9,10 @@ use super::Core;
 use super::apply::reply;
 use crate::cache::hooks::{HookVerdict, PreRoute};
 use crate::cache::key::ActionKey;
-use crate::ids::SubmitterId;
-use crate::learned::class_of;
-use crate::messages::{Delivery, Outcome, Submitted};
-use crate::wire::Job;
+use lardon_cluster_core::SubmitterId;
+use lardon_cluster_core::learned::class_of;
+use lardon_cluster_core::wire::Job;
+use lardon_cluster_core::{Delivery, Outcome, Submitted};
 
 impl Core {
     pub(super) fn submit(&mut self, submitter: SubmitterId, job: Job) {
@@ -49,7 +49,7 @@ impl Core {
                             .iter()
                             .map(|f| pb::OutputFile {
                                 path: f.path.clone(),
-                                digest: f.digest.as_ref().map(crate::blobs::to_pb),
+                                digest: f.digest.as_ref().map(lardon_submit::blobs::to_pb),
                             })
                             .collect(),
                         ..Default::default()
@@ -123,7 +123,7 @@ pub(crate) fn action_key(capability: &crate::Capability, spec: &pb::TaskSpec) ->
         .iter()
         .map(|f| crate::cache::key::InputEntry {
             path: f.path.clone(),
-            digest: f.digest.as_ref().map(crate::blobs::from_pb).unwrap_or_default(),
+            digest: f.digest.as_ref().map(lardon_submit::blobs::from_pb).unwrap_or_default(),
             executable: f.executable,
         })
         .collect();

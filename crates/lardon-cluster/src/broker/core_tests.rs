@@ -6,10 +6,10 @@ use lardon_proto::cluster as pb;
 use tokio::sync::{mpsc, oneshot};
 
 use super::core::{AgentTx, Core, Input};
-use crate::capability::Capability;
-use crate::ids::{AgentId, SubmitterId, TaskId};
-use crate::messages::{Availability, Hello};
 use crate::store::Store;
+use lardon_cluster_core::Capability;
+use lardon_cluster_core::{AgentId, SubmitterId, TaskId};
+use lardon_cluster_core::{Availability, Hello};
 
 fn spec(id: &str) -> pb::TaskSpec {
     pb::TaskSpec {
@@ -122,7 +122,7 @@ fn at_noon() -> u64 {
 fn submit(core: &mut Core, id: &str, argv0: &str, expected_ms: u64) {
     let submitter = SubmitterId::new("s").unwrap_or_else(|e| panic!("{e}"));
     let spec = pb::TaskSpec { argv: vec![argv0.into()], expected_duration_ms: expected_ms, ..spec(id) };
-    let job = crate::wire::task_spec(spec, &submitter).unwrap_or_else(|e| panic!("{e}"));
+    let job = lardon_cluster_core::wire::task_spec(spec, &submitter).unwrap_or_else(|e| panic!("{e}"));
     core.handle(Input::Submit { submitter, job: Box::new(job) });
 }
 
@@ -137,7 +137,7 @@ fn ended(core: &mut Core, agent: &str, conn: u64, task: &str, peak: u64, wall_ms
             ..Default::default()
         })),
     };
-    let (task, report, ended) = crate::wire::report(report).unwrap_or_else(|e| panic!("{e}"));
+    let (task, report, ended) = lardon_cluster_core::wire::report(report).unwrap_or_else(|e| panic!("{e}"));
     let agent = AgentId::new(agent).unwrap_or_else(|e| panic!("{e}"));
     core.handle(Input::AgentReport { agent, conn, task, report, ended });
 }
@@ -220,8 +220,11 @@ fn a_draining_agent_is_acknowledged_its_unstarted_tasks_go_elsewhere_and_status_
     assert!(s.agents.iter().any(|a| a.agent_id == "a1" && a.draining && a.in_flight == 1), "{s:?}");
     // The optimizer's verdict shows in the status.
     let agent = AgentId::new("b").unwrap_or_else(|e| panic!("{e}"));
-    let bound =
-        crate::wire::TokenBound { tokens: 1, verdict: "shrink".into(), reason: "throttled 30 %".into() };
+    let bound = lardon_cluster_core::wire::TokenBound {
+        tokens: 1,
+        verdict: "shrink".into(),
+        reason: "throttled 30 %".into(),
+    };
     core.handle(Input::AgentTokens { agent, conn: 2, bound });
     let s = status(&mut core);
     let b = s.agents.iter().find(|a| a.agent_id == "b").unwrap_or_else(|| panic!("{s:?}"));
@@ -288,7 +291,7 @@ fn submit_needing(core: &mut Core, id: &str, argv0: &str, memory: u64) {
         need: Some(pb::Need { memory, cpu_millis: 1000 }),
         ..spec(id)
     };
-    let job = crate::wire::task_spec(spec, &submitter).unwrap_or_else(|e| panic!("{e}"));
+    let job = lardon_cluster_core::wire::task_spec(spec, &submitter).unwrap_or_else(|e| panic!("{e}"));
     core.handle(Input::Submit { submitter, job: Box::new(job) });
 }
 
@@ -398,7 +401,7 @@ fn a_scaled_capability_waits_for_an_agent_and_is_never_handed_back() {
             need: Some(pb::Need { memory, cpu_millis: 1000 }),
             ..spec(id)
         };
-        let job = crate::wire::task_spec(spec, &submitter).unwrap_or_else(|e| panic!("{e}"));
+        let job = lardon_cluster_core::wire::task_spec(spec, &submitter).unwrap_or_else(|e| panic!("{e}"));
         core.handle(Input::Submit { submitter: submitter.clone(), job: Box::new(job) });
     };
     submit(&mut core, "big-py", "py", 64 << 30);
@@ -443,7 +446,8 @@ fn a_cancelled_stale_run_never_answers_its_task_when_the_task_comes_back() {
         };
         let report =
             pb::TaskReport { task_id: "t".into(), report: Some(pb::task_report::Report::Ended(ended)) };
-        let (task, report, ended) = crate::wire::report(report).unwrap_or_else(|e| panic!("{e}"));
+        let (task, report, ended) =
+            lardon_cluster_core::wire::report(report).unwrap_or_else(|e| panic!("{e}"));
         let agent = AgentId::new("a").unwrap_or_else(|e| panic!("{e}"));
         Input::AgentReport { agent, conn: 3, task, report, ended }
     };

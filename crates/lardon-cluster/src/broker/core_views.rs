@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use lardon_proto::cluster as pb;
 
 use super::Core;
-use crate::messages::TaskPlace;
-use crate::wire;
+use lardon_cluster_core::TaskPlace;
+use lardon_cluster_core::wire;
 
 impl Core {
     /// Publishes the status to `Watch` subscribers if it may have changed

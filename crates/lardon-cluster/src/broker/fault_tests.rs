@@ -29,9 +29,10 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use super::{BrokerConfig, MetricsBoard};
-use crate::agent::{Agent, AgentConfig, Backoff, Executor, Running};
-use crate::client::{Answer, RemoteTask, Submitter, SubmitterConfig};
+use crate::agent::{Agent, AgentConfig, Executor, Running};
 use crate::{AgentId, Capability, SubmitterId, TaskId};
+use lardon_submit::Backoff;
+use lardon_submit::client::{Answer, RemoteTask, Submitter, SubmitterConfig};
 
 const FAULTS: usize = 1_000;
 const AGENTS: usize = 4;
@@ -343,7 +344,7 @@ async fn a_thousand_random_faults_lose_nothing_and_complete_nothing_twice() {
             }
             Ok(Err(_)) => fail(format!("{id}: the submitter stopped")),
             Err(_) => {
-                let status = crate::client::status(&broker_addr, &Default::default()).await;
+                let status = lardon_submit::client::status(&broker_addr, &Default::default()).await;
                 let metrics = board.snapshot().await;
                 fail(format!("{id} never answered (lost); broker status {status:?}, metrics {metrics:?}"))
             }
@@ -369,7 +370,7 @@ async fn a_thousand_random_faults_lose_nothing_and_complete_nothing_twice() {
 
     // Settled: nothing queued or held, every agent back and idle.
     loop {
-        let status = crate::client::status(&broker_addr, &Default::default()).await;
+        let status = lardon_submit::client::status(&broker_addr, &Default::default()).await;
         if let Ok(s) = &status
             && s.queued == 0
             && s.in_flight == 0
@@ -440,7 +441,7 @@ async fn a_peer_the_broker_stopped_hearing_is_told_and_reconnects() {
         async move {
             let deadline = Instant::now() + SETTLE;
             loop {
-                if let Ok(s) = crate::client::status(&addr, &Default::default()).await
+                if let Ok(s) = lardon_submit::client::status(&addr, &Default::default()).await
                     && ok(&s)
                 {
                     return;

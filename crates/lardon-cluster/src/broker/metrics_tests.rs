@@ -7,10 +7,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::core::{AgentTx, Core, Input};
 use super::metrics::{Counters, MetricsSnapshot};
-use crate::capability::Capability;
-use crate::ids::{AgentId, SubmitterId, TaskId};
-use crate::messages::{Availability, Hello, Outcome, Report};
 use crate::store::Store;
+use lardon_cluster_core::Capability;
+use lardon_cluster_core::{AgentId, SubmitterId, TaskId};
+use lardon_cluster_core::{Availability, Hello, Outcome, Report};
 
 fn agent(
     core: &mut Core,
@@ -55,7 +55,7 @@ fn each_event_is_counted_once_under_its_own_name() {
         argv: vec!["true".into()],
         ..Default::default()
     };
-    let job = crate::wire::task_spec(spec, &submitter).unwrap();
+    let job = lardon_cluster_core::wire::task_spec(spec, &submitter).unwrap();
     core.handle(Input::Submit { submitter, job: Box::new(job) });
     let m = metrics(&mut core);
     assert_eq!((m.agents, m.submitters, m.load["sh@1:*"].in_flight), (1, 1, 1), "{m:?}");

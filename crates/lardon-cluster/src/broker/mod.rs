@@ -1,7 +1,7 @@
-//! `lardon broker`: the gRPC service around the [`Router`](crate::Router)
+//! `lardon broker`: the gRPC service around the [`Router`](lardon_cluster_core::Router)
 //! (docs/DESIGN.md §14). One task owns the router and the SQLite
 //! [`Store`]; each agent's and submitter's stream is read by its own task
-//! that validates every message ([`crate::wire`]) and forwards it to the
+//! that validates every message ([`lardon_cluster_core::wire`]) and forwards it to the
 //! owner over a channel, so routing stays single-threaded and
 //! deterministic while streams come and go.
 //!
@@ -45,8 +45,6 @@ use crate::store::{Store, StoreError};
 
 pub use metrics::{MetricsBoard, serve_metrics};
 pub use service::BrokerService;
-
-pub(crate) use core::unix_ms;
 
 /// How a broker runs.
 #[derive(Debug, Clone)]
@@ -145,7 +143,8 @@ impl BrokerCache {
     /// lacks a declared output is not cached.
     fn remember(&self, spec: &lardon_proto::cluster::TaskSpec, ended: &lardon_proto::cluster::TaskEnded) {
         use prost::Message as _;
-        let Ok(capability) = crate::wire::capability("capability", spec.capability.as_ref()) else {
+        let Ok(capability) = lardon_cluster_core::wire::capability("capability", spec.capability.as_ref())
+        else {
             return;
         };
         let all_outputs = spec.outputs.iter().all(|p| ended.outputs.iter().any(|o| &o.path == p));
@@ -174,7 +173,7 @@ impl BrokerCache {
                 .iter()
                 .map(|o| crate::cache::reapi::OutputFile {
                     path: o.path.clone(),
-                    digest: o.digest.as_ref().map(crate::blobs::from_pb),
+                    digest: o.digest.as_ref().map(lardon_submit::blobs::from_pb),
                     ..Default::default()
                 })
                 .collect(),

@@ -18,7 +18,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, warn};
 
 use super::core::Input;
-use crate::wire;
+use lardon_cluster_core::wire;
 
 /// Why the broker ends a stream it no longer reads.
 const GONE: &str =

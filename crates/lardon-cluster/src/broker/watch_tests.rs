@@ -17,9 +17,10 @@ use tokio::time::Instant;
 use tokio_stream::{Stream, StreamExt as _};
 
 use super::{BrokerConfig, BrokerService};
-use crate::agent::{Agent, AgentConfig, Backoff, Executor, Running};
-use crate::client::{self, Answer, RemoteTask, StatusError, Submitter, SubmitterConfig};
+use crate::agent::{Agent, AgentConfig, Executor, Running};
 use crate::{AgentId, Capability, SubmitterId, TaskId};
+use lardon_submit::Backoff;
+use lardon_submit::client::{self, Answer, RemoteTask, StatusError, Submitter, SubmitterConfig};
 
 const HEARTBEAT: Duration = Duration::from_millis(200);
 /// Longest any awaited event may take before the test fails.

@@ -10,23 +10,14 @@
 use std::collections::BTreeMap;
 
 use prost::Message as _;
-use sha2::{Digest as _, Sha256};
 
 use super::reapi;
-use crate::capability::Capability;
+use lardon_cluster_core::Capability;
 
 /// The platform property naming the capability in an `Action`.
 pub const CAPABILITY_PROPERTY: &str = "lardon-capability";
 
-/// The REAPI digest (lower-case hex sha256 and size) of `bytes`.
-#[must_use]
-pub fn digest_of(bytes: &[u8]) -> reapi::Digest {
-    let hash = Sha256::digest(bytes);
-    reapi::Digest {
-        hash: hash.iter().map(|b| format!("{b:02x}")).collect(),
-        size_bytes: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
-    }
-}
+pub use lardon_submit::blobs::digest_of;
 
 /// A task's cache identity: the `Command` and `Action` as REAPI encodes
 /// them, and the action's digest (the key).
@@ -208,13 +199,6 @@ mod tests {
         let env: Vec<(String, String)> =
             env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         ActionKey::new(&Capability::parse(cap).unwrap(), &argv, &env, &["LANG", "CFLAGS"], None).digest
-    }
-
-    #[test]
-    fn the_digest_is_sha256_of_the_bytes() {
-        let d = digest_of(b"abc");
-        assert_eq!(d.hash, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-        assert_eq!(d.size_bytes, 3);
     }
 
     #[test]

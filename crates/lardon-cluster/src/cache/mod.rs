@@ -21,4 +21,4 @@ pub mod service;
 pub mod store;
 
 /// The REAPI v2 types (`Digest`, `Action`, `Command`, `ActionResult`, …).
-pub use bazel_remote_apis::build::bazel::remote::execution::v2 as reapi;
+pub use lardon_submit::blobs::reapi;

@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use super::{Action, AllocState, Allocation, Demand, Health, Hold, Limits, Provider, Shape, plan};
-use crate::capability::Capability;
+use lardon_cluster_core::Capability;
 
 /// An allocation asked for and not yet seen over.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::capability::Capability;
+use lardon_cluster_core::Capability;
 
 /// How an allocation starts its agent (less its id, which the provider
 /// derives from the allocation: see [`super::Provider::agent_prefix`]).

@@ -35,7 +35,7 @@ pub use slurm::{SlurmConfig, SlurmProvider, SlurmShape};
 
 use std::time::Duration;
 
-use crate::capability::Capability;
+use lardon_cluster_core::Capability;
 
 /// One kind of allocation a provider can grant (a Slurm partition with
 /// `--mem`/`--cpus-per-task`/`--time`, a Kubernetes pod template, …).

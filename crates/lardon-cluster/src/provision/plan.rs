@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use super::{AllocState, Allocation, Demand, Health, Limits, Shape, format_minutes};
-use crate::capability::Capability;
+use lardon_cluster_core::Capability;
 
 /// Something the broker should do with its provider.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -26,7 +26,7 @@ const FIRST_WAIT: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub(crate) struct Capacity {
     broker: String,
-    dial: lardon_cluster::dial::Dial,
+    dial: lardon_submit::dial::Dial,
     rt: tokio::runtime::Handle,
     state: Arc<(Mutex<Cached>, Condvar)>,
 }
@@ -38,7 +38,7 @@ struct Cached {
 }
 
 impl Capacity {
-    pub(crate) fn new(broker: &str, dial: &lardon_cluster::dial::Dial, rt: tokio::runtime::Handle) -> Self {
+    pub(crate) fn new(broker: &str, dial: &lardon_submit::dial::Dial, rt: tokio::runtime::Handle) -> Self {
         Capacity { broker: broker.to_owned(), dial: dial.clone(), rt, state: Arc::default() }
     }
 
@@ -68,7 +68,7 @@ impl Capacity {
     fn refresh(&self) {
         let (broker, dial, state) = (self.broker.clone(), self.dial.clone(), Arc::clone(&self.state));
         self.rt.spawn(async move {
-            let got = tokio::time::timeout(STALE, lardon_cluster::client::status(&broker, &dial)).await;
+            let got = tokio::time::timeout(STALE, lardon_submit::client::status(&broker, &dial)).await;
             let (cached, fetched) = &*state;
             let mut st = lock(cached);
             st.fetching = false;

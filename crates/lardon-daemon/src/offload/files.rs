@@ -1,14 +1,14 @@
 //! A shipped task's files on this side: its inputs read from its working
 //! directory when it ships, its outputs written back into it when its run
 //! at an agent succeeded. Paths were checked at submit (relative, plain
-//! names: `lardon_cluster::wire::relative_path`), so none leaves the
+//! names: `lardon_cluster_core::wire::relative_path`), so none leaves the
 //! directory by `..`.
 
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 
-use lardon_cluster::client::InputData;
+use lardon_submit::client::InputData;
 
 /// Reads each input, relative to `cwd`, as the agent will write it (the
 /// owner's execute bit kept). A missing or unreadable one, or one that is

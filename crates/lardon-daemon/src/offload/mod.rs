@@ -30,10 +30,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use lardon::TaskQueue;
-use lardon_cluster::Need;
-use lardon_cluster::agent::Backoff;
-use lardon_cluster::client::{Answer, RemoteTask, Submitter, SubmitterConfig};
-use lardon_cluster::{Capability, SubmitterId};
+use lardon_cluster_core::Need;
+use lardon_cluster_core::{Capability, SubmitterId};
+use lardon_submit::Backoff;
+use lardon_submit::client::{Answer, RemoteTask, Submitter, SubmitterConfig};
 
 use route::{Here, Load, Out, Registry, Route, Sent, Verdict};
 
@@ -73,7 +73,7 @@ pub struct OffloadConfig {
     /// The broker (`HOST:PORT` or a URI).
     pub broker: String,
     /// TLS and join token to dial with.
-    pub dial: lardon_cluster::dial::Dial,
+    pub dial: lardon_submit::dial::Dial,
     /// Heartbeat interval (at most the broker's).
     pub heartbeat: Duration,
     /// Tasks waiting while no broker has answered for this long run here.
@@ -86,7 +86,7 @@ impl OffloadConfig {
     pub fn new(broker: impl Into<String>) -> Self {
         OffloadConfig {
             broker: broker.into(),
-            dial: lardon_cluster::dial::Dial::default(),
+            dial: lardon_submit::dial::Dial::default(),
             heartbeat: Duration::from_secs(5),
             unreachable_after: Duration::from_secs(10),
         }
@@ -229,7 +229,7 @@ impl OffloadEngine {
         let reason = match out {
             Out::Shipping { .. } => "cancelled by user (before it was sent to the broker)".to_owned(),
             Out::Sent(Sent { remote, .. }) => {
-                match lardon_cluster::TaskId::new(&remote) {
+                match lardon_cluster_core::TaskId::new(&remote) {
                     Ok(r) => self.inner.submitter.cancel(&r),
                     Err(e) => tracing::warn!("task {id}: cannot cancel {remote}: {e}"),
                 }
@@ -377,7 +377,7 @@ impl Inner {
     ) -> Result<RemoteTask, (&'static str, String)> {
         let capability = Capability::parse(&offload.capability)
             .map_err(|e| ("broker_rejected", format!("capability: {e}: ran locally")))?;
-        let task_id = lardon_cluster::TaskId::new(remote)
+        let task_id = lardon_cluster_core::TaskId::new(remote)
             .map_err(|e| ("broker_rejected", format!("{e}: ran locally")))?;
         let mut task = RemoteTask::new(task_id, capability, spec.argv.clone());
         task.need = Need { memory: spec.estimate.memory_fixed, cpu_millis: spec.estimate.cpu_millis };
@@ -396,7 +396,7 @@ impl Inner {
     /// `remote`. The registry's lock is held across the check and the send,
     /// and a cancel takes the task out under it before it sends its own
     /// cancel: the broker sees the request before the cancel, or neither.
-    fn send(&self, id: TaskId, remote: &str, task: &RemoteTask) -> Option<lardon_cluster::client::Ticket> {
+    fn send(&self, id: TaskId, remote: &str, task: &RemoteTask) -> Option<lardon_submit::client::Ticket> {
         let out = lock(&self.out);
         out.is_out_as(id, remote).then(|| self.submitter.submit(task))
     }
@@ -407,7 +407,7 @@ impl Inner {
         self: &Arc<Self>,
         id: TaskId,
         remote: String,
-        ticket: Option<lardon_cluster::client::Ticket>,
+        ticket: Option<lardon_submit::client::Ticket>,
     ) {
         let Some(ticket) = ticket else { return };
         let me = Arc::clone(self);
@@ -437,7 +437,7 @@ impl Inner {
         self: &Arc<Self>,
         id: TaskId,
         remote: &str,
-        answer: Result<Answer, lardon_cluster::client::Stopped>,
+        answer: Result<Answer, lardon_submit::client::Stopped>,
         outputs: Option<Result<Files, String>>,
     ) {
         let Ok(answer) = answer else {
@@ -487,7 +487,7 @@ impl Inner {
             }
             Verdict::Local { code, message } => {
                 if answer == Answer::Unreachable
-                    && let Ok(r) = lardon_cluster::TaskId::new(remote)
+                    && let Ok(r) = lardon_cluster_core::TaskId::new(remote)
                 {
                     // A broker that comes back must not run it too.
                     self.submitter.cancel(&r);

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use lardon_cluster::client::Answer;
+use lardon_submit::client::Answer;
 
 use crate::settings::OffloadPrefer;
 use crate::spec::{TaskId, TaskSpec};
@@ -389,6 +389,6 @@ mod tests {
     fn handles_name_the_remote_id() {
         let id = remote_id("host-1a2b", TaskId(3), 2, 1);
         assert_eq!(id, "host-1a2b:t3:a2:r1");
-        assert!(lardon_cluster::TaskId::new(&id).is_ok());
+        assert!(lardon_cluster_core::TaskId::new(&id).is_ok());
     }
 }

@@ -155,7 +155,7 @@ fn offload_from_pb(
         }
         return Ok(None);
     }
-    let cap = lardon_cluster::Capability::parse(capability)
+    let cap = lardon_cluster_core::Capability::parse(capability)
         .map_err(|e| Status::invalid_argument(format!("capability: {e}")))?;
     if deadline_unix_ms < 0 {
         return Err(Status::invalid_argument("deadline_unix_ms: must not be negative"));

@@ -21,9 +21,9 @@ use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
-use lardon_cluster::agent::Backoff;
-use lardon_cluster::client::{self, Answer, InputData, RemoteTask, Submitter, SubmitterConfig};
 use lardon_cluster::{Capability, Need, SubmitterId, TaskId};
+use lardon_submit::Backoff;
+use lardon_submit::client::{self, Answer, InputData, RemoteTask, Submitter, SubmitterConfig};
 
 use crate::cli::CcArgs;
 use parse::{Compile, Plan};
@@ -171,7 +171,7 @@ fn submitter_id(host: &str) -> String {
     id_of(&format!("{host}-cc-{}", std::process::id()))
 }
 
-async fn remote(c: &Compile, broker: &str, dial: lardon_cluster::dial::Dial) -> Result<Remote> {
+async fn remote(c: &Compile, broker: &str, dial: lardon_submit::dial::Dial) -> Result<Remote> {
     let fallback = |why: String| Ok(Remote::Fallback(why));
     let capability = match capability(&c.compiler) {
         Ok(cap) => cap,

@@ -22,13 +22,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tracing::warn;
 
-use crate::agent::{AgentError, Backoff, broker_uri};
-use crate::blobs::{BlobClient, TransferError};
-use crate::cache::key::digest_of;
-use crate::capability::Capability;
-use crate::ids::{SubmitterId, TaskId};
-use crate::messages::Need;
-use crate::wire;
+use lardon_cluster_core::{Capability, Need, SubmitterId, TaskId, wire};
+
+use crate::blobs::{BlobClient, TransferError, digest_of, reapi};
+use crate::{Backoff, BadAddress, broker_uri};
 
 /// A task to run remotely.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -229,8 +226,8 @@ impl Submitter {
     /// Starts the submitter task (inside a Tokio runtime).
     ///
     /// # Errors
-    /// [`AgentError::BadAddress`] for a bad broker address.
-    pub fn start(config: SubmitterConfig) -> Result<Self, AgentError> {
+    /// [`BadAddress`] for a bad broker address.
+    pub fn start(config: SubmitterConfig) -> Result<Self, BadAddress> {
         let broker = broker_uri(&config.broker)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let submitter = config.submitter.clone();
@@ -277,7 +274,7 @@ impl Submitter {
     pub async fn upload_inputs(&self, task: &RemoteTask) -> Result<(), TransferError> {
         let valid = wire::task_spec(task.to_spec(), &self.submitter).is_ok();
         if valid && !task.inputs.is_empty() {
-            let blobs: Vec<(crate::cache::reapi::Digest, &[u8])> =
+            let blobs: Vec<(reapi::Digest, &[u8])> =
                 task.inputs.iter().map(|f| (digest_of(&f.data), f.data.as_slice())).collect();
             self.blobs().await?.upload(&blobs).await?;
         }
@@ -297,7 +294,7 @@ impl Submitter {
         if ended.outputs.is_empty() {
             return Ok(Vec::new());
         }
-        let digests: Vec<crate::cache::reapi::Digest> = ended
+        let digests: Vec<reapi::Digest> = ended
             .outputs
             .iter()
             .map(|o| o.digest.as_ref().map(crate::blobs::from_pb).unwrap_or_default())
@@ -486,7 +483,7 @@ enum Session {
 pub enum StatusError {
     /// The address is not valid.
     #[error(transparent)]
-    Address(#[from] AgentError),
+    Address(#[from] BadAddress),
     /// Nothing answers there.
     #[error("cannot reach the broker at {broker}: {source}")]
     Unreachable {

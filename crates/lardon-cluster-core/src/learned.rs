@@ -16,7 +16,7 @@
 //!
 //! At most [`Learned::MAX_CLASSES`] classes are kept; the least recently
 //! recorded goes first. The broker's store persists every sample so a
-//! restart keeps what was learned ([`crate::store::Store::learn`]).
+//! restart keeps what was learned (`lardon_cluster::store::Store::learn`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use lardon_cluster::{
+use lardon_cluster_core::{
     AgentId, Availability, Capability, Delivery, Event, Hello, Need, Outcome, Report, Request, Router,
     Submitted, SubmitterId, TaskId, TaskPlace,
 };

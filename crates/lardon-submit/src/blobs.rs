@@ -19,10 +19,22 @@ use thiserror::Error;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
-use crate::cache::key::digest_of;
-use crate::cache::reapi;
-use crate::cache::reapi::content_addressable_storage_client::ContentAddressableStorageClient;
 use crate::dial::{Dial, MaybeToken};
+use reapi::content_addressable_storage_client::ContentAddressableStorageClient;
+use sha2::{Digest as _, Sha256};
+
+/// The REAPI v2 types (`Digest`, `Action`, `Command`, `ActionResult`, …).
+pub use bazel_remote_apis::build::bazel::remote::execution::v2 as reapi;
+
+/// The REAPI digest (lower-case hex sha256 and size) of `bytes`.
+#[must_use]
+pub fn digest_of(bytes: &[u8]) -> reapi::Digest {
+    let hash = Sha256::digest(bytes);
+    reapi::Digest {
+        hash: hash.iter().map(|b| format!("{b:02x}")).collect(),
+        size_bytes: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
+    }
+}
 
 /// Most bytes of blobs in one batch request or answer: under gRPC's
 /// default 4 MiB message limit, with room for the framing.
@@ -286,5 +298,17 @@ impl BlobClient {
             return Err(TransferError::Corrupt(d.hash.clone()));
         }
         Ok(data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_digest_is_sha256_of_the_bytes() {
+        let d = digest_of(b"abc");
+        assert_eq!(d.hash, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(d.size_bytes, 3);
     }
 }

@@ -2,7 +2,7 @@
 //! `router.rs` and `router_stale_runs.rs`).
 #![allow(dead_code)]
 
-use lardon_cluster::{Delivery, Event};
+use lardon_cluster_core::{Delivery, Event};
 
 /// Every assignment, as (agent, task).
 pub(crate) fn assigned(events: &[Event]) -> Vec<(String, String)> {

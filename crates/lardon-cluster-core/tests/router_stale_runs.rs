@@ -7,7 +7,7 @@
 //! random faults (`broker::fault_tests`) hit now and then, made exact.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use lardon_cluster::{
+use lardon_cluster_core::{
     AgentId, Availability, Capability, Delivery, Hello, Need, Outcome, Report, Request, Router, SubmitterId,
     TaskId,
 };
