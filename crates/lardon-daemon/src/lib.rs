@@ -54,6 +54,7 @@ pub mod runner;
 mod server;
 mod service;
 pub mod settings;
+pub mod shape;
 pub mod slurm;
 pub mod spec;
 pub mod store;
