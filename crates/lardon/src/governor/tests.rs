@@ -26,6 +26,9 @@ impl Rig {
         let clock = Arc::new(FakeClock::new(MonoTime(1_000_000_000)));
         let probe = Arc::new(FakeProbe::new(profile.clone()).stamped_by(clock.clone()));
         let mut p = HostPolicy::default_for(&profile);
+        // The pools these tests are written against (4 of 8 CPUs, n − 1 on
+        // 4 or fewer), whatever the default reserve.
+        p.cpu_reserve = profile.logical_cpus.saturating_sub(1).min(4);
         policy(&mut p);
         let gov = Governor::with_clock(p, probe.clone(), clock.clone()).unwrap();
         Rig { clock, probe, gov }
