@@ -199,11 +199,14 @@ if [ -n "$TSP" ]; then
   # Its own server (TS_SOCKET), output not stored (-n), finished jobs not
   # kept past what the check needs.
   export TS_SOCKET=$WORK/tsp.sock TS_MAXFINISHED=1000
-  BLOCKER=
-  # The blocker's process, then the server (the queued clients exit with it).
+  # Every running job's process (the blocker), then the server (the
+  # queued clients exit with it).
   tsp_stop() {
-    local pid
-    if [ -n "$BLOCKER" ] && pid=$("$TSP" -p "$BLOCKER" 2>/dev/null); then kill "$pid" 2>/dev/null || true; fi
+    local id pid
+    [ -S "$TS_SOCKET" ] || return 0
+    for id in $("$TSP" -l 2>/dev/null | awk 'NR > 1 && $2 == "running" { print $1 }'); do
+      pid=$("$TSP" -p "$id" 2>/dev/null) && kill "$pid" 2>/dev/null || true
+    done
     "$TSP" -K >/dev/null 2>&1 || true
   }
   trap 'tsp_stop; kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
@@ -217,7 +220,7 @@ if [ -n "$TSP" ]; then
   echo "== task-spooler submit latency at depths: $DEPTHS" >&2
   "$TSP" -K >/dev/null 2>&1 || true
   "$TSP" -S 1 >/dev/null
-  BLOCKER=$("$TSP" -n sleep 100000)
+  "$TSP" -n sleep 100000 >/dev/null
   queued=0
   full=""
   for depth in $DEPTHS; do
@@ -249,7 +252,6 @@ if [ -n "$TSP" ]; then
     TSP_LAT_ROWS="$TSP_LAT_ROWS| $depth | $stats |"$'\n'
   done
   tsp_stop
-  unset TS_SOCKET TS_MAXFINISHED
 fi
 
 echo "== submit latency at depths: $DEPTHS" >&2
