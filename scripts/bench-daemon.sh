@@ -11,10 +11,17 @@
 #      from the daemon's own stamps (milliseconds);
 #   3. `lardon submit` latency (p50/p99 of the whole CLI call) with 0, 10 000
 #      and 100 000 tasks already queued behind a blocker;
-#   4. the CLI's start-up: `lardon --version` against `/bin/true`.
-# Not part of CI. Usage: scripts/bench-daemon.sh [--tasks N] [--parallel P]
+#   4. the CLI's start-up: `lardon --version` against `/bin/true`;
+#   5. beside task-spooler (`tsp`, or `ts`; Debian's task-spooler, installed
+#      if missing; --no-tsp skips it), in the same run: its rate with one
+#      client process per task (`tsp -n true`, the way `lardon submit` per
+#      task is measured, P slots) and its submit latency p50/p99 at the
+#      same depths behind a blocker. tsp keeps its queue in memory (not
+#      durable across a restart); lardon's survives one.
+# Not part of CI. LARDON=path uses that binary instead of building one.
+# Usage: scripts/bench-daemon.sh [--tasks N] [--parallel P]
 #                         [--depths "0 10000 100000"] [--samples S] [--pueue]
-#                         [--simulate] [--static | --nopie] [--no-gates]
+#                         [--simulate] [--static | --nopie] [--no-gates] [--no-tsp]
 # --static measures a statically linked, non-PIE build (x86_64/aarch64
 # glibc hosts), built into target/static; --nopie a dynamically linked,
 # non-PIE one (into target/nopie): no relative relocations for the loader
@@ -34,6 +41,7 @@ SIMULATE=0
 STATIC=0
 NOPIE=0
 GATES=on
+WITH_TSP=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --tasks) TASKS=$2; shift 2 ;;
@@ -45,6 +53,7 @@ while [ $# -gt 0 ]; do
     --static) STATIC=1; shift ;;
     --nopie) NOPIE=1; shift ;;
     --no-gates) GATES=off; shift ;;
+    --no-tsp) WITH_TSP=0; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -54,12 +63,26 @@ if ! need parallel; then
   echo "installing GNU parallel (Debian package)…" >&2
   apt-get update -qq >/dev/null && apt-get install -y -qq parallel >/dev/null
 fi
+TSP=
+if [ "$WITH_TSP" = 1 ]; then
+  if ! need tsp && ! need ts; then
+    echo "installing task-spooler (Debian package)…" >&2
+    apt-get update -qq >/dev/null && apt-get install -y -qq task-spooler >/dev/null
+  fi
+  # Debian names it tsp (ts is moreutils' timestamper); elsewhere it is ts.
+  if need tsp; then TSP=tsp; elif need ts && ts -h 2>&1 | grep -q 'spooler'; then TSP=ts; fi
+  [ -n "$TSP" ] || { echo "task-spooler not found (pass --no-tsp)" >&2; exit 1; }
+fi
 if [ "$WITH_PUEUE" = 1 ] && ! need pueue; then
   echo "installing pueue from crates.io (a few minutes)…" >&2
   cargo install --locked pueue >/dev/null
 fi
 
-if [ "$STATIC" = 1 ]; then
+if [ -n "${LARDON:-}" ]; then
+  # A binary given (LARDON=path): no build (a smoke run of the script
+  # itself; its figures are then that binary's, a debug one's say little).
+  echo "using $LARDON (no build)" >&2
+elif [ "$STATIC" = 1 ]; then
   # A static, non-PIE executable: no dynamic loader, no relocations to
   # apply at each start (about 0.5 ms less CPU per CLI call; BENCHMARKS.md).
   # Needs --target, so that build scripts and proc macros stay dynamic.
@@ -169,6 +192,68 @@ EOF
   pueue -c "$PD/pueue.yml" shutdown >/dev/null 2>&1 || true
 fi
 
+TSP_RATE="not run (--no-tsp)"
+TSP_LAT_ROWS=""
+if [ -n "$TSP" ]; then
+  echo "== task-spooler: $TASKS × true, one client per task, $PAR slots" >&2
+  # Its own server (TS_SOCKET), output not stored (-n), finished jobs not
+  # kept past what the check needs.
+  export TS_SOCKET=$WORK/tsp.sock TS_MAXFINISHED=1000
+  # Every running job's process (the blocker), then the server (the
+  # queued clients exit with it).
+  tsp_stop() {
+    local id pid
+    [ -S "$TS_SOCKET" ] || return 0
+    for id in $("$TSP" -l 2>/dev/null | awk 'NR > 1 && $2 == "running" { print $1 }'); do
+      pid=$("$TSP" -p "$id" 2>/dev/null) && kill "$pid" 2>/dev/null || true
+    done
+    "$TSP" -K >/dev/null 2>&1 || true
+  }
+  trap 'tsp_stop; kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+  tsp_idle() { ! "$TSP" -l | awk 'NR > 1 && ($2 == "running" || $2 == "queued") { found = 1 } END { exit !found }'; }
+  "$TSP" -S "$PAR" >/dev/null
+  t0=$(now_ns)
+  seq "$TASKS" | xargs -P 4 -n 50 sh -c 'for _ in "$@"; do "$0" -n true >/dev/null; done' "$TSP"
+  until tsp_idle; do sleep 0.005; done
+  t1=$(now_ns)
+  TSP_RATE=$(rate "$TASKS" $((t1 - t0)))
+  echo "== task-spooler submit latency at depths: $DEPTHS" >&2
+  "$TSP" -K >/dev/null 2>&1 || true
+  "$TSP" -S 1 >/dev/null
+  "$TSP" -n sleep 100000 >/dev/null
+  queued=0
+  full=""
+  for depth in $DEPTHS; do
+    fill=$((depth - queued))
+    if [ -n "$full" ]; then
+      TSP_LAT_ROWS="$TSP_LAT_ROWS| $depth | not reachable: queue full at $full jobs | |"$'\n'
+      continue
+    fi
+    if [ "$fill" -gt 0 ]; then
+      echo "   filling to $depth queued jobs (one client each: tsp has no batch submit)…" >&2
+      # Each queued tsp job stays a live client process holding a server
+      # connection (TS_MAXCONN, 1000 by default): -B exits 2 instead of
+      # blocking once the queue is full, and the depth reached is reported.
+      seq "$fill" | xargs -P 4 -n 200 sh -c 'for _ in "$@"; do "$0" -B -n true >/dev/null || exit 255; done' "$TSP" || true
+      queued=$("$TSP" -l | awk 'NR > 1 && $2 == "queued"' | wc -l)
+      if [ "$queued" -lt "$depth" ]; then
+        full=$queued
+        TSP_LAT_ROWS="$TSP_LAT_ROWS| $depth | not reachable: queue full at $full jobs | |"$'\n'
+        continue
+      fi
+    fi
+    : >"$WORK/tlat"
+    for _ in $(seq "$SAMPLES"); do
+      t0=${EPOCHREALTIME//[.,]/}; "$TSP" -n true >/dev/null; t1=${EPOCHREALTIME//[.,]/}
+      echo $((t1 - t0)) >>"$WORK/tlat"
+    done
+    queued=$((queued + SAMPLES))
+    stats=$(sort -n "$WORK/tlat" | awk '{ v[NR] = $1 } END { printf "%.2f ms | %.2f ms", v[int(NR * 0.5)] / 1000, v[int(NR * 0.99)] / 1000 }')
+    TSP_LAT_ROWS="$TSP_LAT_ROWS| $depth | $stats |"$'\n'
+  done
+  tsp_stop
+fi
+
 echo "== submit latency at depths: $DEPTHS" >&2
 SD=$WORK/latency; mkdir -p "$SD"; start_daemon "$SD" sim
 "$LARDON" --state-dir "$SD" policy --set max_running=1 >/dev/null
@@ -221,6 +306,7 @@ Host governed by lardon: $( [ "$SIMULATE" = 1 ] && echo "simulated 64 GiB / 64 C
 |---|---|---|---|
 | xargs -P $PAR | $XARGS | $(awk -v a="$LARDON_RATE" -v b="$XARGS" 'BEGIN { printf "%.2f", a / b }') | $(awk -v a="$EACH_RATE" -v b="$XARGS" 'BEGIN { printf "%.2f", a / b }') |
 | GNU parallel -j $PAR | $PARALLEL | $(awk -v a="$LARDON_RATE" -v b="$PARALLEL" 'BEGIN { printf "%.2f", a / b }') | $(awk -v a="$EACH_RATE" -v b="$PARALLEL" 'BEGIN { printf "%.2f", a / b }') |
+| task-spooler (\`$TSP -n true\` per task, $PAR slots; not durable) | $TSP_RATE | $(case "$TSP_RATE" in ''|*[!0-9]*) ;; *) awk -v a="$LARDON_RATE" -v b="$TSP_RATE" 'BEGIN { printf "%.2f", a / b }' ;; esac) | |
 | pueue (parallel $PAR) | $PUEUE | $(case "$PUEUE" in ''|*[!0-9]*) ;; *) awk -v a="$LARDON_RATE" -v b="$PUEUE" 'BEGIN { printf "%.1f", a / b }' ;; esac) | |
 | lardon (daemon, max_running $PAR; one \`lardon submit\` per task) | $LARDON_RATE | 1.00 | |
 | lardon (daemon, max_running $PAR; one \`lardon submit --each\`) | $EACH_RATE | | 1.00 |
@@ -233,6 +319,10 @@ Host governed by lardon: $( [ "$SIMULATE" = 1 ] && echo "simulated 64 GiB / 64 C
 | tasks queued | \`lardon submit\` p50 | p99 |
 |---|---|---|
 $LAT_ROWS
+| jobs queued | \`$TSP -n true\` p50 (task-spooler, same run) | p99 |
+|---|---|---|
+${TSP_LAT_ROWS:-| not run (--no-tsp) | | |
+}
 | \`/bin/true\` (median of 300) | \`lardon --version\` | start-up over \`/bin/true\` |
 |---|---|---|
 $STARTUP

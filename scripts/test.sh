@@ -40,6 +40,13 @@ cargo clippy --workspace --all-targets --all-features -- -D warnings
 step "cargo test (workspace, all features)"
 cargo test --workspace --all-features
 
+# The host check a new user runs first (README), against this machine's
+# real cgroups, with the debug binary the tests just built: short (--quick),
+# so that it never rots unseen again.
+step "real-host check (scripts/real-host-check.sh --quick)"
+cargo build -q -p lardon-cli
+LARDON=$PWD/target/debug/lardon scripts/real-host-check.sh --quick
+
 # Broken intra-doc links and malformed rustdoc fail the build like a lint.
 step "cargo doc (workspace, no dependencies, warnings denied)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps

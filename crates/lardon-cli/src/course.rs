@@ -32,7 +32,20 @@ pub(crate) fn learned_line(l: &pb::LearnedFigures) -> String {
     if !l.source.is_empty() {
         let _ = write!(line, "; {}", l.source);
     }
+    if !l.key.is_empty() {
+        let _ = write!(line, "; learned under {}", key_words(&l.key));
+    }
     line
+}
+
+/// Which key learned figures came from: a named class, or the command
+/// shape of a task that named none (docs/DESIGN.md §6).
+fn key_words(key: &str) -> String {
+    if key.starts_with("default.") {
+        format!("key {key} (no class named: only runs of the same program with the same declared estimate)")
+    } else {
+        format!("class {key}")
+    }
 }
 
 /// The learned figures as JSON (`null` when the class learned nothing).
@@ -42,6 +55,7 @@ pub(crate) fn learned_json(l: Option<&pb::LearnedFigures>) -> Value {
         Some(l) => json!({
             "samples": l.samples, "fixed": l.fixed, "per_item": l.per_item,
             "lower_bound": l.lower_bound, "batch_target": l.batch_target, "source": l.source,
+            "key": l.key,
         }),
     }
 }

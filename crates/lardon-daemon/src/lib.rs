@@ -58,6 +58,7 @@ mod scratch;
 mod server;
 mod service;
 pub mod settings;
+pub mod shape;
 pub mod slurm;
 pub mod spec;
 pub mod store;

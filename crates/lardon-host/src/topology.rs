@@ -293,7 +293,11 @@ mod tests {
         assert_eq!(l.cores.as_ref().map(BTreeMap::len), Some(16));
         assert_eq!(plan_cpu_pool(&l, 4).reserved.0, set(&[6, 7, 14, 15]));
         let profile = HostProfile::new(32 << 30, 16);
-        assert_eq!(default_policy(&profile, &l).cpu_reserve, 4);
+        assert_eq!(
+            default_policy(&profile, &l).cpu_reserve,
+            2,
+            "16 CPUs / 8: one whole core of two siblings"
+        );
         // Unreadable topology of one CPU: count-only.
         std::fs::write(cpu.join("cpu3/topology/core_id"), "-3\n").unwrap();
         let l = CpuLayout::detect_with_affinity(&root, &(0..16).collect()).unwrap();

@@ -283,6 +283,13 @@ impl Estimate {
     pub fn with_items_left(&self, items: u64) -> Estimate {
         Estimate { items_left: Some(items), ..self.clone() }
     }
+    /// This estimate learning under `class` instead (a caller that keys
+    /// learning by something the estimate does not hold, such as the
+    /// daemon's command shape for a task without a class).
+    #[must_use]
+    pub fn with_class(self, class: Class) -> Estimate {
+        Estimate { class, ..self }
+    }
     /// The learning key.
     pub fn class(&self) -> &Class {
         &self.class

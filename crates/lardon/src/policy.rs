@@ -11,6 +11,8 @@ const MIB: u64 = 1 << 20;
 /// Bounds of the default memory reserve (see [`HostPolicy::default_for`]).
 const RESERVE_MIN: u64 = 512 * MIB;
 const RESERVE_MAX: u64 = 4 * GIB;
+/// The default CPU reserve never keeps more than this many logical CPUs.
+const CPU_RESERVE_MAX: u32 = 4;
 
 /// One GPU as detected at start-up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,7 +205,17 @@ impl HostPolicy {
     /// reached. Setting `memory_reserve` later moves the floor and the band
     /// with it ([`HostPolicy::set_memory_reserve`]).
     ///
-    /// CPU reserve: 4 logical CPUs when there are more than 4, else n − 1.
+    /// **CPU reserve** = logical CPUs / 8 (rounded down), at most 4: 0 below
+    /// 8 CPUs, 1 on 8, 2 on 16, 4 from 32 on. Why this rule: the reserve is
+    /// for the rest of the host, not a cage for Lardon's tasks (they are
+    /// pinned to the CPUs outside it). On a small machine a whole CPU kept
+    /// idle is a large share (the old rule, n − 1 up to 4 CPUs, pinned a
+    /// 2-CPU laptop's every task to one CPU while the other stood idle),
+    /// and the load gate already gives CPUs back to others as their load
+    /// appears: admission waits while the *foreign* load reaches
+    /// `max_load_ratio` × the compute pool, so nothing new starts until it
+    /// falls. On a large machine a few whole cores kept for interactive
+    /// work and the daemon cost little and are the reserve's purpose.
     /// GPU memory reserve: VRAM / 8 where VRAM is known. Load gate: foreign
     /// load at 0.9 × the compute pool. PSI thresholds (some avg10): CPU 20,
     /// memory 1, IO 80. One IO slot, one slot per GPU, no running cap.
@@ -217,13 +229,13 @@ impl HostPolicy {
     /// assert_eq!(p.memory_reserve, 1 << 30);
     /// assert_eq!(p.emergency_floor, 1 << 30);
     /// assert_eq!(p.memory_caution, Some(3 << 29));
-    /// assert_eq!(p.cpu_reserve, 4);
+    /// assert_eq!(p.cpu_reserve, 2);
     /// ```
     pub fn default_for(profile: &HostProfile) -> Self {
         let total = profile.total_memory;
         let memory_reserve = Self::default_memory_reserve(total);
         let n = profile.logical_cpus;
-        let cpu_reserve = if n > 4 { 4 } else { n.saturating_sub(1) };
+        let cpu_reserve = Self::default_cpu_reserve(n);
         HostPolicy {
             memory_reserve,
             emergency_floor: memory_reserve,
@@ -238,6 +250,13 @@ impl HostPolicy {
             gpu_slots: 1,
             max_running: None,
         }
+    }
+
+    /// The default CPU reserve for `logical` CPUs (see
+    /// [`HostPolicy::default_for`]): `logical / 8`, at most 4, always below
+    /// `logical`.
+    pub fn default_cpu_reserve(logical: u32) -> u32 {
+        (logical / 8).min(CPU_RESERVE_MAX).min(logical.saturating_sub(1))
     }
 
     /// The default memory reserve for `total` bytes of RAM (see
@@ -297,7 +316,13 @@ impl HostPolicy {
                     format_bytes(d.memory_caution.unwrap_or(0))
                 ),
             ),
-            ("cpu_reserve", format!("4 if more than 4 logical CPUs, else n − 1: {} of {n}", d.cpu_reserve)),
+            (
+                "cpu_reserve",
+                format!(
+                    "logical CPUs / 8, at most {CPU_RESERVE_MAX} (0 below 8 CPUs: the load gate gives CPUs back as others' load appears): {} of {n}",
+                    d.cpu_reserve
+                ),
+            ),
             (
                 "max_load_ratio",
                 format!("0.9 × the {}-CPU compute pool, foreign load only", d.compute_cpus(profile)),
@@ -398,7 +423,7 @@ mod tests {
 
     #[test]
     fn cpu_reserve_defaults() {
-        for (n, r) in [(1, 0), (2, 1), (3, 2), (4, 3), (5, 4), (8, 4), (16, 4), (32, 4)] {
+        for (n, r) in [(1, 0), (2, 0), (4, 0), (7, 0), (8, 1), (15, 1), (16, 2), (31, 3), (32, 4), (128, 4)] {
             assert_eq!(HostPolicy::default_for(&HostProfile::new(16 * GIB, n)).cpu_reserve, r, "{n} cpus");
         }
     }
@@ -414,7 +439,8 @@ mod tests {
     #[test]
     fn compute_pool_counts_excluded_cpus_towards_the_reserve() {
         let mut profile = HostProfile::new(16 * GIB, 16);
-        let p = HostPolicy::default_for(&profile);
+        let mut p = HostPolicy::default_for(&profile);
+        p.cpu_reserve = 4;
         assert_eq!(p.compute_cpus(&profile), 12);
         profile.allowed_cpus = 10;
         assert_eq!(p.compute_cpus(&profile), 10);
@@ -517,6 +543,10 @@ mod tests {
             "total/16 within 512.0 MiB–4.0 GiB, at most total/4: 1.0 GiB of 16.0 GiB"
         );
         assert_eq!(rule("memory_caution"), "1.5 × memory_reserve, at most total RAM: 1.5 GiB");
-        assert_eq!(rule("max_load_ratio"), "0.9 × the 4-CPU compute pool, foreign load only");
+        assert_eq!(rule("max_load_ratio"), "0.9 × the 7-CPU compute pool, foreign load only");
+        assert_eq!(
+            rule("cpu_reserve"),
+            "logical CPUs / 8, at most 4 (0 below 8 CPUs: the load gate gives CPUs back as others' load appears): 1 of 8"
+        );
     }
 }

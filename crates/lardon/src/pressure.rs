@@ -8,9 +8,12 @@
 //! every batch). IO PSI only gates IO-slot work.
 //!
 //! The batch target: entering YELLOW halves it (from the largest batch
-//! granted since the last GREEN), entering RED drops it to 1, and back in
-//! GREEN it doubles after every 3 healthy samples until it no longer
-//! limits. Admission never goes below an estimate's `batch_min`.
+//! granted since the last GREEN; with nothing granted since, batch 1),
+//! entering RED drops it to 1, and back in GREEN it doubles after every 3
+//! healthy samples until it no longer limits. Admission never goes below an
+//! estimate's `batch_min`. A YELLOW entered by the caution band alone is
+//! marked ([`PressureMachine::caution_band_only`]): admission does not
+//! lower a class with a measured run then.
 //!
 //! # Invariants
 //! - counters saturate at their thresholds (2, 3, 3) and never wrap;
@@ -83,6 +86,10 @@ pub(crate) struct PressureMachine {
     double_streak: u8,
     /// Largest batch granted since the level was last GREEN-entered.
     granted_peak: u64,
+    /// The current YELLOW was entered from GREEN by the caution band, and
+    /// no signal, floor or RED has come since (a proven class is then not
+    /// lowered, docs/DESIGN.md §5).
+    band_only: bool,
     swap_baseline: Option<SwapCounters>,
     reason: String,
 }
@@ -100,6 +107,13 @@ impl PressureMachine {
     /// Why the level is what it is (empty when GREEN and never pressed).
     pub(crate) fn reason(&self) -> &str {
         &self.reason
+    }
+
+    /// Whether the level is YELLOW from the caution band alone: entered
+    /// from GREEN by the band, with no memory PSI, swap, reserve or floor
+    /// signal and no RED since.
+    pub(crate) fn caution_band_only(&self) -> bool {
+        self.level == PressureLevel::Yellow && self.band_only
     }
 
     /// Notes a granted batch: YELLOW halves the largest one since GREEN.
@@ -142,10 +156,13 @@ impl PressureMachine {
         }
         let before = self.level;
 
+        if hard || !signals.is_empty() {
+            self.band_only = false;
+        }
         if hard {
             self.pressure_streak = 0;
             self.recovery = 0;
-            self.enter(PressureLevel::Red, largest_batch);
+            self.enter(PressureLevel::Red);
             self.reason = format!(
                 "MemAvailable {} ≤ emergency floor {}",
                 format_bytes(available),
@@ -159,7 +176,7 @@ impl PressureMachine {
             } else {
                 PressureLevel::Yellow
             };
-            self.enter(level, largest_batch);
+            self.enter(level);
             self.reason = signals.join(", ");
         } else if let Some(band) = caution {
             // The band holds the level at YELLOW at most (no recovery while
@@ -168,7 +185,8 @@ impl PressureMachine {
             match before {
                 PressureLevel::Green => {
                     self.recovery = 0;
-                    self.enter(PressureLevel::Yellow, largest_batch);
+                    self.enter(PressureLevel::Yellow);
+                    self.band_only = true;
                 }
                 PressureLevel::Yellow => self.recovery = 0,
                 PressureLevel::Red => self.recover_from_red(),
@@ -182,7 +200,7 @@ impl PressureMachine {
                 PressureLevel::Yellow => {
                     self.recovery = (self.recovery + 1).min(RECOVER_AFTER);
                     if self.recovery >= RECOVER_AFTER {
-                        self.enter(PressureLevel::Green, largest_batch);
+                        self.enter(PressureLevel::Green);
                         self.reason.clear();
                     }
                 }
@@ -195,26 +213,27 @@ impl PressureMachine {
 
     /// Moves to `level`, applying what *entering* it does to the target.
     /// Staying at a level changes nothing.
-    fn enter(&mut self, level: PressureLevel, largest_batch: u64) {
+    fn enter(&mut self, level: PressureLevel) {
         if level == self.level {
             return;
         }
         match level {
             PressureLevel::Red => self.target = Some(1),
             PressureLevel::Yellow if self.level == PressureLevel::Green => {
-                // Nothing granted yet in this GREEN stretch: halve what the
-                // target would have allowed.
-                let base = if self.granted_peak > 0 {
-                    self.granted_peak
-                } else {
-                    self.target.unwrap_or(largest_batch)
-                };
-                self.target = Some((base / 2).max(1));
+                // Half the largest batch granted since the last GREEN
+                // (counted at most at the target then in force). Nothing
+                // granted since: nothing to halve, so batch 1 (each
+                // estimate's `batch_min` at least), as the original
+                // runtime did; never a figure from some other task's
+                // `batch_max`, which made one task's batch depend on which
+                // task the Governor had seen first.
+                self.target = Some((self.granted_peak / 2).max(1));
             }
             // RED recovering to YELLOW keeps the target at 1.
             PressureLevel::Yellow => {}
             PressureLevel::Green => {
                 self.granted_peak = 0;
+                self.band_only = false;
                 self.double_streak = 0;
                 self.recovery = 0;
             }
@@ -311,7 +330,7 @@ mod tests {
     fn one_signal_yellow_two_consecutive_red() {
         let mut f = Feed::new(custom());
         assert_eq!(f.swap_out(), PressureLevel::Yellow);
-        assert_eq!(f.m.batch_target(), Some(4), "nothing granted yet: half the largest batch");
+        assert_eq!(f.m.batch_target(), Some(1), "nothing granted since GREEN: batch 1");
         assert_eq!(f.swap_out(), PressureLevel::Red);
         assert_eq!(f.m.batch_target(), Some(1));
     }
@@ -385,6 +404,7 @@ mod tests {
     #[test]
     fn caution_band_holds_yellow_and_lets_red_recover() {
         let mut f = Feed::new(default_floors());
+        f.m.note_grant(8);
         f.mem = 3 * GIB + GIB / 2;
         for _ in 0..10 {
             assert_eq!(f.healthy(), PressureLevel::Yellow, "band never escalates to RED");
@@ -443,6 +463,71 @@ mod tests {
         f.m.note_grant(4);
         f.swap_out();
         assert_eq!(f.m.batch_target(), Some(2));
+    }
+
+    #[test]
+    fn entering_yellow_with_nothing_granted_since_green_gives_batch_1() {
+        // Batches of up to 8 were seen (`Feed` passes 8), none granted:
+        // nothing to halve, whoever was seen first.
+        let mut f = Feed::new(custom());
+        assert_eq!(f.swap_out(), PressureLevel::Yellow);
+        assert_eq!(f.m.batch_target(), Some(1));
+        let mut f = Feed::new(default_floors());
+        f.mem = 3 * GIB + GIB / 2;
+        assert_eq!(f.healthy(), PressureLevel::Yellow);
+        assert_eq!(f.m.batch_target(), Some(1), "the caution band likewise");
+        // Slow start in force and nothing granted since GREEN: still 1.
+        let mut f = Feed::new(custom());
+        f.m.note_grant(6);
+        f.swap_out();
+        for _ in 0..3 {
+            f.healthy();
+        }
+        assert_eq!((f.m.level(), f.m.batch_target()), (PressureLevel::Green, Some(3)), "{:?}", f.m);
+        f.swap_out();
+        assert_eq!(f.m.batch_target(), Some(1));
+    }
+
+    #[test]
+    fn only_a_yellow_entered_by_the_caution_band_alone_is_marked_as_such() {
+        let band = 3 * GIB + GIB / 2;
+        let mut f = Feed::new(default_floors());
+        assert!(!f.m.caution_band_only(), "GREEN");
+        f.mem = band;
+        f.healthy();
+        assert!(f.m.caution_band_only(), "entered from GREEN by the band");
+        f.healthy();
+        assert!(f.m.caution_band_only(), "staying in the band");
+        // A signal inside the band ends it, even once the signal is gone.
+        assert_eq!(f.swap_out(), PressureLevel::Yellow);
+        assert!(!f.m.caution_band_only());
+        assert_eq!(f.healthy(), PressureLevel::Yellow);
+        assert!(!f.m.caution_band_only(), "the band alone does not re-mark a signalled YELLOW");
+        // Out of the band to GREEN, then into it again: marked again.
+        f.mem = 16 * GIB;
+        for _ in 0..3 {
+            f.healthy();
+        }
+        assert_eq!(f.m.level(), PressureLevel::Green);
+        f.mem = band;
+        f.healthy();
+        assert!(f.m.caution_band_only());
+        // YELLOW from a signal, then the band: not marked.
+        let mut f = Feed::new(default_floors());
+        f.swap_out();
+        f.mem = band;
+        assert_eq!(f.healthy(), PressureLevel::Yellow);
+        assert!(!f.m.caution_band_only());
+        // RED recovering to YELLOW inside the band: not marked.
+        let mut f = Feed::new(default_floors());
+        f.swap_out();
+        assert_eq!(f.swap_out(), PressureLevel::Red);
+        f.mem = band;
+        for _ in 0..3 {
+            f.healthy();
+        }
+        assert_eq!(f.m.level(), PressureLevel::Yellow);
+        assert!(!f.m.caution_band_only());
     }
 
     #[test]

@@ -238,7 +238,10 @@ pub fn run_traced(
                 still_pending.push(i);
                 continue;
             }
-            if probe_first && !is_between {
+            // The daemon probes named classes only: the default class and
+            // its command-shape keys gather unrelated commands.
+            let named = !tasks[i].class_name().starts_with("default");
+            if probe_first && !is_between && named {
                 let class = tasks[i].class_name();
                 let proven = governor.learned(&estimates[i]).is_some_and(|l| l.samples > 0);
                 match probes.get(class) {

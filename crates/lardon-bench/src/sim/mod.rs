@@ -17,6 +17,7 @@
 pub mod bounds;
 pub mod fixed;
 pub mod governed;
+pub mod oracle;
 pub mod report;
 pub mod rng;
 pub mod tracker;
@@ -62,6 +63,8 @@ pub enum Strategy {
     LardonHardNoLearning,
     /// N at once, memory ignored.
     Fixed(usize),
+    /// Perfect knowledge of real sizes, items and times ([`oracle`]).
+    Oracle,
 }
 
 /// A simulation that could not complete.
@@ -141,10 +144,37 @@ pub fn simulate(host: &Host, workload: &Workload, strategy: Strategy) -> Result<
         Strategy::LardonHard => governed::run(host, tasks, Options::lardon(true, true, true))?,
         Strategy::LardonHardNoLearning => governed::run(host, tasks, Options::lardon(true, false, true))?,
         Strategy::Fixed(n) => fixed::run(host, tasks, n),
+        Strategy::Oracle => oracle::run(host, tasks),
     };
     outcome.workload = workload.name.clone();
     outcome.lower_bound_ms = bounds::lower_bound(tasks, outcome.budget);
     Ok(outcome)
+}
+
+/// The fixed N with the least makespan among those whose real use never
+/// went above the budget (`xargs -P N` at the best N a user could safely
+/// have picked, knowing the workload), and its outcome. N from 1 to 64.
+pub fn best_safe_fixed(host: &Host, workload: &Workload) -> (usize, Outcome) {
+    let mut best: Option<(usize, Outcome)> = None;
+    for n in 1..=64 {
+        let mut o = fixed::run(host, &workload.tasks, n);
+        if o.over_budget_ms > 0 {
+            continue;
+        }
+        o.workload = workload.name.clone();
+        o.lower_bound_ms = bounds::lower_bound(&workload.tasks, o.budget);
+        o.strategy = format!("best safe fixed -P {n}");
+        if best.as_ref().is_none_or(|(_, b)| o.makespan_ms < b.makespan_ms) {
+            best = Some((n, o));
+        }
+    }
+    best.unwrap_or_else(|| {
+        let mut o = fixed::run(host, &workload.tasks, 1);
+        o.workload = workload.name.clone();
+        o.lower_bound_ms = bounds::lower_bound(&workload.tasks, o.budget);
+        o.strategy = "fixed -P 1 (no N is safe)".into();
+        (1, o)
+    })
 }
 
 /// The strategies of the standard table.
@@ -158,6 +188,7 @@ pub fn standard_strategies() -> Vec<Strategy> {
         Strategy::Fixed(4),
         Strategy::Fixed(8),
         Strategy::Fixed(16),
+        Strategy::Oracle,
     ]
 }
 

@@ -192,9 +192,66 @@ pub fn unbatched_liars(seed: u64) -> Workload {
     Workload { name: "unbatched liars".into(), tasks }
 }
 
+/// The three job shapes of [`mixed`]: (shape, declared = real bytes,
+/// duration range ms, share in percent). Sizes are the issue-31 report's
+/// (2.5 GiB, 1 GiB and 150 MiB jobs on a 4 GiB budget) scaled to the
+/// simulated host's 60 GiB budget.
+const MIXED_SHAPES: [(&str, u64, (u64, u64), u64); 3] = [
+    ("large", 36 * GIB, (60_000, 180_000), 8),
+    ("medium", 15 * GIB, (30_000, 120_000), 22),
+    ("small", 2250 * MIB, (5_000, 60_000), 70),
+];
+
+/// 150 unbatched honest tasks of three shapes — a few large jobs (36 GiB,
+/// 60–180 s), some medium ones (15 GiB, 30–120 s) and many small ones
+/// (2.25 GiB, 5–60 s; 8 / 22 / 70 % in a seeded shuffle) — submitted
+/// without a class: each learns under its command shape, as the daemon
+/// keys it (`default.<program>.<hash>`, docs/DESIGN.md §6), so a small job
+/// never inherits a large one's peak.
+pub fn mixed(seed: u64) -> Workload {
+    mixed_keyed(seed, "mixed", |shape| format!("default.{shape}"))
+}
+
+/// [`mixed`] under the rule before issue 31: every task of the default
+/// class learned under one key, `default` (an ablation: what pooling
+/// strangers costs).
+pub fn mixed_pooled(seed: u64) -> Workload {
+    mixed_keyed(seed, "mixed, one default class (before)", |_| "default".to_owned())
+}
+
+fn mixed_keyed(seed: u64, name: &str, key: impl Fn(&str) -> String) -> Workload {
+    let mut r = SplitMix64::new(seed);
+    let tasks = (0..150)
+        .map(|i| {
+            let pick = r.range(0, 100);
+            let mut acc = 0;
+            let &(shape, bytes, (lo, hi), _) = MIXED_SHAPES
+                .iter()
+                .find(|(_, _, _, share)| {
+                    acc += share;
+                    pick < acc
+                })
+                .unwrap_or(&MIXED_SHAPES[2]);
+            SimTask {
+                class: Some(key(shape)),
+                ..SimTask::simple(format!("m{i}-{shape}"), bytes, r.range(lo, hi))
+            }
+        })
+        .collect();
+    Workload { name: name.into(), tasks }
+}
+
 /// Every standard workload for `seed`.
 pub fn standard(seed: u64) -> Vec<Workload> {
-    vec![uniform(seed), heavy_tailed(seed), batched(seed), liars(seed), unbatched_liars(seed)]
+    vec![
+        uniform(seed),
+        heavy_tailed(seed),
+        batched(seed),
+        liars(seed),
+        unbatched_liars(seed),
+        mixed(seed),
+        mixed_pooled(seed),
+    ]
 }
 
 /// A tiny mixed workload for smoke runs and CI: a few simple tasks, one
@@ -231,6 +288,13 @@ mod tests {
         let u = unbatched_liars(1);
         assert_eq!(u.tasks.iter().filter(|t| t.is_liar()).count(), 40);
         assert!(u.tasks.iter().all(|t| t.items == 1 && t.batch_max == 1 && t.class_name().starts_with('k')));
+        let m = mixed(1);
+        assert_eq!(mixed(1), m);
+        assert!(m.tasks.iter().all(|t| !t.is_liar() && t.class_name().starts_with("default.")));
+        for shape in ["large", "medium", "small"] {
+            assert!(m.tasks.iter().any(|t| t.class_name() == format!("default.{shape}")), "{shape}");
+        }
+        assert!(mixed_pooled(1).tasks.iter().all(|t| t.class_name() == "default"));
     }
 
     #[test]

@@ -60,7 +60,7 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
     let stored = if spec.items.is_some() { shared.reader().get_task(id).map_err(store_err)? } else { None };
     let mut cursor = stored.as_ref().map_or(0, |r| r.cursor);
     let mut retries = stored.as_ref().map(|r| r.memory_retries);
-    let class = spec.estimate.class.as_str();
+    let class = spec.learning_class();
     let mut run_no = 0u32;
     loop {
         if let Some(total) = spec.items
@@ -157,7 +157,7 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
             None => RunRecord::unbatched(exit.wall, outcome),
         };
         ctx.record_run(record);
-        persist_run(shared, id, class, record, exit.code);
+        persist_run(shared, id, class.as_str(), record, exit.code);
         if settings.enforce == EnforceMode::Soft
             && let (Some(limit), Some(peak)) = (memory_high, peak)
             && peak > limit

@@ -45,8 +45,8 @@ pub(crate) fn queue_locally(
     // sequence is admitted with what its progress says is left. A task
     // resumed after a restart counts from its total until its first batch.
     let estimate = match spec.items {
-        Some(items) => spec.estimate.to_estimate().with_items_left(items),
-        None => spec.estimate.to_estimate(),
+        Some(items) => spec.to_estimate().with_items_left(items),
+        None => spec.to_estimate(),
     };
     let mut task =
         Task::new(spec.display_name(), estimate, callback).with_id(qid(id)).priority(spec.priority);

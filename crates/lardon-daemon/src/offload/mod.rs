@@ -184,7 +184,7 @@ impl OffloadEngine {
         let shared = &self.inner.shared;
         let settings = shared.settings().offload;
         let here = || {
-            let estimate = spec.estimate.to_estimate();
+            let estimate = spec.to_estimate();
             let decision = match shared.governor.sample() {
                 Ok(snapshot) => shared.governor.decide(&estimate, &snapshot),
                 Err(e) => return Here::Wait(format!("the host probe failed: {e}")),

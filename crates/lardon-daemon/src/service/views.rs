@@ -127,7 +127,7 @@ pub(crate) fn enforcement_view(
 /// target admission applies now ([`lardon::Governor::batch_target`]) —
 /// asked of the Governor, never recomputed here.
 pub(crate) fn needs(spec: &TaskSpec, engine: &Engine) -> pb::EstimateNeeds {
-    let est: Estimate = spec.estimate.to_estimate();
+    let est: Estimate = spec.to_estimate();
     let (min, max) = (est.batch_min(), est.batch_max());
     let learned = engine.shared.governor.learned(&est);
     let memory_for = |b: u64| match &learned {
@@ -149,7 +149,7 @@ pub(crate) fn needs(spec: &TaskSpec, engine: &Engine) -> pb::EstimateNeeds {
 /// What the task's class learned, sized for its estimate
 /// ([`lardon::Governor::learned`]); `None` when the class has nothing.
 pub(crate) fn learned(spec: &TaskSpec, engine: &Engine) -> Option<pb::LearnedFigures> {
-    let est: Estimate = spec.estimate.to_estimate();
+    let est: Estimate = spec.to_estimate();
     let l = engine.shared.governor.learned(&est)?;
     let mut sources: Vec<String> = Vec::new();
     if let Some(f) = l.learned_fixed {
@@ -168,6 +168,7 @@ pub(crate) fn learned(spec: &TaskSpec, engine: &Engine) -> Option<pb::LearnedFig
         lower_bound,
         batch_target: spec.items.is_some().then_some(l.batch_target),
         source: sources.join("; "),
+        key: est.class().as_str().to_owned(),
     })
 }
 

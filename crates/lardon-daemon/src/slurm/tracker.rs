@@ -20,7 +20,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use lardon::{Class, format_cpus};
+use lardon::format_cpus;
 
 use super::exec::ExecReport;
 use super::outcome::{Next, Seen, Submitted, judge};
@@ -264,7 +264,7 @@ impl Inner {
     fn launch(&self, w: &Waiting, n: u64) -> Option<(u64, Job)> {
         let spec = &w.spec;
         let settings = self.shared.settings().slurm;
-        let estimate = spec.estimate.to_estimate();
+        let estimate = spec.to_estimate();
         let learned = self.shared.governor.learned(&estimate).and_then(|l| l.learned_fixed).map(|f| f.bytes);
         let memory =
             memory_request(spec.estimate.memory_fixed, learned, settings.mem_slack_percent, settings.max_mem);
@@ -316,10 +316,10 @@ impl Inner {
     fn ended(&self, job: Job, seen: &Seen) -> Option<Waiting> {
         let report = ExecReport::read(&job.report);
         let verdict = judge(job.submitted, seen, report.as_ref());
-        let class = job.spec.estimate.class.as_str();
+        let class = job.spec.learning_class();
         if let Some(record) = verdict.record {
-            self.shared.governor.record_run(&Class::new(class), record);
-            let class_name = class.to_owned();
+            self.shared.governor.record_run(&class, record);
+            let class_name = class.as_str().to_owned();
             if let Err(e) = self.shared.writer.call(move |s| s.record_run(&class_name, &record)) {
                 tracing::warn!("task {}: run sample not persisted: {e}", job.id);
             }

@@ -173,6 +173,7 @@ pub(crate) fn check(
     let target = admission::pressure_target(
         ledger,
         est,
+        samples,
         admission::packed_target_of(ledger, est, fixed, per_item, history_target, now),
     )
     .max(super::packing::critical_floor(est, samples, history_target));

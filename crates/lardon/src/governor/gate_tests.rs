@@ -312,3 +312,36 @@ fn a_512_gib_server_does_not_keep_a_quarter_of_its_ram_idle() {
     assert_eq!(d.kind(), DecisionKind::Admit, "{d}");
     assert_eq!(r.gov.pressure().0, PressureLevel::Green);
 }
+
+#[test]
+fn the_default_cpu_reserve_is_no_cage_on_a_small_host_and_others_load_holds_admission() {
+    use crate::{FakeClock, FakeProbe, Governor, HostPolicy, MonoTime};
+    use std::sync::Arc;
+    // A quiet 2-CPU host under the default policy (docs/DESIGN.md §3): the
+    // compute pool is both CPUs, so eight tasks of a quarter CPU each run
+    // at once (the old default kept one CPU back and pinned them all to
+    // the other).
+    let profile = HostProfile::new(16 * GIB, 2);
+    let policy = HostPolicy::default_for(&profile);
+    assert_eq!((policy.cpu_reserve, policy.compute_cpus(&profile)), (0, 2));
+    let clock = Arc::new(FakeClock::new(MonoTime(1_000_000_000)));
+    let probe = Arc::new(FakeProbe::new(profile).stamped_by(clock.clone()));
+    let gov = Governor::with_clock(policy, probe.clone(), clock.clone()).unwrap();
+    let quarter = Estimate::builder().memory(100 * MIB).cpu_millis(250).cpus_exact().build();
+    let snap = |load: f64| {
+        clock.advance(Duration::from_millis(1));
+        let mut s = probe.snapshot().unwrap();
+        s.load.one = load;
+        s
+    };
+    // Others' load appears (1.8 of the 2 CPUs, none of it Lardon's):
+    // nothing new starts until it falls.
+    let d = gov.decide(&quarter, &snap(1.8));
+    assert_eq!((d.kind(), d.reason()), (DecisionKind::Wait, ReasonCode::CpuLoad), "{d}");
+    // Quiet again: eight quarter-CPU tasks at once, over both CPUs.
+    let held: Vec<_> =
+        (0..8).map(|i| gov.reserve(&quarter, &snap(0.0)).unwrap_or_else(|d| panic!("{i}: {d}"))).collect();
+    assert_eq!(gov.availability().cpu_pool_millis, 2000);
+    assert_eq!(gov.availability().cpu_reserved_millis, 2000);
+    drop(held);
+}

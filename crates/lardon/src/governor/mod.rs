@@ -370,7 +370,7 @@ impl Governor {
         let now = self.shared.clock.now();
         match admission::sizing(&guard, estimate) {
             Some(s) => admission::step9_target(&guard, estimate, &s, now),
-            None => admission::pressure_target(&guard, estimate, estimate.batch_max),
+            None => admission::pressure_target(&guard, estimate, 0, estimate.batch_max),
         }
     }
 

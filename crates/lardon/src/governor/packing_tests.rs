@@ -162,8 +162,8 @@ fn the_critical_floor_is_not_halved_by_yellow_nor_lifts_the_next_halving() {
         let o = out;
         r.snap_with(|s| s.swap = Some(SwapCounters { pages_in: 0, pages_out: o }))
     };
-    // The baseline sample, with a batch of up to 64 seen.
-    assert_eq!(r.gov.decide(&batched(), &sample(false)).contract().unwrap().batch, 64);
+    // The baseline sample, with a batch of 64 granted (and ended).
+    assert_eq!(r.gov.reserve(&batched(), &sample(false)).unwrap().contract().batch, 64);
     r.gov.observe(&sample(true));
     assert_eq!(r.gov.pressure().0, PressureLevel::Yellow);
     // YELLOW halved the target for everyone but the critical floor.
@@ -238,4 +238,43 @@ fn a_sliver_is_granted_when_nothing_of_ours_will_come_back_or_the_times_are_unkn
     let _held = r.gov.reserve(&big(12 * GIB + GIB / 2), &r.snap_with(|_| {})).unwrap();
     let d = r.gov.decide(&e, &r.snap_with(|_| {}));
     assert_eq!((d.kind(), d.contract().map(|c| c.batch)), (DecisionKind::ReduceBatch, Some(5)), "{d}");
+}
+
+/// The default policy's caution band (docs/DESIGN.md §5): 16 GiB, reserve
+/// 2 GiB, band up to 3 GiB of MemAvailable.
+fn banded() -> Rig {
+    Rig::with(HostProfile::new(16 * GIB, 8), |p| {
+        p.memory_reserve = 2 * GIB;
+        p.emergency_floor = GIB;
+        p.memory_caution = Some(3 * GIB);
+    })
+}
+
+#[test]
+fn the_caution_band_alone_does_not_halve_a_proven_class() {
+    use crate::{PressureLevel, SwapCounters};
+    let r = banded();
+    let long = proven(&r, None);
+    let sample = |available: u64, out: u64| {
+        r.snap_with(|s| {
+            s.memory_available = available;
+            s.swap = Some(SwapCounters { pages_in: 0, pages_out: out });
+        })
+    };
+    // A batch of 64 granted while GREEN.
+    assert_eq!(r.gov.decide(&batched(), &sample(16 * GIB, 0)).contract().unwrap().batch, 64);
+    let granted = r.gov.reserve(&batched(), &sample(16 * GIB, 0)).unwrap();
+    drop(granted);
+    // The band alone: YELLOW; the unproven class is halved, the proven one
+    // keeps its history target.
+    r.gov.observe(&sample(2 * GIB + GIB / 2, 0));
+    assert_eq!(r.gov.pressure().0, PressureLevel::Yellow);
+    assert_eq!(r.gov.batch_target(&batched()), 32);
+    assert_eq!(r.gov.batch_target(&long), 64, "a measured class is not halved by the band alone");
+    // A swap signal: the proven class is halved too, and stays so in the band.
+    r.gov.observe(&sample(2 * GIB + GIB / 2, 1));
+    assert_eq!(r.gov.pressure().0, PressureLevel::Yellow);
+    assert_eq!(r.gov.batch_target(&long), 32, "swap still halves");
+    r.gov.observe(&sample(2 * GIB + GIB / 2, 1));
+    assert_eq!(r.gov.batch_target(&long), 32, "the band does not lift a signalled YELLOW");
 }

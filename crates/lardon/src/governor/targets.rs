@@ -45,16 +45,23 @@ pub(crate) fn packed_target_of(
 /// raised to the critical floor of a task with much work left
 /// (`packing::critical_floor`), never above the history target.
 pub(crate) fn step9_target(ledger: &Ledger, est: &Estimate, sizing: &Learned, now: MonoTime) -> u64 {
-    let target = pressure_target(ledger, est, packed_target(ledger, est, sizing, now));
+    let target = pressure_target(ledger, est, sizing.samples, packed_target(ledger, est, sizing, now));
     target.max(packing::critical_floor(est, sizing.samples, sizing.batch_target))
 }
 
 /// Step 9 after history: `target` lowered by slow start and halved under
-/// YELLOW, never below `batch_min`.
+/// YELLOW, never below `batch_min`. A class with a measured run
+/// (`samples` completed runs, more than 0) is not lowered while the YELLOW
+/// comes from the caution band alone (docs/DESIGN.md §5): its batch size
+/// is known, and a host packed to its budget sits in the band nearly all
+/// the time; memory PSI, swap and the floors still lower it.
 #[inline]
-pub(crate) fn pressure_target(ledger: &Ledger, est: &Estimate, target: u64) -> u64 {
+pub(crate) fn pressure_target(ledger: &Ledger, est: &Estimate, samples: usize, target: u64) -> u64 {
     let mut target = target;
-    if let Some(limit) = ledger.pressure.batch_target() {
+    let spared = samples > 0 && ledger.pressure.caution_band_only();
+    if let Some(limit) = ledger.pressure.batch_target()
+        && !spared
+    {
         target = target.min(limit);
     }
     target.max(est.batch_min)

@@ -38,6 +38,9 @@ fn rig_with(config: QueueConfig, policy: impl FnOnce(&mut HostPolicy)) -> Rig {
     p.memory_reserve = 2 * GIB;
     p.emergency_floor = GIB;
     p.memory_caution = None;
+    // The pool these tests are written against (4 of 8 CPUs), whatever
+    // the default reserve.
+    p.cpu_reserve = 4;
     policy(&mut p);
     let gov = Governor::with_clock(p, probe.clone(), clock.clone()).unwrap();
     let queue = TaskQueue::with_config(gov, config);
