@@ -37,7 +37,7 @@ mod units;
 pub use acquire::Acquire;
 pub use clock::{Clock, FakeClock, MonoTime, SystemClock};
 pub use contract::Contract;
-pub use decision::{Decision, DecisionKind, Reason, ReasonCode};
+pub use decision::{Decision, DecisionKind, Reason, ReasonCode, ReasonScope};
 pub use envelope::{Alternative, Dimension, Envelope, EnvelopeError, MAX_ALTERNATIVES, RampLimits};
 pub use estimate::{Class, Estimate, EstimateBuilder, EstimateError, MILLIS_PER_CPU};
 pub use fake::FakeProbe;
