@@ -23,6 +23,7 @@ mod history;
 mod idhash;
 mod learned;
 pub mod parallel;
+mod phrase;
 mod policy;
 mod pressure;
 pub mod progress;
@@ -44,6 +45,7 @@ pub use fake::FakeProbe;
 pub use governor::{Availability, Governor, GpuAvailability, MAX_SNAPSHOT_AGE};
 pub use history::{BatchSample, MAX_CLASSES, RunOutcome, RunRecord, RunShape, SAMPLES_PER_CLASS};
 pub use learned::{Figure, ItemTimes, Learned, Source};
+pub use phrase::{LearnedPhrase, format_duration_ms};
 pub use policy::{GpuDevice, HostPolicy, HostProfile, PolicyError};
 pub use pressure::PressureLevel;
 pub use queue::{
