@@ -4,7 +4,6 @@
 
 use std::fmt::Write as _;
 
-use lardon::format_bytes;
 use lardon_proto::pb;
 use serde_json::{Value, json};
 
