@@ -4,31 +4,15 @@
 
 use std::fmt::Write as _;
 
-use lardon::format_bytes;
 use lardon_proto::pb;
 use serde_json::{Value, json};
 
-/// One line: `fixed 1.0 GiB, per item 40.0 MiB, batch target 8 — 3
-/// samples; fixed: measured peak of run 2 (unbatched, 1.0 GiB)`.
+/// One line: `fixed 1.0 GiB, per item 40.0 MiB, batch target 8 (3
+/// samples); fixed: measured peak of run 2 (unbatched, 1.0 GiB)` — the
+/// engine's one phrase ([`lardon::LearnedPhrase`], which `lardon top`
+/// shows too), then where the figures came from.
 pub(crate) fn learned_line(l: &pb::LearnedFigures) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    if let Some(f) = l.fixed {
-        parts.push(format!("fixed {}", format_bytes(f)));
-    }
-    if let Some(p) = l.per_item {
-        parts.push(format!("per item {}", format_bytes(p)));
-    }
-    if let Some(b) = l.lower_bound {
-        parts.push(format!("killed at {} (need is above it)", format_bytes(b)));
-    }
-    if let Some(t) = l.batch_target {
-        parts.push(format!("batch target {t}"));
-    }
-    if parts.is_empty() {
-        parts.push("nothing beyond the estimate".to_owned());
-    }
-    let mut line =
-        format!("{} — {} sample{}", parts.join(", "), l.samples, if l.samples == 1 { "" } else { "s" });
+    let mut line = phrase(l).phrase();
     if !l.source.is_empty() {
         let _ = write!(line, "; {}", l.source);
     }
@@ -45,6 +29,17 @@ fn key_words(key: &str) -> String {
         format!("key {key} (no class named: only runs of the same program with the same declared estimate)")
     } else {
         format!("class {key}")
+    }
+}
+
+/// The daemon's learned figures as the engine phrases them.
+fn phrase(l: &pb::LearnedFigures) -> lardon::LearnedPhrase {
+    lardon::LearnedPhrase {
+        samples: l.samples,
+        fixed: l.fixed,
+        per_item: l.per_item,
+        lower_bound: l.lower_bound,
+        batch_target: l.batch_target,
     }
 }
 
@@ -79,7 +74,7 @@ pub(crate) fn history_text(entries: &[pb::HistoryEntry]) -> String {
                 "{}–{} ({})",
                 clock(e.from_unix_ms),
                 clock(to),
-                crate::render::duration_ms(u64::try_from(to - e.from_unix_ms).unwrap_or(0))
+                lardon::format_duration_ms(u64::try_from(to - e.from_unix_ms).unwrap_or(0))
             ),
             ("waited", None) => format!("{}–…", clock(e.from_unix_ms)),
             _ => clock(e.from_unix_ms),

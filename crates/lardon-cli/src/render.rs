@@ -2,24 +2,10 @@
 
 use std::fmt::Write as _;
 
-use lardon::format_bytes;
+use lardon::{format_bytes, format_duration_ms};
 use lardon_proto::pb;
 
 use crate::json::{decision_kind, eta_word, pressure_word, scratch_word, state_word};
-
-/// `1h02m`, `3m05s`, `12s`, `0.4s`.
-pub(crate) fn duration_ms(ms: u64) -> String {
-    let s = ms / 1000;
-    if s >= 3600 {
-        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
-    } else if s >= 60 {
-        format!("{}m{:02}s", s / 60, s % 60)
-    } else if ms < 10_000 && !ms.is_multiple_of(1000) {
-        format!("{:.1}s", ms as f64 / 1000.0)
-    } else {
-        format!("{s}s")
-    }
-}
 
 /// Running time: the daemon's figure, else from the start and end stamps.
 pub(crate) fn elapsed(t: &pb::Task) -> Option<u64> {
@@ -51,7 +37,7 @@ pub(crate) fn bar(p: &pb::TaskProgress, state: i32) -> String {
 
 pub(crate) fn eta(p: &pb::TaskProgress) -> String {
     match (pb::EtaState::try_from(p.eta_state).unwrap_or(pb::EtaState::Unspecified), p.eta_ms) {
-        (pb::EtaState::Known, Some(ms)) => duration_ms(ms),
+        (pb::EtaState::Known, Some(ms)) => format_duration_ms(ms),
         (pb::EtaState::Complete, _) => "done".into(),
         (pb::EtaState::Indeterminate | pb::EtaState::Unspecified, _) => "-".into(),
         (s, _) => eta_word(s as i32).into(),
@@ -117,7 +103,7 @@ pub(crate) fn table(tasks: &[pb::Task]) -> String {
                 truncate(&name(t), 24),
                 state_word(t.state).to_owned(),
                 bar(&p, t.state),
-                elapsed(t).map_or("-".into(), duration_ms),
+                elapsed(t).map_or("-".into(), format_duration_ms),
                 eta(&p),
                 reason(t),
             ]
@@ -165,7 +151,7 @@ pub(crate) fn detail(t: &pb::Task) -> String {
     kv(&mut out, "state", state_word(t.state));
     kv(&mut out, "command", spec.argv.join(" "));
     kv(&mut out, "progress", format!("{} {}", bar(&p, t.state), p.message));
-    kv(&mut out, "elapsed", elapsed(t).map_or("-".into(), duration_ms));
+    kv(&mut out, "elapsed", elapsed(t).map_or("-".into(), format_duration_ms));
     kv(&mut out, "eta", eta(&p));
     if let Some(rate) = p.items_per_sec {
         kv(&mut out, "throughput", format!("{rate:.2} items/s"));
@@ -445,10 +431,10 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(duration_ms(400), "0.4s");
-        assert_eq!(duration_ms(12_000), "12s");
-        assert_eq!(duration_ms(185_000), "3m05s");
-        assert_eq!(duration_ms(3_720_000), "1h02m");
+        assert_eq!(format_duration_ms(400), "0.4s");
+        assert_eq!(format_duration_ms(12_000), "12s");
+        assert_eq!(format_duration_ms(185_000), "3m05s");
+        assert_eq!(format_duration_ms(3_720_000), "1h02m");
     }
 
     #[test]

@@ -2,20 +2,10 @@
 
 use lardon_proto::pb::{self, DecisionKind, EtaState, PressureState, ScratchState, TaskState};
 
+pub(crate) use lardon::format_duration_ms as duration;
+
 use crate::state::TaskRow;
 use crate::theme::Semantic;
-
-/// A duration in ms as `42s`, `4m05s` or `1h05`.
-pub(crate) fn duration(ms: u64) -> String {
-    let s = ms / 1000;
-    if s < 60 {
-        format!("{s}s")
-    } else if s < 3600 {
-        format!("{}m{:02}s", s / 60, s % 60)
-    } else {
-        format!("{}h{:02}", s / 3600, (s % 3600) / 60)
-    }
-}
 
 /// A byte count in at most six characters: `512B`, `24.0G`, `1.5T`.
 pub(crate) fn bytes(n: u64) -> String {
@@ -203,27 +193,19 @@ pub(crate) fn scratch_state(state: ScratchState) -> (&'static str, Semantic) {
     }
 }
 
-/// What the task's class learned, in one short phrase for the task panel:
-/// `learned 1.0G fixed · 40M/item · batch 8 (3 runs)`; empty when nothing.
+/// What the task's class learned, in the engine's one phrase (the one
+/// `lardon status` and `explain` print): `learned fixed 1.0 GiB, per item
+/// 40.0 MiB, batch target 8 (3 samples)`; empty when nothing was learned.
 pub(crate) fn learned(task: &pb::Task) -> String {
     let Some(l) = &task.learned else { return String::new() };
-    let mut parts: Vec<String> = Vec::new();
-    if let Some(f) = l.fixed {
-        parts.push(format!("{} fixed", bytes(f)));
-    }
-    if let Some(p) = l.per_item {
-        parts.push(format!("{}/item", bytes(p)));
-    }
-    if let Some(b) = l.lower_bound {
-        parts.push(format!("killed at {}", bytes(b)));
-    }
-    if let Some(t) = l.batch_target {
-        parts.push(format!("batch {t}"));
-    }
-    if parts.is_empty() {
-        return String::new();
-    }
-    format!("learned {} ({} run{})", parts.join(" · "), l.samples, if l.samples == 1 { "" } else { "s" })
+    let phrase = lardon::LearnedPhrase {
+        samples: l.samples,
+        fixed: l.fixed,
+        per_item: l.per_item,
+        lower_bound: l.lower_bound,
+        batch_target: l.batch_target,
+    };
+    if phrase.is_empty() { String::new() } else { format!("learned {}", phrase.phrase()) }
 }
 
 #[cfg(test)]
@@ -234,7 +216,7 @@ mod tests {
     fn durations_bytes_rates() {
         assert_eq!(duration(42_999), "42s");
         assert_eq!(duration(245_000), "4m05s");
-        assert_eq!(duration(3_900_000), "1h05");
+        assert_eq!(duration(3_900_000), "1h05m", "the CLI's format");
         assert_eq!(bytes(512), "512B");
         assert_eq!(bytes(24 << 30), "24.0G");
         assert_eq!(bytes(1023 << 20), "1023M");
@@ -268,9 +250,9 @@ mod tests {
         let s = learned(&t);
         assert!(
             s.starts_with("learned ")
-                && s.contains("/item")
-                && s.contains("batch 8")
-                && s.ends_with("(3 runs)"),
+                && s.contains("per item 40.0 MiB")
+                && s.contains("batch target 8")
+                && s.ends_with("(3 samples)"),
             "{s}"
         );
     }

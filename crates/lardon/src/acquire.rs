@@ -36,7 +36,7 @@ enum Request {
 ///
 /// # Host-state waits
 /// A WAIT caused by the host itself (memory, pressure, load, a stale
-/// snapshot: see [`crate::ReasonCode::waits_on_host`]) only clears when
+/// snapshot: see [`crate::ReasonScope::waits_on_host`]) only clears when
 /// something re-samples the host with [`Governor::sample`] and the budgets
 /// change: the future never polls the probe on a timer. Keep a sampler
 /// running while such futures are pending (the Task Queue's sampler does

@@ -131,25 +131,70 @@ impl ReasonCode {
         }
     }
 
-    /// True for reasons that clear only when host state changes (as
+    /// How far the reason reaches and what clears it: the one
+    /// classification the queue's scan and its host re-sampling both read
+    /// (an exhaustive match, so a new code must be placed).
+    pub fn scope(self) -> ReasonScope {
+        match self {
+            ReasonCode::StaleSnapshot
+            | ReasonCode::InvalidSnapshot
+            | ReasonCode::ProbeFailed
+            | ReasonCode::PressureRed
+            | ReasonCode::CpuLoad
+            | ReasonCode::CpuPressure
+            | ReasonCode::MemoryPressure => ReasonScope::Host,
+            ReasonCode::MaxRunning => ReasonScope::Queue,
+            ReasonCode::IoPressure
+            | ReasonCode::Memory
+            | ReasonCode::GpuMemory
+            | ReasonCode::GpuMemoryUnknown
+            | ReasonCode::AllAlternativesWait => ReasonScope::TaskOnHost,
+            ReasonCode::Admitted
+            | ReasonCode::BatchReduced
+            | ReasonCode::ResourcesReduced
+            | ReasonCode::PressureDecrease
+            | ReasonCode::InvalidEstimate
+            | ReasonCode::NoGpu
+            | ReasonCode::Impossible
+            | ReasonCode::Cpu
+            | ReasonCode::GpuSlot
+            | ReasonCode::IoSlot
+            | ReasonCode::Scratch
+            | ReasonCode::HeldForHead => ReasonScope::Task,
+        }
+    }
+}
+
+/// What a [`ReasonCode`] says about the tasks after the one it was given
+/// to, and what clears it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReasonScope {
+    /// Every task waits alike, whatever it needs, until the host's state
+    /// changes (a fresh or valid snapshot, pressure, load).
+    Host,
+    /// Every task waits alike, whatever it needs, until a running task
+    /// ends (`max_running`).
+    Queue,
+    /// This task's need waits on what the host has free (memory, GPU
+    /// memory, IO pressure), which changes with the host's state.
+    TaskOnHost,
+    /// This task alone: an admission, a rejection, or a wait that only a
+    /// release by another task clears (CPUs, slots, scratch, the hold).
+    Task,
+}
+
+impl ReasonScope {
+    /// True when the reason clears only when host state changes (as
     /// opposed to a release by another task): the queue re-samples the
     /// host while a task waits for one of these.
     pub fn waits_on_host(self) -> bool {
-        matches!(
-            self,
-            ReasonCode::StaleSnapshot
-                | ReasonCode::InvalidSnapshot
-                | ReasonCode::ProbeFailed
-                | ReasonCode::PressureRed
-                | ReasonCode::CpuLoad
-                | ReasonCode::CpuPressure
-                | ReasonCode::MemoryPressure
-                | ReasonCode::IoPressure
-                | ReasonCode::Memory
-                | ReasonCode::GpuMemory
-                | ReasonCode::GpuMemoryUnknown
-                | ReasonCode::AllAlternativesWait
-        )
+        matches!(self, ReasonScope::Host | ReasonScope::TaskOnHost)
+    }
+
+    /// True when the reason makes every later task of a scan wait alike
+    /// (host- or queue-wide), whatever it needs.
+    pub fn queue_wide(self) -> bool {
+        matches!(self, ReasonScope::Host | ReasonScope::Queue)
     }
 }
 
@@ -325,5 +370,89 @@ impl fmt::Display for Decision {
             ),
             _ => write!(f, "{} ({}): {}", self.kind(), self.reason(), self.message()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ReasonCode as C, ReasonScope as S};
+
+    /// Every code, with the scope the queue reads: host-wide reasons stop
+    /// the scan and make it re-sample the host; `max_running` stops the
+    /// scan only; a task's own memory-like wait re-samples only; the rest
+    /// do neither.
+    const TABLE: [(C, S); 25] = [
+        (C::Admitted, S::Task),
+        (C::BatchReduced, S::Task),
+        (C::ResourcesReduced, S::Task),
+        (C::PressureDecrease, S::Task),
+        (C::InvalidEstimate, S::Task),
+        (C::StaleSnapshot, S::Host),
+        (C::InvalidSnapshot, S::Host),
+        (C::ProbeFailed, S::Host),
+        (C::PressureRed, S::Host),
+        (C::NoGpu, S::Task),
+        (C::Impossible, S::Task),
+        (C::CpuLoad, S::Host),
+        (C::CpuPressure, S::Host),
+        (C::MemoryPressure, S::Host),
+        (C::IoPressure, S::TaskOnHost),
+        (C::Memory, S::TaskOnHost),
+        (C::GpuMemory, S::TaskOnHost),
+        (C::GpuMemoryUnknown, S::TaskOnHost),
+        (C::Cpu, S::Task),
+        (C::GpuSlot, S::Task),
+        (C::IoSlot, S::Task),
+        (C::Scratch, S::Task),
+        (C::MaxRunning, S::Queue),
+        (C::HeldForHead, S::Task),
+        (C::AllAlternativesWait, S::TaskOnHost),
+    ];
+
+    #[test]
+    fn every_reason_code_has_one_scope() {
+        let codes: std::collections::HashSet<&str> = TABLE.iter().map(|(c, _)| c.as_str()).collect();
+        assert_eq!(codes.len(), TABLE.len(), "a code is listed twice");
+        for (code, scope) in TABLE {
+            assert_eq!(code.scope(), scope, "{code}");
+        }
+    }
+
+    #[test]
+    fn host_rescans_and_scan_stops_follow_from_the_scope() {
+        let rescans: Vec<&str> =
+            TABLE.iter().filter(|(c, _)| c.scope().waits_on_host()).map(|(c, _)| c.as_str()).collect();
+        let stops: Vec<&str> =
+            TABLE.iter().filter(|(c, _)| c.scope().queue_wide()).map(|(c, _)| c.as_str()).collect();
+        assert_eq!(
+            rescans,
+            [
+                "stale_snapshot",
+                "invalid_snapshot",
+                "probe_failed",
+                "pressure_red",
+                "cpu_load",
+                "cpu_pressure",
+                "memory_pressure",
+                "io_pressure",
+                "memory",
+                "gpu_memory",
+                "gpu_memory_unknown",
+                "all_alternatives_wait",
+            ]
+        );
+        assert_eq!(
+            stops,
+            [
+                "stale_snapshot",
+                "invalid_snapshot",
+                "probe_failed",
+                "pressure_red",
+                "cpu_load",
+                "cpu_pressure",
+                "memory_pressure",
+                "max_running",
+            ]
+        );
     }
 }

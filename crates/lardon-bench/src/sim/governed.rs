@@ -305,7 +305,7 @@ pub fn run_traced(
                     ends.push(Reverse((now + ran, slot)));
                 }
                 Err(d) if d.kind() == DecisionKind::Wait => {
-                    host_wait |= d.reason().waits_on_host();
+                    host_wait |= d.reason().scope().waits_on_host();
                     if is_between {
                         still_between.push(i);
                     } else {

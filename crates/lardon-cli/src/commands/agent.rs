@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use lardon::{FakeClock, FakeProbe, Governor, HostProfile, MonoTime, Probe};
 use lardon_cluster::agent::{
-    Agent, AgentConfig, Cgroups, ConfinedExecutor, CpuSource, Executor, HostRss, ProcessExecutor,
-    Tuning, WatchedExecutor, default_tokens,
+    Agent, AgentConfig, Cgroups, ConfinedExecutor, CpuSource, Executor, HostRss, ProcessExecutor, Tuning,
+    WatchedExecutor, default_tokens,
 };
 use lardon_cluster::{AgentId, Capability};
 use lardon_submit::Backoff;

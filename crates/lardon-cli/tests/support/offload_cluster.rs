@@ -2,15 +2,14 @@
 //! on loopback, for the offload tests (`offload.rs`, `offload_files.rs`):
 //! the agent's environment alone has `ONLY_ON_AGENT`, so a task's output
 //! says where it ran.
-#![allow(dead_code)]
 
 use std::path::Path;
 use std::time::Duration;
 
-use super::common::{lardon, stderr, stdout, submit, task_json};
-use super::procs::{Proc, agent_args, free_port, logs};
-
-pub(crate) const WAIT: Duration = Duration::from_secs(60);
+use super::daemon::{lardon, stderr, stdout, submit, task_json};
+use super::procs::{Proc, agent_args, free_port};
+pub(crate) use super::wait::WAIT;
+use super::wait::until_logged;
 
 /// A broker, one agent `a1` serving `sh@1` with `tokens` tokens, and a
 /// daemon on `dir/state` offloading to them under `policy` (TOML).
@@ -69,12 +68,10 @@ impl Cluster {
         [&self.broker, &self.agent, &self.daemon]
     }
 
-    pub(crate) fn until(&self, what: &str, mut ok: impl FnMut() -> bool) {
-        let start = std::time::Instant::now();
-        while !ok() {
-            assert!(start.elapsed() < WAIT, "timed out waiting for {what}\n{}", logs(&self.procs()));
-            std::thread::sleep(Duration::from_millis(25));
-        }
+    /// Polls `ok` until it holds, failing after [`WAIT`] with the three
+    /// processes' logs.
+    pub(crate) fn until(&self, what: &str, ok: impl FnMut() -> bool) {
+        until_logged(what, &self.procs(), ok);
     }
 
     pub(crate) fn broker_status(&self) -> Option<serde_json::Value> {

@@ -1,7 +1,6 @@
 //! Real `lardon` processes for the cluster tests: started with their output
 //! in a log file, SIGKILLed on drop, and their logs gathered for a failure
 //! message.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,7 +20,7 @@ impl Proc {
     /// [`Proc::start`] with `env` set over the test's environment (and
     /// the `LARDON_*` variables that would redirect a daemon removed).
     pub(crate) fn start_env(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
-        let mut command = Command::new(super::common::bin());
+        let mut command = Command::new(super::daemon::bin());
         command
             .env_remove("LARDON_SOCKET")
             .env_remove("LARDON_STATE_DIR")

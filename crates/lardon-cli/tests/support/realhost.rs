@@ -12,11 +12,11 @@
 //! Where the machine cannot host this (no cgroup hierarchy with a memory
 //! controller we can write), [`RealHost::start`] returns the reason; tests
 //! fail with it — they never skip.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use lardon_host::{CgroupLayout, HostRoot};
@@ -134,8 +134,20 @@ pub(crate) struct RealHost {
     /// The state dir.
     pub(crate) dir: PathBuf,
     args: Vec<String>,
-    /// Declared last: dropped after the daemon is killed.
+    /// Dropped after the daemon is killed.
     pub(crate) cgroup: LimitedCgroup,
+    /// Declared last: the next real-host test starts once this one's
+    /// daemon and cgroup are gone.
+    _alone: MutexGuard<'static, ()>,
+}
+
+/// Held by every [`RealHost`]: the real-host tests share one binary and
+/// must never run at once (each measures the machine, its load or its
+/// memory, and a neighbour's daemon would be in its figures). A test that
+/// panicked poisons nothing the next one needs.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static ALONE: Mutex<()> = Mutex::new(());
+    ALONE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl RealHost {
@@ -145,13 +157,16 @@ impl RealHost {
     /// # Errors
     /// Why the machine cannot host it (no writable cgroup with a memory
     /// controller), or why the daemon did not come up.
+    /// Waits until no other real-host test of this process holds one.
     pub(crate) fn start(dir: &Path, limit: u64, args: &[&str]) -> Result<RealHost, String> {
+        let alone = one_at_a_time();
         let cgroup = LimitedCgroup::create(limit)?;
         let mut host = RealHost {
             child: None,
             dir: dir.to_path_buf(),
             args: args.iter().map(|s| (*s).to_owned()).collect(),
             cgroup,
+            _alone: alone,
         };
         host.spawn()?;
         Ok(host)
@@ -171,7 +186,7 @@ impl RealHost {
             .arg(r#"echo $$ > "$1/cgroup.procs" || exit 97; shift; exec "$@""#)
             .arg("sh")
             .arg(self.cgroup.path())
-            .arg(crate::common::bin())
+            .arg(super::daemon::bin())
             .arg("--state-dir")
             .arg(&self.dir)
             .arg("daemon")
@@ -195,7 +210,7 @@ impl RealHost {
                 let log = std::fs::read_to_string(self.dir.join("daemon.out")).unwrap_or_default();
                 return Err(format!("the daemon exited early ({status}): {log}"));
             }
-            if crate::common::lardon(&self.dir, &["status"]).status.success() {
+            if super::daemon::lardon(&self.dir, &["status"]).status.success() {
                 return Ok(());
             }
             if start.elapsed() > Duration::from_secs(30) {
@@ -281,7 +296,7 @@ impl RealHost {
 
     /// `lardon --state-dir DIR ARGS…`.
     pub(crate) fn lardon(&self, args: &[&str]) -> std::process::Output {
-        crate::common::lardon(&self.dir, args)
+        super::daemon::lardon(&self.dir, args)
     }
 }
 

@@ -1,5 +1,6 @@
 //! Shared helpers: an in-process daemon on a temp state dir with a fake
-//! 16 GiB / 16 CPU host, a client over its real socket, and deadline waits.
+//! 16 GiB / 16 CPU host, a client over its real socket, and waits on the
+//! daemon's streams (`Watch`, `Wait`) with a deadline.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code, unreachable_pub)]
 
 use std::path::Path;
@@ -52,17 +53,34 @@ pub async fn get(c: &mut Client, id: &str) -> pb::Task {
     c.get(pb::GetRequest { id: id.to_owned() }).await.unwrap().into_inner().task.unwrap()
 }
 
-/// Polls `Get` until `pred` holds (or panics at the deadline).
+/// Waits on the daemon's `Watch` stream until task `id`'s view satisfies
+/// `pred` (or panics at the deadline): subscribed first, then the task is
+/// read once, so no change between the two is missed; after that it is
+/// read again only when the stream says something about it changed (its
+/// row, a decision about it) or that events were dropped.
 pub async fn until(c: &mut Client, id: &str, what: &str, pred: impl Fn(&pb::Task) -> bool) -> pb::Task {
-    let start = Instant::now();
-    loop {
-        let t = get(c, id).await;
-        if pred(&t) {
-            return t;
+    use pb::watch_event::Event;
+    let mut events = c.watch(pb::WatchRequest { skip_snapshot: true }).await.unwrap().into_inner();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let mut t = get(c, id).await;
+    while !pred(&t) {
+        let ev = match tokio::time::timeout_at(deadline, events.message()).await {
+            Ok(ev) => {
+                ev.unwrap().unwrap_or_else(|| panic!("the watch stream ended waiting for task {id}: {what}"))
+            }
+            Err(_) => panic!("timed out waiting for task {id}: {what}; last: {t:?}"),
+        };
+        let about_it = match ev.event {
+            Some(Event::TaskChanged(changed)) => changed.id == id,
+            Some(Event::Decision(d)) => d.task_id == id,
+            Some(Event::Lagged(_) | Event::Snapshot(_)) => true,
+            Some(Event::TaskRemoved(_) | Event::Availability(_) | Event::ScratchChanged(_)) | None => false,
+        };
+        if about_it {
+            t = get(c, id).await;
         }
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for task {id}: {what}; last: {t:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    t
 }
 
 pub fn state(t: &pb::Task) -> TaskState {

@@ -199,7 +199,8 @@ impl TaskContext {
                     if !self.inner.governor.register_waker(generation, &waker) {
                         continue;
                     }
-                    let timeout = d.reason().waits_on_host().then_some(self.inner.config.sample_interval);
+                    let timeout =
+                        d.reason().scope().waits_on_host().then_some(self.inner.config.sample_interval);
                     signal.wait(epoch, timeout);
                 }
             }

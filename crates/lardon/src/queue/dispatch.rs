@@ -27,7 +27,7 @@ use crate::snapshot::Snapshot;
 
 use super::context::{TaskContext, run_callback};
 use super::events::QueueEvent;
-use super::skip::{Blocked, Need, Reuse, queue_wide};
+use super::skip::{Blocked, Need, Reuse};
 use super::state::{Note, QueueState, Recorded};
 use super::task::{Callback, TaskId, TaskState};
 use super::{Inner, MutexGuard};
@@ -422,7 +422,7 @@ fn scan_locked(
             None => {
                 let result = gov_scan.reserve(&e.envelope, snap, st.running, hold.as_ref());
                 reuse = match &result {
-                    Err(Decision::Wait(why)) if queue_wide(why.code()) => {
+                    Err(Decision::Wait(why)) if why.code().scope().queue_wide() => {
                         Some(Reuse { id, why: why.clone(), running: st.running, held: hold.is_some() })
                     }
                     _ => None,
@@ -449,8 +449,9 @@ fn scan_locked(
                 }
             }
             Err(Decision::Wait(why)) => {
-                host_wait |= why.code().waits_on_host();
-                let need = if queue_wide(why.code()) { None } else { Need::of(&e.envelope, unified) };
+                host_wait |= why.code().scope().waits_on_host();
+                let need =
+                    if why.code().scope().queue_wide() { None } else { Need::of(&e.envelope, unified) };
                 blocked.learn(why.code(), need.as_ref());
                 let code = why.code();
                 if blocked.all && queue_wait.is_none() {

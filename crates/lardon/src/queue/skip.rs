@@ -59,22 +59,6 @@ impl Need {
     }
 }
 
-/// Reasons that make every later task of a scan wait alike (host- or
-/// queue-wide), whatever it needs.
-pub(super) fn queue_wide(reason: ReasonCode) -> bool {
-    matches!(
-        reason,
-        ReasonCode::StaleSnapshot
-            | ReasonCode::InvalidSnapshot
-            | ReasonCode::ProbeFailed
-            | ReasonCode::PressureRed
-            | ReasonCode::CpuLoad
-            | ReasonCode::CpuPressure
-            | ReasonCode::MemoryPressure
-            | ReasonCode::MaxRunning
-    )
-}
-
 /// The scan's last evaluation, when it answered a queue-wide WAIT: a task
 /// with an equal envelope evaluated right after it, with the same running
 /// count and hold, would get the same answer (admission is a function of
@@ -103,7 +87,7 @@ impl Blocked {
     }
 
     pub(super) fn learn(&mut self, reason: ReasonCode, need: Option<&Need>) {
-        if queue_wide(reason) {
+        if reason.scope().queue_wide() {
             self.all = true;
             return;
         }

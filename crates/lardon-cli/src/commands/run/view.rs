@@ -138,7 +138,7 @@ impl View {
                 if terminal(t.state)
                     && let Some(ms) = render::elapsed(&t)
                 {
-                    text.push_str(&format!(" after {}", render::duration_ms(ms)));
+                    text.push_str(&format!(" after {}", lardon::format_duration_ms(ms)));
                 }
                 self.line(&text);
                 self.rows[i].1.last_line = text;
@@ -178,7 +178,7 @@ impl View {
                 bar.set_position(pos.min(len));
                 let mut msg = state_word(t.state).to_owned();
                 if let Some(ms) = render::elapsed(&t) {
-                    msg.push_str(&format!(" {}", render::duration_ms(ms)));
+                    msg.push_str(&format!(" {}", lardon::format_duration_ms(ms)));
                 }
                 let eta = render::eta(&p);
                 if eta != "-" && eta != "done" {
