@@ -42,9 +42,9 @@ pub(crate) fn command_callback(
     spec: Arc<TaskSpec>,
 ) -> impl FnOnce(&mut TaskContext) -> TaskResult + Send + 'static {
     move |ctx| {
-        let slot = shared.slot(id);
+        let slot = shared.placements.slot(id);
         let result = run_all(&shared, id, &spec, ctx, &slot);
-        shared.drop_slot(id);
+        shared.placements.ran_here(id);
         result
     }
 }

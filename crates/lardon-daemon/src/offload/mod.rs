@@ -35,10 +35,10 @@ use lardon_cluster::agent::Backoff;
 use lardon_cluster::client::{Answer, RemoteTask, Submitter, SubmitterConfig};
 use lardon_cluster::{Capability, SubmitterId};
 
-use route::{Here, Load, Out, Registry, Route, Sent, Verdict};
+use route::{Here, Load, Route, Verdict};
 
 use crate::handle::RunHandle;
-use crate::kernel::{DaemonEvent, Shared};
+use crate::kernel::{DaemonEvent, Sent, Shared, Shipped};
 use crate::local::queue_locally;
 use crate::spec::{Offload, TaskId, TaskSpec, TaskState};
 use crate::store::{CourseKind, Outcome};
@@ -128,8 +128,6 @@ struct Inner {
     submitter_id: String,
     broker: String,
     rt: tokio::runtime::Handle,
-    /// The tasks out, each with its step and spec: one lock.
-    out: Mutex<Registry>,
     /// The agents' load, for `balance`.
     capacity: capacity::Capacity,
 }
@@ -170,7 +168,6 @@ impl OffloadEngine {
                 submitter_id,
                 broker: config.broker.clone(),
                 rt,
-                out: Mutex::default(),
                 capacity,
             }),
         })
@@ -223,12 +220,12 @@ impl OffloadEngine {
     /// broker is told (an agent running it kills it). `None` when the task
     /// is not out.
     pub(crate) fn cancel(&self, id: TaskId) -> Option<TaskState> {
-        let out = lock(&self.inner.out).take_any(id)?;
+        let shipped = self.inner.shared.placements.take_shipped(id)?;
         // A claim was never sent: nothing to cancel there, and it will not
-        // be sent now (`Registry::promote`).
-        let reason = match out {
-            Out::Shipping { .. } => "cancelled by user (before it was sent to the broker)".to_owned(),
-            Out::Sent(Sent { remote, .. }) => {
+        // be sent now (`Placements::promote`).
+        let reason = match shipped {
+            Shipped::Claimed => "cancelled by user (before it was sent to the broker)".to_owned(),
+            Shipped::Sent(remote) => {
                 match lardon_cluster::TaskId::new(&remote) {
                     Ok(r) => self.inner.submitter.cancel(&r),
                     Err(e) => tracing::warn!("task {id}: cannot cancel {remote}: {e}"),
@@ -239,11 +236,6 @@ impl OffloadEngine {
         self.inner
             .finish(id, &Outcome { state: TaskState::Cancelled, exit_code: None, reason: Some(reason) });
         Some(TaskState::Cancelled)
-    }
-
-    /// Whether `id` is out at the broker now.
-    pub(crate) fn is_out(&self, id: TaskId) -> bool {
-        lock(&self.inner.out).contains(id)
     }
 }
 
@@ -277,7 +269,7 @@ impl Inner {
 
     /// Ships task `id`: records it RUNNING with its remote id, reads its
     /// inputs and sends it (uploading them first). `claimed`: the caller
-    /// already claimed it in the registry (`Registry::claim`), so that a
+    /// already claimed it (`Placements::claim`), so that a
     /// cancel arriving from then on stops it; otherwise it is claimed here.
     /// A claim a cancel took meanwhile is not sent.
     fn ship(
@@ -294,12 +286,12 @@ impl Inner {
             Ship::Retry(n) => *n,
         };
         if !claimed {
-            lock(&self.out).claim(id, retry);
+            self.shared.placements.claim(id, retry);
         }
         if let Some(deadline) = offload.deadline_unix_ms
             && deadline <= crate::now_ms()
         {
-            if lock(&self.out).unclaim(id) {
+            if self.shared.placements.unclaim(id) {
                 let reason = "deadline passed before it shipped".to_owned();
                 self.finish(id, &Outcome { state: TaskState::Failed, exit_code: None, reason: Some(reason) });
             }
@@ -331,13 +323,13 @@ impl Inner {
             Ok(r) => r,
             Err(e) => {
                 // Cancelled or removed meanwhile: nothing to ship.
-                lock(&self.out).unclaim(id);
+                self.shared.placements.unclaim(id);
                 tracing::warn!("task {id}: not shipped: {e}");
                 return;
             }
         };
         self.shared.emit(DaemonEvent::TaskChanged(id));
-        if !lock(&self.out).promote(id, &remote, &spec) {
+        if !self.shared.placements.promote(id, &remote, &spec) {
             tracing::info!("task {id}: cancelled while it was being shipped: not sent");
             return;
         }
@@ -345,7 +337,7 @@ impl Inner {
         let task = match built {
             Ok(task) => task,
             Err((code, message)) => {
-                lock(&self.out).take(id, &remote);
+                self.shared.placements.take_sent(id, &remote);
                 return self.fall_back(id, &spec, code, &message);
             }
         };
@@ -397,8 +389,7 @@ impl Inner {
     /// and a cancel takes the task out under it before it sends its own
     /// cancel: the broker sees the request before the cancel, or neither.
     fn send(&self, id: TaskId, remote: &str, task: &RemoteTask) -> Option<lardon_cluster::client::Ticket> {
-        let out = lock(&self.out);
-        out.is_out_as(id, remote).then(|| self.submitter.submit(task))
+        self.shared.placements.while_out_as(id, remote, || self.submitter.submit(task))
     }
 
     /// Waits (on the runtime) for the answer to `ticket` and judges it on
@@ -426,7 +417,7 @@ impl Inner {
     /// A task whose request never left (its inputs could not be uploaded):
     /// run here, if it is still out as `remote`.
     fn not_sent(&self, id: TaskId, remote: &str, why: &str) {
-        if let Some(sent) = lock(&self.out).take(id, remote) {
+        if let Some(sent) = self.shared.placements.take_sent(id, remote) {
             self.fall_back(id, &sent.spec, "upload_failed", why);
         }
     }
@@ -445,7 +436,7 @@ impl Inner {
             // RUNNING with its handle; the next start asks for it again.
             return;
         };
-        let Some(Sent { retry, spec, .. }) = lock(&self.out).take(id, remote) else {
+        let Some(Sent { retry, spec, .. }) = self.shared.placements.take_sent(id, remote) else {
             tracing::debug!("task {id}: a second or stale answer for {remote} dropped");
             return;
         };
@@ -481,7 +472,7 @@ impl Inner {
             Verdict::Reship(why) => {
                 if let Some(offload) = spec.offload.clone() {
                     // Claimed again at once: a cancel from here on stops it.
-                    lock(&self.out).claim(id, retry + 1);
+                    self.shared.placements.claim(id, retry + 1);
                     self.ship(id, spec, &offload, &why, Ship::Retry(retry + 1), true);
                 }
             }

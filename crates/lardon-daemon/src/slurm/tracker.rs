@@ -113,6 +113,7 @@ impl SlurmEngine {
 
     /// Queues a stored, PENDING task for submission.
     pub(crate) fn submit(&self, id: TaskId, spec: &TaskSpec) {
+        self.inner.shared.placements.to_slurm(id);
         lock(&self.inner.state).waiting.push_back(Waiting {
             id,
             spec: Arc::new(spec.clone()),
@@ -136,6 +137,7 @@ impl SlurmEngine {
             return;
         };
         let (job, report) = (*job, report.clone());
+        self.inner.shared.placements.to_slurm(id);
         let text = RunHandle::Slurm(handle).encode();
         let recorded = self
             .inner
@@ -347,6 +349,7 @@ impl Inner {
     }
 
     fn finish(&self, id: TaskId, outcome: &Outcome) {
+        self.shared.placements.off_slurm(id);
         let end = outcome.clone();
         if let Err(e) = self.shared.writer.call(move |s| s.finish(id, &end)) {
             tracing::error!("task {id}: cannot record its end: {e}");
