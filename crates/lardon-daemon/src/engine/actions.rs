@@ -8,7 +8,7 @@ use std::time::Duration;
 use lardon::QueueError;
 
 use super::Engine;
-use crate::kernel::{DaemonEvent, Route, qid};
+use crate::kernel::{Applied, DaemonEvent, Route, Write, qid};
 use crate::local::Dependency;
 use crate::settings;
 use crate::spec::{RunEngine, TaskId, TaskSpec, TaskState};
@@ -240,9 +240,7 @@ impl Engine {
             Err(_) => {
                 // Live in the store but unknown to the queue: end it here.
                 let outcome = Outcome { state: TaskState::Cancelled, exit_code: None, reason: None };
-                self.shared.writer.call(move |s| s.finish(id, &outcome))?;
-                self.shared.emit(DaemonEvent::TaskChanged(id));
-                self.shared.emit(DaemonEvent::TaskFinished(id));
+                self.shared.record(Write::Finished(id, outcome))?;
                 Ok(TaskState::Cancelled)
             }
         }
@@ -322,9 +320,10 @@ impl Engine {
         // The queue remembers every ended id; the new attempt reuses it.
         // (Unknown to this queue: it ended before the daemon's last start.)
         let _ = self.queue.release_id(qid(id));
-        let from = self.shared.writer.call(move |s| s.restart(id))?;
+        let Applied::Left(from) = self.shared.record(Write::Restarted(id))? else {
+            return Err(ActionError::Conflict(format!("task {id}: not restarted")));
+        };
         self.mark_log(id, from);
-        self.shared.emit(DaemonEvent::TaskChanged(id));
         let deps = {
             let reader = self.shared.reader();
             rec.spec

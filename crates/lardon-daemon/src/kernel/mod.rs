@@ -7,6 +7,7 @@
 //! has to reach back into the hub for its context.
 
 mod events;
+mod lifecycle;
 mod placement;
 mod pool;
 mod slot;
@@ -21,6 +22,7 @@ use lardon_host::BackendKind;
 use tokio::sync::broadcast;
 
 pub(crate) use events::{DaemonEvent, Stats};
+pub(crate) use lifecycle::{Applied, Write};
 pub(crate) use placement::{Placements, Route, Sent, Shipped};
 pub(crate) use pool::ComputePool;
 pub(crate) use slot::Slot;

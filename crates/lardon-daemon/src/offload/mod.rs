@@ -3,7 +3,7 @@
 //! task (one with a capability) runs at an agent when the policy prefers
 //! remote, or when this host's Governor would not admit it now; otherwise
 //! here. While out, the task is RUNNING with the run handle
-//! [`RunHandle::Offload`] (its remote id); its answer comes back into the store exactly as
+//! [`crate::handle::RunHandle::Offload`] (its remote id); its answer comes back into the store exactly as
 //! a local run's would (exit code, stdout and stderr into its log, the
 //! agent's id in its course). Every infrastructure failure — an unreachable
 //! broker, no agent for the capability, agents lost beyond
@@ -37,11 +37,10 @@ use lardon_cluster::{Capability, SubmitterId};
 
 use route::{Here, Load, Route, Verdict};
 
-use crate::handle::RunHandle;
-use crate::kernel::{DaemonEvent, Sent, Shared, Shipped};
+use crate::kernel::{Sent, Shared, Shipped, Write};
 use crate::local::queue_locally;
 use crate::spec::{Offload, TaskId, TaskSpec, TaskState};
-use crate::store::{CourseKind, Outcome};
+use crate::store::Outcome;
 
 /// What a shippable task cannot be, refused at submit naming the field:
 /// batched, dependent, GPU, scratch and Slurm tasks are local-only (an
@@ -297,26 +296,24 @@ impl Inner {
             }
             return;
         }
-        let (submitter, broker) = (self.submitter_id.clone(), self.broker.clone());
-        let note = why.to_owned();
-        let recorded = self.shared.writer.call(move |s| {
-            let remote = match &how {
-                Ship::Fresh => {
-                    let attempt = s.start_attempt(id)?;
-                    route::remote_id(&submitter, id, attempt, 0)
-                }
-                Ship::Retry(n) => {
-                    let attempt = s.get_task(id)?.map_or(1, |t| t.attempts.saturating_add(1));
-                    route::remote_id(&submitter, id, attempt, *n)
-                }
-                Ship::Adopt(remote) => {
-                    s.start_attempt(id)?;
-                    remote.clone()
-                }
-            };
-            s.set_run_handle(id, Some(&RunHandle::Offload(remote.clone()).encode()))?;
-            let message = format!("shipped to broker {broker} as {remote}: {note}");
-            s.note_offload(id, CourseKind::Offloaded, "shipped", &message)?;
+        // The attempt a fresh shipment starts, or the one a re-shipment
+        // continues: the stored count plus one (the claim keeps every
+        // other writer off the task meanwhile).
+        let stored = self.shared.reader().get_task(id).map(|t| t.map(|t| t.attempts.saturating_add(1)));
+        let (remote, new_attempt) = match (&how, stored) {
+            (Ship::Adopt(remote), _) => (Ok(remote.clone()), true),
+            (Ship::Fresh, Ok(Some(attempt))) => {
+                (Ok(route::remote_id(&self.submitter_id, id, attempt, 0)), true)
+            }
+            (Ship::Retry(n), Ok(Some(attempt))) => {
+                (Ok(route::remote_id(&self.submitter_id, id, attempt, *n)), false)
+            }
+            (_, Ok(None)) => (Err(crate::store::StoreError::NotFound(id)), false),
+            (_, Err(e)) => (Err(e), false),
+        };
+        let recorded = remote.and_then(|remote| {
+            let message = format!("shipped to broker {} as {remote}: {why}", self.broker);
+            self.shared.record(Write::Shipped { id, remote: remote.clone(), new_attempt, message })?;
             Ok(remote)
         });
         let remote = match recorded {
@@ -328,7 +325,6 @@ impl Inner {
                 return;
             }
         };
-        self.shared.emit(DaemonEvent::TaskChanged(id));
         if !self.shared.placements.promote(id, &remote, &spec) {
             tracing::info!("task {id}: cancelled while it was being shipped: not sent");
             return;
@@ -533,27 +529,20 @@ impl Inner {
             Outcome { state: TaskState::Failed, exit_code: ended.exit_code, reason: Some(reason) }
         };
         tracing::info!("task {id}: {message}");
-        let result = self.shared.writer.call(move |s| {
-            s.note_offload(id, CourseKind::Offloaded, "ran_remotely", &message)?;
-            s.finish(id, &outcome)
-        });
-        if let Err(e) = result {
+        if let Err(e) = self.shared.record(Write::RanRemotely { id, message, outcome }) {
             tracing::warn!("task {id}: its remote run not recorded: {e}");
         }
-        self.shared.emit(DaemonEvent::TaskChanged(id));
-        self.shared.emit(DaemonEvent::TaskFinished(id));
     }
 
     /// Hands the task back to run here: RUNNING → PENDING with the reason
     /// in its course, then into the local queue.
     fn fall_back(&self, id: TaskId, spec: &TaskSpec, code: &str, message: &str) {
         tracing::info!("task {id}: {message}");
-        let (code, text) = (code.to_owned(), message.to_owned());
-        if let Err(e) = self.shared.writer.call(move |s| s.return_to_queue(id, &code, &text)) {
+        let returned = Write::Returned { id, code: code.to_owned(), message: message.to_owned() };
+        if let Err(e) = self.shared.record(returned) {
             tracing::warn!("task {id}: not handed back: {e}");
             return;
         }
-        self.shared.emit(DaemonEvent::TaskChanged(id));
         if let Err(e) = queue_locally(&self.shared, &self.queue, id, spec, false, &[]) {
             // The queue is closing: the next start queues it again.
             tracing::warn!("task {id}: handed back but not queued: {e}");
@@ -561,12 +550,9 @@ impl Inner {
     }
 
     fn finish(&self, id: TaskId, outcome: &Outcome) {
-        let end = outcome.clone();
-        if let Err(e) = self.shared.writer.call(move |s| s.finish(id, &end)) {
+        if let Err(e) = self.shared.record(Write::Finished(id, outcome.clone())) {
             tracing::warn!("task {id}: cannot record its end: {e}");
         }
-        self.shared.emit(DaemonEvent::TaskChanged(id));
-        self.shared.emit(DaemonEvent::TaskFinished(id));
     }
 }
 
