@@ -160,17 +160,22 @@ impl Shared {
     /// [`Shared::record`] without waiting: the writer keeps the order in
     /// which writes were sent; a refusal is logged.
     pub(crate) fn record_background(&self, write: Write) {
-        let events = self.events.clone();
+        // A local run's handle and end tell the watchers nothing: no
+        // sender is held for them (the hot path of a short task).
+        let events =
+            (!matches!(write, Write::RunHandle(..) | Write::RunEnded { .. })).then(|| self.events.clone());
+        let id = write.task();
         self.writer.send_background(
             move |s| write.apply(s).map(|_| write),
-            move |result| match result {
-                Ok(write) => {
+            move |result| match (result, events) {
+                (Ok(write), Some(events)) => {
                     for notice in write.notices() {
                         // Nobody watching is fine.
                         let _ = events.send(notice);
                     }
                 }
-                Err(e) => tracing::warn!("a task's change not recorded: {e}"),
+                (Ok(_), None) => {}
+                (Err(e), _) => tracing::warn!("task {id}: a change not recorded: {e}"),
             },
         );
     }
