@@ -152,3 +152,44 @@ fn the_scan_sees_grouped_and_nested_paths() {
     let found: Vec<String> = uses(text, &modules).into_iter().collect();
     assert_eq!(found, ["a", "b", "c"]);
 }
+
+/// One path for a task's lifecycle: outside the store itself, only
+/// `kernel/lifecycle.rs` calls the store methods that write a task's
+/// state, stamps, exit code, attempts or run handle (crash recovery runs
+/// at start, before the writer exists, and is the one exception).
+#[test]
+fn only_the_lifecycle_path_writes_a_tasks_lifecycle() {
+    const METHODS: [&str; 11] = [
+        "start_attempt(",
+        "start_attempt_granted(",
+        "set_run_handle(",
+        "set_exit_code(",
+        "return_to_queue(",
+        "note_memory_retry(",
+        "set_state(",
+        "s.finish(",
+        "s.restart(",
+        "s.pause(",
+        "s.resume(",
+    ];
+    let src = src();
+    let mut all = Vec::new();
+    files(&src, &mut all);
+    let mut found = Vec::new();
+    for file in all {
+        let rel = file.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
+        if rel.starts_with("store/") || rel == "kernel/lifecycle.rs" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for m in METHODS {
+                if code.contains(m) && !code.contains(&format!("fn {m}")) {
+                    found.push(format!("{rel}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "lifecycle writes outside kernel/lifecycle.rs:\n  {}", found.join("\n  "));
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 use lardon::QueueError;
 
 use super::Engine;
-use crate::kernel::{DaemonEvent, qid};
+use crate::kernel::{Applied, DaemonEvent, Route, Write, qid};
 use crate::local::Dependency;
 use crate::settings;
 use crate::spec::{RunEngine, TaskId, TaskSpec, TaskState};
@@ -176,12 +176,22 @@ impl Engine {
         Ok(ids)
     }
 
-    fn live(&self, id: TaskId) -> Result<TaskState, ActionError> {
+    /// The stored record of a live task.
+    fn live(&self, id: TaskId) -> Result<TaskRecord, ActionError> {
         let rec = self.task(id)?.ok_or(ActionError::NotFound(id))?;
         if rec.state.is_terminal() {
             return Err(ActionError::Conflict(format!("task {id} already ended ({})", rec.state)));
         }
-        Ok(rec.state)
+        Ok(rec)
+    }
+
+    /// The route a live task is on: its placement's, or Slurm for a Slurm
+    /// task stored but not yet handed to it.
+    fn route(&self, rec: &TaskRecord) -> Route {
+        match self.shared.placements.route_of(rec.id) {
+            Route::Local(_) if rec.spec.engine == RunEngine::Slurm => Route::Slurm,
+            route => route,
+        }
     }
 
     /// Once the queue's events so far are durable: the task's stored state,
@@ -194,15 +204,35 @@ impl Engine {
     /// Cancels: a pending task at once; a running one gets SIGTERM, then
     /// SIGKILL after `grace`. Answers with the stored state once the
     /// change is durable (a running task stays RUNNING until it exits).
+    /// The task's placement names the one route that cancels it; a route
+    /// that let it go meanwhile (offload handed it back, say) leaves it to
+    /// the local route.
     pub(crate) fn cancel(&self, id: TaskId, grace: Option<Duration>) -> Result<TaskState, ActionError> {
-        self.live(id)?;
-        if let Some(state) = self.slurm.as_ref().and_then(|s| s.cancel(id)) {
-            return Ok(state);
-        }
-        if let Some(state) = self.offload.as_ref().and_then(|o| o.cancel(id)) {
-            return Ok(state);
-        }
-        if let Some(slot) = self.shared.existing_slot(id) {
+        let rec = self.live(id)?;
+        let slot = match self.route(&rec) {
+            Route::Local(slot) => slot,
+            Route::Slurm => match self.slurm.as_ref().and_then(|s| s.cancel(id)) {
+                Some(state) => return Ok(state),
+                None => self.shared.placements.route_of(id).slot(),
+            },
+            Route::Offload => match self.offload.as_ref().and_then(|o| o.cancel(id)) {
+                Some(state) => return Ok(state),
+                None => self.shared.placements.route_of(id).slot(),
+            },
+        };
+        self.cancel_here(id, slot, grace)
+    }
+
+    /// The local route's cancel: the run's slot (if its callback has one)
+    /// stops it, the queue drops it; a task the queue does not know ends
+    /// in the store here.
+    fn cancel_here(
+        &self,
+        id: TaskId,
+        slot: Option<std::sync::Arc<crate::kernel::Slot>>,
+        grace: Option<Duration>,
+    ) -> Result<TaskState, ActionError> {
+        if let Some(slot) = slot {
             slot.cancel(grace.unwrap_or(self.shared.kill_grace));
         }
         match self.queue.cancel(qid(id)) {
@@ -210,9 +240,7 @@ impl Engine {
             Err(_) => {
                 // Live in the store but unknown to the queue: end it here.
                 let outcome = Outcome { state: TaskState::Cancelled, exit_code: None, reason: None };
-                self.shared.writer.call(move |s| s.finish(id, &outcome))?;
-                self.shared.emit(DaemonEvent::TaskChanged(id));
-                self.shared.emit(DaemonEvent::TaskFinished(id));
+                self.shared.record(Write::Finished(id, outcome))?;
                 Ok(TaskState::Cancelled)
             }
         }
@@ -220,22 +248,25 @@ impl Engine {
 
     /// Pauses: a running command is stopped (SIGSTOP to its group) and
     /// keeps its reservation; a pending task is skipped by the dispatcher.
-    /// Answers once the pause is durable.
+    /// Answers once the pause is durable. Only the local route pauses.
     pub(crate) fn pause(&self, id: TaskId) -> Result<TaskState, ActionError> {
-        self.live(id)?;
-        if self.task(id)?.is_some_and(|r| r.spec.engine == RunEngine::Slurm) {
-            return Err(ActionError::Conflict(format!("task {id} runs in Slurm: it cannot be paused")));
-        }
-        if self.offload.as_ref().is_some_and(|o| o.is_out(id)) {
-            return Err(ActionError::Conflict(format!(
-                "task {id} runs at a cluster agent: it cannot be paused"
-            )));
+        let rec = self.live(id)?;
+        match self.route(&rec) {
+            Route::Slurm => {
+                return Err(ActionError::Conflict(format!("task {id} runs in Slurm: it cannot be paused")));
+            }
+            Route::Offload => {
+                return Err(ActionError::Conflict(format!(
+                    "task {id} runs at a cluster agent: it cannot be paused"
+                )));
+            }
+            Route::Local(_) => {}
         }
         // Twice at most: a pending task may start between the two queue calls.
         for _ in 0..2 {
             match self.queue.set_running_paused(qid(id), true) {
                 Ok(()) => {
-                    self.shared.slot(id).pause();
+                    self.shared.placements.slot(id).pause();
                     break;
                 }
                 Err(QueueError::NotStarted(_)) => {
@@ -259,7 +290,7 @@ impl Engine {
         self.live(id)?;
         match self.queue.set_running_paused(qid(id), false) {
             Ok(()) => {
-                if let Some(slot) = self.shared.existing_slot(id) {
+                if let Some(slot) = self.shared.placements.route_of(id).slot() {
                     slot.resume();
                 }
             }
@@ -289,9 +320,10 @@ impl Engine {
         // The queue remembers every ended id; the new attempt reuses it.
         // (Unknown to this queue: it ended before the daemon's last start.)
         let _ = self.queue.release_id(qid(id));
-        let from = self.shared.writer.call(move |s| s.restart(id))?;
+        let Applied::Left(from) = self.shared.record(Write::Restarted(id))? else {
+            return Err(ActionError::Conflict(format!("task {id}: not restarted")));
+        };
         self.mark_log(id, from);
-        self.shared.emit(DaemonEvent::TaskChanged(id));
         let deps = {
             let reader = self.shared.reader();
             rec.spec

@@ -410,7 +410,7 @@ impl Engine {
         if let Some(slurm) = &self.slurm {
             slurm.stop();
         }
-        for slot in self.shared.all_slots() {
+        for slot in self.shared.placements.slots() {
             slot.terminate(self.shared.kill_grace.min(Duration::from_secs(2)));
         }
         // Closing ends the queue's event stream: the pump drains it and exits.

@@ -1,9 +1,12 @@
-//! The pump: one thread subscribed to the queue's events turns each state
-//! change, decision, start and end into a write for the store's writer
-//! (which commits them in groups) and, once the write is durable, fans the
-//! change out to the watchers. The events of one wake-up (a burst) travel
-//! to the writer as one job, each write in its own unit. The queue's events are the only path by
-//! which a task's state reaches the store after it was submitted.
+//! The pump: one thread subscribed to the local queue's events turns each
+//! state change, decision, start and end into a lifecycle [`Write`]
+//! (`kernel/lifecycle.rs`) for the store's writer (which commits them in
+//! groups) and, once the write is durable, fans the change out to the
+//! watchers. The events of one wake-up (a burst) travel to the writer as
+//! one job, each write in its own unit. Every route's state changes reach
+//! the store as such writes: the local queue's through here, the local
+//! run's, Slurm's and offload's through `Shared::record`, so a task's
+//! state reaches the store by one typed path, in the writer's order.
 //!
 //! It blocks on the queue's event stream with no timeout: it wakes once
 //! per event and ends when the stream does, which the queue's `close`
@@ -17,7 +20,7 @@ use std::thread::JoinHandle;
 
 use lardon::{DecisionKind, QueueEvent, TaskQueue};
 
-use crate::kernel::{DaemonEvent, Shared};
+use crate::kernel::{Shared, Write};
 use crate::spec::{TaskId, TaskState};
 use crate::store::{DecisionRecord, Grant, Outcome, Store, StoreError};
 
@@ -57,57 +60,6 @@ pub(crate) fn spawn(shared: Arc<Shared>, queue: &TaskQueue) -> std::io::Result<J
 /// What a contract grants, as the task's course records it.
 fn grant_of(c: &lardon::Contract) -> Grant {
     Grant { batch: c.batch, memory: c.memory, cpu_millis: c.cpu_millis }
-}
-
-/// One event's change to the store, as data: a burst's writes are applied
-/// one after another in the writer's order, each store method in its own
-/// unit, so one that fails (a task removed meanwhile) takes nothing else
-/// with it.
-enum Write {
-    Grant(TaskId, Grant),
-    Decision(TaskId, DecisionRecord),
-    Started(TaskId, Grant),
-    Paused(TaskId),
-    Resumed(TaskId),
-    Finished(TaskId, Outcome),
-}
-
-impl Write {
-    fn task(&self) -> TaskId {
-        match self {
-            Write::Grant(id, _)
-            | Write::Decision(id, _)
-            | Write::Started(id, _)
-            | Write::Paused(id)
-            | Write::Resumed(id)
-            | Write::Finished(id, _) => *id,
-        }
-    }
-
-    fn apply(&self, s: &mut Store) -> Result<(), StoreError> {
-        match self {
-            Write::Grant(id, grant) => s.record_grant(*id, grant),
-            Write::Decision(id, d) => s.record_decision(*id, d.kind, &d.reason_code, &d.message, None),
-            Write::Started(id, grant) => s.start_attempt_granted(*id, grant).map(drop),
-            Write::Paused(id) => s.pause(*id).map(drop),
-            Write::Resumed(id) => s.resume(*id).map(drop),
-            Write::Finished(id, outcome) => s.finish(*id, outcome),
-        }
-    }
-
-    /// What the watchers hear once the write is durable.
-    fn notices(self) -> impl Iterator<Item = DaemonEvent> {
-        let id = self.task();
-        let (first, finished) = match self {
-            Write::Decision(id, record) => (Some(DaemonEvent::Decision(id, record)), false),
-            Write::Finished(..) => (None, true),
-            _ => (None, false),
-        };
-        first
-            .into_iter()
-            .chain(std::iter::once(DaemonEvent::TaskChanged(id)))
-            .chain(finished.then_some(DaemonEvent::TaskFinished(id)))
-    }
 }
 
 /// The writes of one burst of events.

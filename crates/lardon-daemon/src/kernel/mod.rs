@@ -7,10 +7,11 @@
 //! has to reach back into the hub for its context.
 
 mod events;
+mod lifecycle;
+mod placement;
 mod pool;
 mod slot;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -21,6 +22,8 @@ use lardon_host::BackendKind;
 use tokio::sync::broadcast;
 
 pub(crate) use events::{DaemonEvent, Stats};
+pub(crate) use lifecycle::{Applied, Write};
+pub(crate) use placement::{Placements, Route, Sent, Shipped};
 pub(crate) use pool::ComputePool;
 pub(crate) use slot::Slot;
 
@@ -84,7 +87,8 @@ pub(crate) struct Shared {
     pub(crate) executor: Arc<dyn Executor>,
     settings: Mutex<DaemonSettings>,
     pub(crate) info: Info,
-    slots: Mutex<HashMap<TaskId, Arc<Slot>>>,
+    /// Where each live task is ([`Placements`]): one table, one lock.
+    pub(crate) placements: Placements,
     stopping: AtomicBool,
     /// How often the daemon's event-driven loops woke (for the metrics).
     pub(crate) wakeups: Wakeups,
@@ -131,23 +135,6 @@ impl Shared {
 
     pub(crate) fn log_path(&self, id: TaskId) -> PathBuf {
         self.info.logs_dir.join(format!("{}.log", id.0))
-    }
-
-    /// The control slot of a running task (created on first use).
-    pub(crate) fn slot(&self, id: TaskId) -> Arc<Slot> {
-        Arc::clone(lock(&self.slots).entry(id).or_default())
-    }
-
-    pub(crate) fn existing_slot(&self, id: TaskId) -> Option<Arc<Slot>> {
-        lock(&self.slots).get(&id).cloned()
-    }
-
-    pub(crate) fn drop_slot(&self, id: TaskId) {
-        lock(&self.slots).remove(&id);
-    }
-
-    pub(crate) fn all_slots(&self) -> Vec<Arc<Slot>> {
-        lock(&self.slots).values().cloned().collect()
     }
 
     pub(crate) fn emit(&self, event: DaemonEvent) {
@@ -212,7 +199,7 @@ impl Shared {
             executor: p.executor,
             settings: Mutex::new(p.settings),
             info: p.info,
-            slots: Mutex::default(),
+            placements: Placements::default(),
             stopping: AtomicBool::new(false),
             wakeups: Wakeups::default(),
             events: p.events,

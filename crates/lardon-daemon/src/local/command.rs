@@ -23,7 +23,7 @@ use std::time::Duration;
 use lardon::{RunOutcome, RunRecord, TaskContext, TaskError, TaskResult, format_bytes};
 
 use crate::ids::format_id;
-use crate::kernel::{DaemonEvent, Shared, Slot};
+use crate::kernel::{Applied, DaemonEvent, Shared, Slot, Write};
 use crate::runner::{Run, RunError, RunExit, RunRequest, RunSignal, task_env};
 use crate::settings::EnforceMode;
 use crate::spec::{TaskId, TaskSpec};
@@ -42,9 +42,9 @@ pub(crate) fn command_callback(
     spec: Arc<TaskSpec>,
 ) -> impl FnOnce(&mut TaskContext) -> TaskResult + Send + 'static {
     move |ctx| {
-        let slot = shared.slot(id);
+        let slot = shared.placements.slot(id);
         let result = run_all(&shared, id, &spec, ctx, &slot);
-        shared.drop_slot(id);
+        shared.placements.ran_here(id);
         result
     }
 }
@@ -120,15 +120,7 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
         // which a crash finds a live run with no durable handle (the run
         // exists from the spawn on either way); it would only hold this
         // worker for an fsync per run (docs/DESIGN.md §10, crash recovery).
-        let handle = run.handle();
-        shared.writer.send_background(
-            move |s| s.set_run_handle(id, Some(&handle)),
-            move |result| {
-                if let Err(e) = result {
-                    tracing::warn!("task {id}: run handle not recorded: {e}");
-                }
-            },
-        );
+        shared.record_background(Write::RunHandle(id, run.handle()));
         let (exit, past_deadline) = wait_reporting_usage(&*run, ctx, deadline);
         let peak = run.peak();
         let oom = run.oom_killed();
@@ -184,8 +176,11 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
             };
             let note = format!("{what} {killed}; run again at the size learned from the kill");
             tracing::warn!("task {id}: {note}");
-            retries = Some(shared.writer.call(move |s| s.note_memory_retry(id, &note)).map_err(store_err)?);
-            shared.emit(DaemonEvent::TaskChanged(id));
+            let applied = shared.record(Write::MemoryRetry(id, note)).map_err(store_err)?;
+            retries = Some(match applied {
+                Applied::Retries(n) => n,
+                Applied::Done | Applied::Left(_) => 0,
+            });
             // A new admission sized from the kill: smaller batch or larger
             // grant; a REJECT (even batch_min can never fit) fails the task
             // with admission's reason.
@@ -222,21 +217,7 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
 /// start of the same attempt; the start clears nothing it wrote
 /// (`store/order_tests.rs` applies every such order).
 fn persist_run(shared: &Shared, id: TaskId, class: &str, record: RunRecord, code: Option<i32>) {
-    let class = class.to_owned();
-    shared.writer.send_background(
-        move |s| {
-            s.record_run(&class, &record)?;
-            match code {
-                Some(code) => s.set_exit_code(id, code),
-                None => Ok(()),
-            }
-        },
-        move |result| {
-            if let Err(e) = result {
-                tracing::warn!("task {id}: run not persisted: {e}");
-            }
-        },
-    );
+    shared.record_background(Write::RunEnded { id, class: class.to_owned(), record, code });
 }
 
 /// A run went past its grant plus slack and soft enforcement let it: say so

@@ -13,7 +13,7 @@ use lardon::{Task, TaskQueue};
 
 use command::command_callback;
 
-use crate::kernel::{DaemonEvent, Shared, qid};
+use crate::kernel::{Shared, Write, qid};
 use crate::spec::{DepKind, TaskId, TaskSpec, TaskState};
 use crate::store::Outcome;
 
@@ -103,9 +103,7 @@ fn probe_for(shared: &Shared, queue: &TaskQueue, id: TaskId, spec: &TaskSpec) ->
 /// Ends a task that never reached the queue (durably, before it returns).
 pub(crate) fn fail_unqueued(shared: &Shared, id: TaskId, reason: String) {
     let outcome = Outcome { state: TaskState::Failed, exit_code: None, reason: Some(reason) };
-    if let Err(e) = shared.writer.call(move |s| s.finish(id, &outcome)) {
+    if let Err(e) = shared.record(Write::Finished(id, outcome)) {
         tracing::error!("task {id}: cannot record failure: {e}");
     }
-    shared.emit(DaemonEvent::TaskChanged(id));
-    shared.emit(DaemonEvent::TaskFinished(id));
 }

@@ -3,7 +3,7 @@
 //! task (one with a capability) runs at an agent when the policy prefers
 //! remote, or when this host's Governor would not admit it now; otherwise
 //! here. While out, the task is RUNNING with the run handle
-//! [`RunHandle::Offload`] (its remote id); its answer comes back into the store exactly as
+//! [`crate::handle::RunHandle::Offload`] (its remote id); its answer comes back into the store exactly as
 //! a local run's would (exit code, stdout and stderr into its log, the
 //! agent's id in its course). Every infrastructure failure — an unreachable
 //! broker, no agent for the capability, agents lost beyond
@@ -35,13 +35,12 @@ use lardon_cluster_core::{Capability, SubmitterId};
 use lardon_submit::Backoff;
 use lardon_submit::client::{Answer, RemoteTask, Submitter, SubmitterConfig};
 
-use route::{Here, Load, Out, Registry, Route, Sent, Verdict};
+use route::{Here, Load, Route, Verdict};
 
-use crate::handle::RunHandle;
-use crate::kernel::{DaemonEvent, Shared};
+use crate::kernel::{Sent, Shared, Shipped, Write};
 use crate::local::queue_locally;
 use crate::spec::{Offload, TaskId, TaskSpec, TaskState};
-use crate::store::{CourseKind, Outcome};
+use crate::store::Outcome;
 
 /// What a shippable task cannot be, refused at submit naming the field:
 /// batched, dependent, GPU, scratch and Slurm tasks are local-only (an
@@ -128,8 +127,6 @@ struct Inner {
     submitter_id: String,
     broker: String,
     rt: tokio::runtime::Handle,
-    /// The tasks out, each with its step and spec: one lock.
-    out: Mutex<Registry>,
     /// The agents' load, for `balance`.
     capacity: capacity::Capacity,
 }
@@ -170,7 +167,6 @@ impl OffloadEngine {
                 submitter_id,
                 broker: config.broker.clone(),
                 rt,
-                out: Mutex::default(),
                 capacity,
             }),
         })
@@ -223,12 +219,12 @@ impl OffloadEngine {
     /// broker is told (an agent running it kills it). `None` when the task
     /// is not out.
     pub(crate) fn cancel(&self, id: TaskId) -> Option<TaskState> {
-        let out = lock(&self.inner.out).take_any(id)?;
+        let shipped = self.inner.shared.placements.take_shipped(id)?;
         // A claim was never sent: nothing to cancel there, and it will not
-        // be sent now (`Registry::promote`).
-        let reason = match out {
-            Out::Shipping { .. } => "cancelled by user (before it was sent to the broker)".to_owned(),
-            Out::Sent(Sent { remote, .. }) => {
+        // be sent now (`Placements::promote`).
+        let reason = match shipped {
+            Shipped::Claimed => "cancelled by user (before it was sent to the broker)".to_owned(),
+            Shipped::Sent(remote) => {
                 match lardon_cluster_core::TaskId::new(&remote) {
                     Ok(r) => self.inner.submitter.cancel(&r),
                     Err(e) => tracing::warn!("task {id}: cannot cancel {remote}: {e}"),
@@ -239,11 +235,6 @@ impl OffloadEngine {
         self.inner
             .finish(id, &Outcome { state: TaskState::Cancelled, exit_code: None, reason: Some(reason) });
         Some(TaskState::Cancelled)
-    }
-
-    /// Whether `id` is out at the broker now.
-    pub(crate) fn is_out(&self, id: TaskId) -> bool {
-        lock(&self.inner.out).contains(id)
     }
 }
 
@@ -277,7 +268,7 @@ impl Inner {
 
     /// Ships task `id`: records it RUNNING with its remote id, reads its
     /// inputs and sends it (uploading them first). `claimed`: the caller
-    /// already claimed it in the registry (`Registry::claim`), so that a
+    /// already claimed it (`Placements::claim`), so that a
     /// cancel arriving from then on stops it; otherwise it is claimed here.
     /// A claim a cancel took meanwhile is not sent.
     fn ship(
@@ -294,50 +285,47 @@ impl Inner {
             Ship::Retry(n) => *n,
         };
         if !claimed {
-            lock(&self.out).claim(id, retry);
+            self.shared.placements.claim(id, retry);
         }
         if let Some(deadline) = offload.deadline_unix_ms
             && deadline <= crate::now_ms()
         {
-            if lock(&self.out).unclaim(id) {
+            if self.shared.placements.unclaim(id) {
                 let reason = "deadline passed before it shipped".to_owned();
                 self.finish(id, &Outcome { state: TaskState::Failed, exit_code: None, reason: Some(reason) });
             }
             return;
         }
-        let (submitter, broker) = (self.submitter_id.clone(), self.broker.clone());
-        let note = why.to_owned();
-        let recorded = self.shared.writer.call(move |s| {
-            let remote = match &how {
-                Ship::Fresh => {
-                    let attempt = s.start_attempt(id)?;
-                    route::remote_id(&submitter, id, attempt, 0)
-                }
-                Ship::Retry(n) => {
-                    let attempt = s.get_task(id)?.map_or(1, |t| t.attempts.saturating_add(1));
-                    route::remote_id(&submitter, id, attempt, *n)
-                }
-                Ship::Adopt(remote) => {
-                    s.start_attempt(id)?;
-                    remote.clone()
-                }
-            };
-            s.set_run_handle(id, Some(&RunHandle::Offload(remote.clone()).encode()))?;
-            let message = format!("shipped to broker {broker} as {remote}: {note}");
-            s.note_offload(id, CourseKind::Offloaded, "shipped", &message)?;
+        // The attempt a fresh shipment starts, or the one a re-shipment
+        // continues: the stored count plus one (the claim keeps every
+        // other writer off the task meanwhile).
+        let stored = self.shared.reader().get_task(id).map(|t| t.map(|t| t.attempts.saturating_add(1)));
+        let (remote, new_attempt) = match (&how, stored) {
+            (Ship::Adopt(remote), _) => (Ok(remote.clone()), true),
+            (Ship::Fresh, Ok(Some(attempt))) => {
+                (Ok(route::remote_id(&self.submitter_id, id, attempt, 0)), true)
+            }
+            (Ship::Retry(n), Ok(Some(attempt))) => {
+                (Ok(route::remote_id(&self.submitter_id, id, attempt, *n)), false)
+            }
+            (_, Ok(None)) => (Err(crate::store::StoreError::NotFound(id)), false),
+            (_, Err(e)) => (Err(e), false),
+        };
+        let recorded = remote.and_then(|remote| {
+            let message = format!("shipped to broker {} as {remote}: {why}", self.broker);
+            self.shared.record(Write::Shipped { id, remote: remote.clone(), new_attempt, message })?;
             Ok(remote)
         });
         let remote = match recorded {
             Ok(r) => r,
             Err(e) => {
                 // Cancelled or removed meanwhile: nothing to ship.
-                lock(&self.out).unclaim(id);
+                self.shared.placements.unclaim(id);
                 tracing::warn!("task {id}: not shipped: {e}");
                 return;
             }
         };
-        self.shared.emit(DaemonEvent::TaskChanged(id));
-        if !lock(&self.out).promote(id, &remote, &spec) {
+        if !self.shared.placements.promote(id, &remote, &spec) {
             tracing::info!("task {id}: cancelled while it was being shipped: not sent");
             return;
         }
@@ -345,7 +333,7 @@ impl Inner {
         let task = match built {
             Ok(task) => task,
             Err((code, message)) => {
-                lock(&self.out).take(id, &remote);
+                self.shared.placements.take_sent(id, &remote);
                 return self.fall_back(id, &spec, code, &message);
             }
         };
@@ -397,8 +385,7 @@ impl Inner {
     /// and a cancel takes the task out under it before it sends its own
     /// cancel: the broker sees the request before the cancel, or neither.
     fn send(&self, id: TaskId, remote: &str, task: &RemoteTask) -> Option<lardon_submit::client::Ticket> {
-        let out = lock(&self.out);
-        out.is_out_as(id, remote).then(|| self.submitter.submit(task))
+        self.shared.placements.while_out_as(id, remote, || self.submitter.submit(task))
     }
 
     /// Waits (on the runtime) for the answer to `ticket` and judges it on
@@ -426,7 +413,7 @@ impl Inner {
     /// A task whose request never left (its inputs could not be uploaded):
     /// run here, if it is still out as `remote`.
     fn not_sent(&self, id: TaskId, remote: &str, why: &str) {
-        if let Some(sent) = lock(&self.out).take(id, remote) {
+        if let Some(sent) = self.shared.placements.take_sent(id, remote) {
             self.fall_back(id, &sent.spec, "upload_failed", why);
         }
     }
@@ -445,7 +432,7 @@ impl Inner {
             // RUNNING with its handle; the next start asks for it again.
             return;
         };
-        let Some(Sent { retry, spec, .. }) = lock(&self.out).take(id, remote) else {
+        let Some(Sent { retry, spec, .. }) = self.shared.placements.take_sent(id, remote) else {
             tracing::debug!("task {id}: a second or stale answer for {remote} dropped");
             return;
         };
@@ -481,7 +468,7 @@ impl Inner {
             Verdict::Reship(why) => {
                 if let Some(offload) = spec.offload.clone() {
                     // Claimed again at once: a cancel from here on stops it.
-                    lock(&self.out).claim(id, retry + 1);
+                    self.shared.placements.claim(id, retry + 1);
                     self.ship(id, spec, &offload, &why, Ship::Retry(retry + 1), true);
                 }
             }
@@ -542,27 +529,20 @@ impl Inner {
             Outcome { state: TaskState::Failed, exit_code: ended.exit_code, reason: Some(reason) }
         };
         tracing::info!("task {id}: {message}");
-        let result = self.shared.writer.call(move |s| {
-            s.note_offload(id, CourseKind::Offloaded, "ran_remotely", &message)?;
-            s.finish(id, &outcome)
-        });
-        if let Err(e) = result {
+        if let Err(e) = self.shared.record(Write::RanRemotely { id, message, outcome }) {
             tracing::warn!("task {id}: its remote run not recorded: {e}");
         }
-        self.shared.emit(DaemonEvent::TaskChanged(id));
-        self.shared.emit(DaemonEvent::TaskFinished(id));
     }
 
     /// Hands the task back to run here: RUNNING → PENDING with the reason
     /// in its course, then into the local queue.
     fn fall_back(&self, id: TaskId, spec: &TaskSpec, code: &str, message: &str) {
         tracing::info!("task {id}: {message}");
-        let (code, text) = (code.to_owned(), message.to_owned());
-        if let Err(e) = self.shared.writer.call(move |s| s.return_to_queue(id, &code, &text)) {
+        let returned = Write::Returned { id, code: code.to_owned(), message: message.to_owned() };
+        if let Err(e) = self.shared.record(returned) {
             tracing::warn!("task {id}: not handed back: {e}");
             return;
         }
-        self.shared.emit(DaemonEvent::TaskChanged(id));
         if let Err(e) = queue_locally(&self.shared, &self.queue, id, spec, false, &[]) {
             // The queue is closing: the next start queues it again.
             tracing::warn!("task {id}: handed back but not queued: {e}");
@@ -570,12 +550,9 @@ impl Inner {
     }
 
     fn finish(&self, id: TaskId, outcome: &Outcome) {
-        let end = outcome.clone();
-        if let Err(e) = self.shared.writer.call(move |s| s.finish(id, &end)) {
+        if let Err(e) = self.shared.record(Write::Finished(id, outcome.clone())) {
             tracing::warn!("task {id}: cannot record its end: {e}");
         }
-        self.shared.emit(DaemonEvent::TaskChanged(id));
-        self.shared.emit(DaemonEvent::TaskFinished(id));
     }
 }
 

@@ -75,7 +75,7 @@ impl Inner {
                 // Claimed at once: a cancel from here on finds it out, and
                 // one that came between the withdrawal and the claim ended
                 // it in the store, so it does not start as an attempt.
-                super::lock(&self.out).claim(id, 0);
+                self.shared.placements.claim(id, 0);
                 // The pump's writes for this task's queue events go first:
                 // none lands on it after it shipped.
                 self.shared.pumped.wait_for(self.queue.events_emitted());

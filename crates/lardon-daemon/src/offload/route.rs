@@ -1,14 +1,11 @@
 //! The pure parts of offload: where a shippable task goes, the remote ids,
-//! the registry of tasks out at the broker (which makes an
-//! answer count once), and what each answer means for the task.
-
-use std::collections::HashMap;
-use std::sync::Arc;
+//! and what each answer means for the task (the tasks out are in the
+//! kernel's placement table, which makes an answer count once).
 
 use lardon_submit::client::Answer;
 
 use crate::settings::OffloadPrefer;
-use crate::spec::{TaskId, TaskSpec};
+use crate::spec::TaskId;
 
 /// Where a shippable task runs, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,100 +112,6 @@ pub(crate) fn balance(local: Load, remote: Option<Load>, capability: &str) -> Op
 /// broker answers a finished id again rather than run it.
 pub(crate) fn remote_id(submitter: &str, id: TaskId, attempt: u32, retry: u32) -> String {
     format!("{submitter}:t{id}:a{attempt}:r{retry}")
-}
-
-/// A task out at the broker, as the registry holds it: one entry, one
-/// lock, and a variant for each step (no sentinel remote id).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Out {
-    /// Claimed and being shipped, not sent: a cancel that takes it ends it,
-    /// and it is then never sent ([`Registry::promote`] fails).
-    Shipping {
-        /// Re-shipments so far.
-        retry: u32,
-    },
-    /// Shipped under a remote id.
-    Sent(Sent),
-}
-
-/// A task shipped under a remote id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Sent {
-    /// Its id there.
-    pub(crate) remote: String,
-    /// Re-shipments so far.
-    pub(crate) retry: u32,
-    /// Its spec, to run it here on a fallback.
-    pub(crate) spec: Arc<TaskSpec>,
-}
-
-/// The tasks out at the broker. An answer counts only while its task is
-/// out under the same remote id: taking it removes the entry, so a second
-/// answer for it (or one arriving after a cancel) finds nothing and is
-/// dropped — a result is recorded once.
-#[derive(Debug, Default)]
-pub(crate) struct Registry {
-    out: HashMap<TaskId, Out>,
-}
-
-impl Registry {
-    /// Takes `id` if it is out as `remote`; `None` for a duplicate or a
-    /// stale answer.
-    pub(crate) fn take(&mut self, id: TaskId, remote: &str) -> Option<Sent> {
-        if !self.is_out_as(id, remote) {
-            return None;
-        }
-        match self.out.remove(&id) {
-            Some(Out::Sent(sent)) => Some(sent),
-            _ => None,
-        }
-    }
-
-    /// Claims `id` before it has a remote id (it is being shipped): from
-    /// here a cancel finds it ([`Registry::take_any`]), and
-    /// [`Registry::promote`] then fails, so it is not sent.
-    pub(crate) fn claim(&mut self, id: TaskId, retry: u32) {
-        self.out.insert(id, Out::Shipping { retry });
-    }
-
-    /// Drops the claim on `id` (it will not be sent); false when a cancel
-    /// took it first or it was already promoted.
-    pub(crate) fn unclaim(&mut self, id: TaskId) -> bool {
-        if matches!(self.out.get(&id), Some(Out::Shipping { .. })) {
-            self.out.remove(&id);
-            true
-        } else {
-            false
-        }
-    }
-
-    /// Gives the claim on `id` its remote id and spec; false when the claim
-    /// is gone (cancelled meanwhile: do not send it).
-    pub(crate) fn promote(&mut self, id: TaskId, remote: &str, spec: &Arc<TaskSpec>) -> bool {
-        match self.out.get_mut(&id) {
-            Some(entry @ Out::Shipping { .. }) => {
-                let Out::Shipping { retry } = *entry else { return false };
-                *entry = Out::Sent(Sent { remote: remote.to_owned(), retry, spec: Arc::clone(spec) });
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Whether `id` is out as `remote` now.
-    pub(crate) fn is_out_as(&self, id: TaskId, remote: &str) -> bool {
-        matches!(self.out.get(&id), Some(Out::Sent(s)) if s.remote == remote)
-    }
-
-    /// Takes `id` whatever its step (a cancel).
-    pub(crate) fn take_any(&mut self, id: TaskId) -> Option<Out> {
-        self.out.remove(&id)
-    }
-
-    /// Whether `id` is out.
-    pub(crate) fn contains(&self, id: TaskId) -> bool {
-        self.out.contains_key(&id)
-    }
 }
 
 /// What an answer does to its task.
@@ -322,43 +225,6 @@ mod tests {
         assert_eq!(balance(l(4000, 4000), Some(l(0, 0)), cap), None, "no agent");
         assert_eq!(balance(l(4000, 4000), None, cap), None, "unknown remote load");
         assert!(balance(l(1, 4000), Some(l(0, 1)), cap).is_some(), "any load here against idle agents");
-    }
-
-    #[test]
-    fn an_answer_counts_once_and_only_for_the_current_remote_id() {
-        let spec = Arc::new(TaskSpec::command(["true"]));
-        let mut r = Registry::default();
-        r.claim(TaskId(7), 2);
-        assert!(r.promote(TaskId(7), "h:t7:a1:r0", &spec));
-        assert_eq!(r.take(TaskId(7), "h:t7:a1:r9"), None, "a stale id");
-        let sent = r.take(TaskId(7), "h:t7:a1:r0").unwrap();
-        assert_eq!((sent.retry, sent.spec), (2, Arc::clone(&spec)), "the claim's retry and the spec");
-        assert_eq!(r.take(TaskId(7), "h:t7:a1:r0"), None, "the same answer twice");
-        r.claim(TaskId(8), 0);
-        assert!(r.promote(TaskId(8), "x", &spec));
-        assert!(r.take_any(TaskId(8)).is_some());
-        assert_eq!(r.take(TaskId(8), "x"), None, "an answer after a cancel");
-    }
-
-    #[test]
-    fn a_claim_cancelled_before_its_remote_id_is_never_promoted() {
-        let spec = Arc::new(TaskSpec::command(["true"]));
-        let mut r = Registry::default();
-        r.claim(TaskId(9), 0);
-        assert!(r.contains(TaskId(9)), "a cancel finds it");
-        assert!(!r.is_out_as(TaskId(9), ""), "a claim is out under no id");
-        assert_eq!(r.take(TaskId(9), ""), None, "nor can an answer take it");
-        assert!(r.promote(TaskId(9), "h:t9:a1:r0", &spec));
-        assert!(r.is_out_as(TaskId(9), "h:t9:a1:r0"));
-        assert!(!r.promote(TaskId(9), "h:t9:a1:r1", &spec), "promoted once");
-        assert!(!r.unclaim(TaskId(9)), "a sent task is no claim");
-        r.claim(TaskId(10), 0);
-        assert_eq!(r.take_any(TaskId(10)), Some(Out::Shipping { retry: 0 }));
-        assert!(!r.promote(TaskId(10), "h:t10:a1:r0", &spec), "cancelled meanwhile: not sent");
-        assert!(!r.unclaim(TaskId(10)), "gone");
-        r.claim(TaskId(11), 0);
-        assert!(r.unclaim(TaskId(11)));
-        assert!(!r.contains(TaskId(11)));
     }
 
     #[test]

@@ -176,8 +176,8 @@ impl LocalRun {
 }
 
 impl Run for LocalRun {
-    fn handle(&self) -> String {
-        self.handle.encode()
+    fn handle(&self) -> crate::handle::RunHandle {
+        crate::handle::RunHandle::Local(self.handle)
     }
 
     fn signal(&self, signal: RunSignal) -> Result<(), RunError> {

@@ -109,8 +109,8 @@ pub trait Executor: Send + Sync + fmt::Debug {
 
 /// One live run.
 pub trait Run: Send + Sync + fmt::Debug {
-    /// A durable description (for orphan clean-up after a crash).
-    fn handle(&self) -> String;
+    /// Where the run is, durably (for orphan clean-up after a crash).
+    fn handle(&self) -> crate::handle::RunHandle;
     /// Delivers `signal` to every process of the run.
     ///
     /// # Errors

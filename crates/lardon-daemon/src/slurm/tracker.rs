@@ -27,7 +27,7 @@ use super::outcome::{Next, Seen, Submitted, judge};
 use super::sbatch::{JobRequest, cpus_request, memory_request};
 use crate::handle::{RunHandle, SlurmJob};
 use crate::ids::format_id;
-use crate::kernel::{DaemonEvent, Shared};
+use crate::kernel::{Shared, Write};
 use crate::spec::{TaskId, TaskSpec, TaskState};
 use crate::store::Outcome;
 
@@ -109,6 +109,7 @@ impl SlurmEngine {
 
     /// Queues a stored, PENDING task for submission.
     pub(crate) fn submit(&self, id: TaskId, spec: &TaskSpec) {
+        self.inner.shared.placements.to_slurm(id);
         lock(&self.inner.state).waiting.push_back(Waiting {
             id,
             spec: Arc::new(spec.clone()),
@@ -132,17 +133,12 @@ impl SlurmEngine {
             return;
         };
         let (job, report) = (*job, report.clone());
-        let text = RunHandle::Slurm(handle).encode();
-        let recorded = self
-            .inner
-            .shared
-            .writer
-            .call(move |s| s.start_attempt(id).and_then(|_| s.set_run_handle(id, Some(&text))));
-        if let Err(e) = recorded {
+        self.inner.shared.placements.to_slurm(id);
+        let launched = Write::Launched { id, handle: RunHandle::Slurm(handle), new_attempt: true };
+        if let Err(e) = self.inner.shared.record(launched) {
             tracing::warn!("task {id}: slurm job {job} adopted but not recorded: {e}");
         }
         tracing::info!("task {id}: tracking slurm job {job} again after a restart");
-        self.inner.shared.emit(DaemonEvent::TaskChanged(id));
         let submitted = Submitted { job, memory: None, oom_retry: spec.oom_retry, resubmitted };
         let adopted =
             Job { id, spec: Arc::new(spec.clone()), submitted, report: self.inner.dir.join(report) };
@@ -297,16 +293,12 @@ impl Inner {
         };
         let mem = memory.map_or_else(|| "the site's default".to_owned(), |m| format!("{}M", m >> 20));
         tracing::info!("task {}: slurm job {job_id} (--mem {mem}, {cpus} CPUs)", w.id);
-        let run_handle = RunHandle::Slurm(SlurmJob { job: job_id, report: Some(report_name) }).encode();
-        let (id, resubmit) = (w.id, w.resubmit);
-        let recorded = self.shared.writer.call(move |s| {
-            let started = if resubmit { Ok(0) } else { s.start_attempt(id) };
-            started.and_then(|_| s.set_run_handle(id, Some(&run_handle)))
-        });
-        if let Err(e) = recorded {
+        let handle = RunHandle::Slurm(SlurmJob { job: job_id, report: Some(report_name) });
+        // A resubmission after OUT_OF_MEMORY is the same attempt.
+        let launched = Write::Launched { id: w.id, handle, new_attempt: !w.resubmit };
+        if let Err(e) = self.shared.record(launched) {
             tracing::warn!("task {}: slurm job {job_id} not recorded: {e}", w.id);
         }
-        self.shared.emit(DaemonEvent::TaskChanged(w.id));
         let submitted = Submitted { job: job_id, memory, oom_retry: spec.oom_retry, resubmitted: w.resubmit };
         Some((job_id, Job { id: w.id, spec: Arc::clone(spec), submitted, report }))
     }
@@ -332,23 +324,19 @@ impl Inner {
             }
             Next::Resubmit(note) => {
                 tracing::warn!("task {}: {note}", job.id);
-                let (id, text) = (job.id, note.clone());
-                if let Err(e) = self.shared.writer.call(move |s| s.note_memory_retry(id, &text)) {
+                if let Err(e) = self.shared.record(Write::MemoryRetry(job.id, note.clone())) {
                     tracing::warn!("task {}: retry not recorded: {e}", job.id);
                 }
-                self.shared.emit(DaemonEvent::TaskChanged(job.id));
                 Some(Waiting { id: job.id, spec: job.spec, resubmit: true })
             }
         }
     }
 
     fn finish(&self, id: TaskId, outcome: &Outcome) {
-        let end = outcome.clone();
-        if let Err(e) = self.shared.writer.call(move |s| s.finish(id, &end)) {
+        self.shared.placements.off_slurm(id);
+        if let Err(e) = self.shared.record(Write::Finished(id, outcome.clone())) {
             tracing::error!("task {id}: cannot record its end: {e}");
         }
-        self.shared.emit(DaemonEvent::TaskChanged(id));
-        self.shared.emit(DaemonEvent::TaskFinished(id));
     }
 }
 
