@@ -1,66 +1,25 @@
-//! Running Slurm's tools (`sbatch`, `scancel`, and `squeue` for
-//! [`crate::squeue()`]): a failure names the command line and carries the
-//! tool's standard error; and the words a batch script and `sbatch`'s
-//! answer are made of ([`quote`], [`parse_job_id`]).
+//! Slurm's tools (`sbatch`, `scancel`, and `squeue` for
+//! [`crate::squeue()`]) run through [`crate::tool`]: a failure names the
+//! command line and carries the tool's standard error; and the words a
+//! batch script and `sbatch`'s answer are made of ([`quote`],
+//! [`parse_job_id`]).
 
-use std::io::Write as _;
-use std::process::{Command, Stdio};
+use crate::tool::CommandError;
 
 /// What went wrong talking to Slurm.
 #[derive(Debug, thiserror::Error)]
 pub enum SlurmError {
-    /// The tool could not be run at all.
-    #[error("cannot run {program}: {source} (is Slurm installed and SLURM_CONF set?)")]
-    Spawn {
-        /// The program.
-        program: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The tool ran and failed.
-    #[error("{command} failed ({status}): {stderr}")]
-    Failed {
-        /// The command line.
-        command: String,
-        /// Its exit status.
-        status: String,
-        /// Its standard error, trimmed.
-        stderr: String,
-    },
+    /// The tool could not be run at all, or ran and failed.
+    #[error(transparent)]
+    Command(#[from] CommandError),
     /// `sbatch --parsable` answered something that is not a job id.
     #[error("sbatch --parsable: expected JOBID or JOBID;CLUSTER, got `{0}`")]
     BadJobId(String),
 }
 
-/// Runs `program args…` with `stdin` written to it, returning its standard
-/// output; a failure carries its standard error.
-pub(crate) fn run<S: AsRef<str>>(
-    program: &str,
-    args: &[S],
-    stdin: Option<&str>,
-) -> Result<String, SlurmError> {
-    let spawn = |source| SlurmError::Spawn { program: program.to_owned(), source };
-    let mut child = Command::new(program)
-        .args(args.iter().map(AsRef::as_ref))
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(spawn)?;
-    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(text.as_bytes()).map_err(spawn)?;
-    }
-    let out = child.wait_with_output().map_err(spawn)?;
-    if !out.status.success() {
-        let line: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
-        return Err(SlurmError::Failed {
-            command: format!("{program} {}", line.join(" ")),
-            status: out.status.to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+/// [`crate::tool::run`] for one of Slurm's tools.
+fn run<S: AsRef<str>>(program: &str, args: &[S], stdin: Option<&str>) -> Result<String, SlurmError> {
+    Ok(crate::tool::run(program, args, stdin)?)
 }
 
 /// Submits `script` (given on `sbatch`'s standard input) with `args`,
@@ -136,16 +95,7 @@ mod tests {
         // The shell itself is the judge of the quoting.
         let argv = ["printf", "%s|", "a b", "it's", "$HOME", "`x`", "\\n"];
         let words: Vec<String> = argv.iter().map(|a| quote(a)).collect();
-        let out = Command::new("sh").arg("-c").arg(words.join(" ")).output().unwrap();
+        let out = std::process::Command::new("sh").arg("-c").arg(words.join(" ")).output().unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout), "a b|it's|$HOME|`x`|\\n|");
-    }
-
-    #[test]
-    fn a_tool_that_fails_is_named_with_its_own_words() {
-        let e = run("sh", &["-c", "echo nope >&2; exit 3"], None).unwrap_err();
-        assert_eq!(e.to_string(), "sh -c echo nope >&2; exit 3 failed (exit status: 3): nope");
-        assert_eq!(run("cat", &[] as &[&str], Some("in")).unwrap(), "in");
-        let e = run("/nonexistent/lardon-no-sbatch", &[] as &[&str], None).unwrap_err();
-        assert!(matches!(e, SlurmError::Spawn { .. }), "{e}");
     }
 }

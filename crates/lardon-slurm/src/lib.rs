@@ -6,7 +6,8 @@
 //!
 //! * [`sbatch`], [`sbatch_test_only`], [`squeue`] and [`scancel`] run the
 //!   tools; a failure ([`SlurmError`]) names the command line and carries
-//!   the tool's own words.
+//!   the tool's own words ([`tool`], the one command runner, which the
+//!   cluster's `kubectl` provider uses too).
 //! * [`parse_job_id`] reads `sbatch --parsable` strictly (`ID` or
 //!   `ID;CLUSTER`, nothing else); [`quote`] writes one POSIX shell word for
 //!   a batch script.
@@ -41,6 +42,7 @@
 mod command;
 mod squeue;
 mod state;
+pub mod tool;
 
 pub use command::{SlurmError, parse_job_id, quote, sbatch, sbatch_test_only, scancel};
 pub use squeue::{JobStatus, only_unknown_ids, parse_squeue, squeue, squeue_args};

@@ -2,8 +2,9 @@
 //! about, in the `--format=%i|%T|%r` this crate's docs choose, parsed
 //! defensively.
 
-use crate::command::{SlurmError, run};
+use crate::command::SlurmError;
 use crate::state::JobState;
+use crate::tool::{CommandError, run};
 
 /// The `squeue` arguments for `jobs`: every state, no header, our format.
 #[must_use]
@@ -64,8 +65,8 @@ pub fn squeue(jobs: &[u64]) -> Result<Vec<JobStatus>, SlurmError> {
     }
     match run("squeue", &squeue_args(jobs), None) {
         Ok(out) => Ok(parse_squeue(&out)),
-        Err(SlurmError::Failed { stderr, .. }) if only_unknown_ids(&stderr) => Ok(Vec::new()),
-        Err(e) => Err(e),
+        Err(CommandError::Failed { stderr, .. }) if only_unknown_ids(&stderr) => Ok(Vec::new()),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -343,10 +343,14 @@ impl Inner {
 /// Runs `sbatch` ([`lardon_slurm::sbatch`]) with the script on its
 /// standard input; the job id, or one line saying why not.
 fn sbatch(req: &JobRequest) -> Result<u64, String> {
+    use lardon_slurm::{SlurmError, tool::CommandError};
     lardon_slurm::sbatch(&req.args(), &req.script).map_err(|e| match e {
-        lardon_slurm::SlurmError::Failed { stderr, .. } => {
+        SlurmError::Command(CommandError::Failed { stderr, .. }) => {
             let line = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
             format!("sbatch refused the job: {}", line.trim())
+        }
+        SlurmError::Command(spawn @ CommandError::Spawn { .. }) => {
+            format!("{spawn} (is Slurm installed and SLURM_CONF set?)")
         }
         other => other.to_string(),
     })
