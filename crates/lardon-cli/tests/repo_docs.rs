@@ -380,7 +380,8 @@ fn graph_faults(
             ));
         }
         for bad in m.normal.intersection(&row.must_not) {
-            faults.push(format!("`{}` depends on `{bad}`, which docs/DESIGN.md §1 says it must not", row.name));
+            faults
+                .push(format!("`{}` depends on `{bad}`, which docs/DESIGN.md §1 says it must not", row.name));
         }
         for dep in normal.iter().chain(internal(&m.dev).iter()) {
             if !above.contains(dep) {
