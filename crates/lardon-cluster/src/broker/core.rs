@@ -1,4 +1,6 @@
-//! The broker's single owner of state: one task drives the [`Router`] and
+//! The broker's single owner of state: one task (on a thread of its own,
+//! `broker/mod.rs`, so its commits hold no worker of the serving runtime)
+//! drives the [`Router`] and
 //! the [`Store`] from the [`Input`]s the streams send it, and sends the
 //! resulting messages to the connected peers. State is written before any
 //! message that depends on it leaves (an assignment is recorded before the

@@ -10,7 +10,10 @@
 //! Written in WAL mode with `synchronous = NORMAL`: a commit survives the
 //! broker's own crash (kill -9) at once; on power loss the last moments
 //! may go, which the agents' re-hello and the submitters' resubmission
-//! by id recover.
+//! by id recover. That is why not `FULL`: an fsync per assignment and per
+//! answer would bound the broker by the disk for a loss those already
+//! cover. Its one user is the broker's core, which runs on its own thread,
+//! so these calls block no worker of the async runtime.
 
 use std::path::{Path, PathBuf};
 
