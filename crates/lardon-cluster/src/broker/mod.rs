@@ -24,6 +24,9 @@ mod metrics;
 mod metrics_tests;
 mod provisioning;
 mod service;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod thread_tests;
 mod watch;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
