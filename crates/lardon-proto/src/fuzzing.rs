@@ -22,7 +22,7 @@ pub fn decode_requests(bytes: &[u8]) {
     round_trip::<pb::ScratchAddRequest>(bytes);
     round_trip::<pb::Task>(bytes);
     // What a broker accepts from its peers (their validation is
-    // lardon-cluster's, with its own property test).
+    // lardon-cluster-core's `wire`, with its own property test).
     round_trip::<crate::cluster::AgentMessage>(bytes);
     round_trip::<crate::cluster::SubmitMessage>(bytes);
     round_trip::<crate::cluster::BrokerToAgent>(bytes);

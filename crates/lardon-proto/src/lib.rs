@@ -44,8 +44,8 @@ pub mod pb {
 /// `lardon.cluster.v1`, docs/DESIGN.md §14): the broker's service
 /// ([`cluster::broker_server::BrokerServer`],
 /// [`cluster::broker_client::BrokerClient`]) and its messages. Validation of
-/// what a peer sends lives with the broker (`lardon-cluster`), which owns the
-/// rules.
+/// what a peer sends lives in the cluster's core (`lardon-cluster-core`'s
+/// `wire`), which owns the rules.
 #[allow(
     missing_docs,
     unreachable_pub,

@@ -1,13 +1,16 @@
 //! The repository stands alone (docs/DESIGN.md §13): every `docs/DESIGN.md
 //! §N` that a tracked file cites names a section `## N.` of that file, and
 //! no tracked file holds an absolute path under somebody's home or work
-//! directory (such a path means nothing on another machine).
+//! directory (such a path means nothing on another machine); and the crate
+//! graph the `Cargo.toml`s declare is the one docs/DESIGN.md §1's table and
+//! docs/ARCHITECTURE.md's diagram draw.
 //!
 //! Break it to watch it fail: cite a section the design lacks (§15) in any
-//! comment, or write a path under the root user's home in a script.
+//! comment, write a path under the root user's home in a script, or add
+//! `lardon-cluster` to the daemon's dependencies.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -215,4 +218,224 @@ fn machine_paths_are_caught_and_urls_are_not() {
     );
     let lines: Vec<usize> = machine_paths(&text).into_iter().map(|(l, _)| l).collect();
     assert_eq!(lines, vec![1, 2, 5]);
+}
+
+// ---------------------------------------------------------------------------
+// The crate graph (docs/DESIGN.md §1, docs/ARCHITECTURE.md "Crates"): what
+// the `Cargo.toml`s say against what the two documents say. Break it to
+// watch it fail: add `lardon-cluster` to the daemon's dependencies, or a
+// crate to the workspace without a row in the table.
+
+/// One row of the docs/DESIGN.md §1 table.
+#[derive(Debug)]
+struct Row {
+    /// The package name (the last part of `crates/NAME`).
+    name: String,
+    /// "depends on": the internal crates it depends on.
+    depends_on: BTreeSet<String>,
+    /// "must not depend on": crate names (internal or external).
+    must_not: BTreeSet<String>,
+}
+
+/// The `backticked` words of a table cell.
+fn backticked(cell: &str) -> BTreeSet<String> {
+    cell.split('`').skip(1).step_by(2).map(str::to_owned).collect()
+}
+
+/// The rows of the layout table of `## 1.`, in order.
+fn layout_table(design: &str) -> Vec<Row> {
+    let section = design.split("\n## 1.").nth(1).expect("DESIGN.md has a `## 1.` section");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    section
+        .lines()
+        .filter(|l| l.starts_with("| `crates/"))
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split('|').map(str::trim).collect();
+            assert_eq!(cells.len(), 4, "docs/DESIGN.md §1: a row has 4 cells: {l}");
+            let name = cells[0].trim_matches('`').trim_start_matches("crates/").to_owned();
+            Row { name, depends_on: backticked(cells[2]), must_not: backticked(cells[3]) }
+        })
+        .collect()
+}
+
+/// The arrows of the first code block under `## Crates` in ARCHITECTURE.md:
+/// `crate ──► dep, dep` (or a crate alone: no internal dependency).
+fn diagram(architecture: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let section =
+        architecture.split("\n## Crates").nth(1).expect("ARCHITECTURE.md has a `## Crates` section");
+    let block = section.split("```").nth(1).expect("ARCHITECTURE.md's `## Crates` has a code block");
+    let mut arrows = BTreeMap::new();
+    for line in block.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let (from, to) = line.split_once("──►").unwrap_or((line, ""));
+        let to: BTreeSet<String> =
+            to.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+        let from = from.trim().to_owned();
+        assert!(arrows.insert(from.clone(), to).is_none(), "ARCHITECTURE.md: `{from}` has two lines");
+    }
+    arrows
+}
+
+/// A crate's `Cargo.toml` dependencies.
+#[derive(Debug, Default)]
+struct Manifest {
+    /// `[dependencies]`, `[build-dependencies]` and their `[target.*]`
+    /// forms: the package names.
+    normal: BTreeSet<String>,
+    /// `[dev-dependencies]` (and `[target.*.dev-dependencies]`).
+    dev: BTreeSet<String>,
+}
+
+/// The package names of a dependency table (a renamed one by `package`).
+fn names(table: Option<&toml::Value>) -> BTreeSet<String> {
+    let Some(table) = table.and_then(toml::Value::as_table) else { return BTreeSet::new() };
+    table
+        .iter()
+        .map(|(key, v)| v.get("package").and_then(toml::Value::as_str).unwrap_or(key).to_owned())
+        .collect()
+}
+
+fn manifest(path: &Path) -> (String, Manifest) {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let doc: toml::Table = toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let name = doc
+        .get("package")
+        .and_then(|p| p.get("name"))
+        .and_then(toml::Value::as_str)
+        .unwrap_or_else(|| panic!("{}: no package.name", path.display()))
+        .to_owned();
+    let mut m = Manifest::default();
+    let mut tables = vec![doc.clone()];
+    if let Some(targets) = doc.get("target").and_then(toml::Value::as_table) {
+        tables.extend(targets.values().filter_map(|t| t.as_table().cloned()));
+    }
+    for t in &tables {
+        m.normal.extend(names(t.get("dependencies")));
+        m.normal.extend(names(t.get("build-dependencies")));
+        m.dev.extend(names(t.get("dev-dependencies")));
+    }
+    (name, m)
+}
+
+/// Every workspace member's package name and dependencies.
+fn workspace(root: &Path) -> BTreeMap<String, Manifest> {
+    let text = std::fs::read_to_string(root.join("Cargo.toml")).expect("the workspace Cargo.toml");
+    let doc: toml::Table = toml::from_str(&text).expect("the workspace Cargo.toml parses");
+    let members = doc
+        .get("workspace")
+        .and_then(|w| w.get("members"))
+        .and_then(toml::Value::as_array)
+        .expect("workspace.members");
+    members
+        .iter()
+        .filter_map(toml::Value::as_str)
+        .map(|m| manifest(&root.join(m).join("Cargo.toml")))
+        .collect()
+}
+
+/// What is wrong with the graph `members` against the two documents, one
+/// line per fault (empty: they agree).
+fn graph_faults(
+    members: &BTreeMap<String, Manifest>,
+    rows: &[Row],
+    arrows: &BTreeMap<String, BTreeSet<String>>,
+) -> Vec<String> {
+    let mut faults = Vec::new();
+    let internal = |set: &BTreeSet<String>| -> BTreeSet<String> {
+        set.iter().filter(|d| members.contains_key(*d)).cloned().collect()
+    };
+    let listed: BTreeSet<&String> = rows.iter().map(|r| &r.name).collect();
+    for name in members.keys() {
+        if !listed.contains(name) {
+            faults.push(format!("`{name}` is a workspace member without a row in docs/DESIGN.md §1"));
+        }
+        if !arrows.contains_key(name) {
+            faults
+                .push(format!("`{name}` is a workspace member without a line in ARCHITECTURE.md's diagram"));
+        }
+    }
+    for from in arrows.keys() {
+        if !members.contains_key(from) {
+            faults.push(format!("ARCHITECTURE.md draws `{from}`, which is no workspace member"));
+        }
+    }
+    let mut above: BTreeSet<&String> = BTreeSet::new();
+    for row in rows {
+        let Some(m) = members.get(&row.name) else {
+            faults.push(format!("docs/DESIGN.md §1 lists `{}`, which is no workspace member", row.name));
+            continue;
+        };
+        let normal = internal(&m.normal);
+        if normal != row.depends_on {
+            faults.push(format!(
+                "`{}` depends on {normal:?} (Cargo.toml), docs/DESIGN.md §1 says {:?}",
+                row.name, row.depends_on
+            ));
+        }
+        if let Some(drawn) = arrows.get(&row.name)
+            && *drawn != normal
+        {
+            faults.push(format!(
+                "`{}` depends on {normal:?} (Cargo.toml), ARCHITECTURE.md draws {drawn:?}",
+                row.name
+            ));
+        }
+        for bad in m.normal.intersection(&row.must_not) {
+            faults
+                .push(format!("`{}` depends on `{bad}`, which docs/DESIGN.md §1 says it must not", row.name));
+        }
+        for dep in normal.iter().chain(internal(&m.dev).iter()) {
+            if !above.contains(dep) {
+                faults.push(format!(
+                    "`{}` depends on `{dep}`, which is not above it in docs/DESIGN.md §1 (an arrow the wrong way)",
+                    row.name
+                ));
+            }
+        }
+        above.insert(&row.name);
+    }
+    faults
+}
+
+#[test]
+fn the_crate_graph_is_the_one_design_and_architecture_draw() {
+    let root = repo_root();
+    let design = std::fs::read_to_string(root.join("docs/DESIGN.md")).expect("docs/DESIGN.md");
+    let architecture =
+        std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).expect("docs/ARCHITECTURE.md");
+    let members = workspace(&root);
+    assert!(members.len() >= 9, "the workspace lists its crates: {:?}", members.keys());
+    let faults = graph_faults(&members, &layout_table(&design), &diagram(&architecture));
+    assert!(faults.is_empty(), "the crate graph and the docs disagree:\n  {}", faults.join("\n  "));
+}
+
+#[test]
+fn a_wrong_arrow_or_an_unlisted_crate_is_a_fault() {
+    let design = "# D\n\n## 1. Layout\n\n| crate | what | depends on | must not depend on |\n|---|---|---|---|\n\
+        | `crates/low` | x | — | `tokio` |\n| `crates/high` | y | `low` | — |\n\n## 2. Next\n";
+    let architecture = "# A\n\n## Crates\n\n```\nhigh ──► low\nlow\n```\n";
+    let rows = layout_table(design);
+    let arrows = diagram(architecture);
+    let member = |normal: &[&str]| Manifest {
+        normal: normal.iter().map(|s| (*s).to_owned()).collect(),
+        dev: BTreeSet::new(),
+    };
+    let good: BTreeMap<String, Manifest> =
+        [("low".to_owned(), member(&[])), ("high".to_owned(), member(&["low"]))].into();
+    assert_eq!(graph_faults(&good, &rows, &arrows), Vec::<String>::new());
+
+    let upward: BTreeMap<String, Manifest> =
+        [("low".to_owned(), member(&["high"])), ("high".to_owned(), member(&["low"]))].into();
+    let faults = graph_faults(&upward, &rows, &arrows);
+    assert!(faults.iter().any(|f| f.contains("not above it")), "{faults:?}");
+    assert!(faults.iter().any(|f| f.contains("ARCHITECTURE.md draws")), "{faults:?}");
+
+    let forbidden: BTreeMap<String, Manifest> =
+        [("low".to_owned(), member(&["tokio"])), ("high".to_owned(), member(&["low"]))].into();
+    assert!(graph_faults(&forbidden, &rows, &arrows).iter().any(|f| f.contains("must not")));
+
+    let mut added = good;
+    added.insert("new".to_owned(), member(&["low"]));
+    let faults = graph_faults(&added, &rows, &arrows);
+    assert!(faults.iter().any(|f| f.contains("without a row")), "{faults:?}");
+    assert!(faults.iter().any(|f| f.contains("without a line")), "{faults:?}");
 }

@@ -24,6 +24,9 @@ mod metrics;
 mod metrics_tests;
 mod provisioning;
 mod service;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod thread_tests;
 mod watch;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -199,6 +202,9 @@ pub enum BrokerError {
     /// The gRPC server failed.
     #[error("broker: serving gRPC: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The core's thread or its timer runtime could not be started.
+    #[error("broker: starting the core thread: {0}")]
+    Thread(#[source] std::io::Error),
 }
 
 /// Starts the owner task (restoring the state) and returns the service to
@@ -238,19 +244,34 @@ fn start_with_cache(config: &BrokerConfig, cache: Option<BrokerCache>) -> Result
         });
     }
     let demand = config.demand.clone();
+    // The core runs on a thread of its own (with a one-thread runtime for
+    // its timers), so its SQLite commits never hold a worker of the
+    // runtime that serves the streams. It ends with that runtime: this
+    // task holds `alive` until the runtime drops it.
+    let (alive, mut gone) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
+        let _alive = alive;
+        std::future::pending::<()>().await;
+    });
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_time().build().map_err(BrokerError::Thread)?;
+    let core_loop = async move {
         // When the watchers' snapshot, put off for time, is due.
         let mut watch_at: Option<std::time::Instant> = None;
         loop {
             let input = match watch_at {
                 Some(at) => tokio::select! {
                     input = rx.recv() => input,
+                    _ = &mut gone => None,
                     () = tokio::time::sleep_until(at.into()) => {
                         watch_at = core.publish_watch(false);
                         continue;
                     }
                 },
-                None => rx.recv().await,
+                None => tokio::select! {
+                    input = rx.recv() => input,
+                    _ = &mut gone => None,
+                },
             };
             let Some(input) = input else { break };
             core.handle(input);
@@ -262,7 +283,11 @@ fn start_with_cache(config: &BrokerConfig, cache: Option<BrokerCache>) -> Result
             // burst costs one status, not one per input.
             watch_at = core.publish_watch(!rx.is_empty());
         }
-    });
+    };
+    std::thread::Builder::new()
+        .name("lardon-broker-core".into())
+        .spawn(move || runtime.block_on(core_loop))
+        .map_err(BrokerError::Thread)?;
     Ok(BrokerService::new(
         tx,
         config.heartbeat,

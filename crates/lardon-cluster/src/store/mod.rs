@@ -3,10 +3,17 @@
 //! already given (bounded), so that a broker restarted after a crash loses
 //! nothing and runs nothing twice (docs/DESIGN.md §14).
 //!
+//! The schema is versioned by `PRAGMA user_version` ([`SCHEMA_VERSION`],
+//! `schema.rs`): an older database is migrated on open, a newer one is
+//! refused with [`StoreError::TooNew`].
+//!
 //! Written in WAL mode with `synchronous = NORMAL`: a commit survives the
 //! broker's own crash (kill -9) at once; on power loss the last moments
 //! may go, which the agents' re-hello and the submitters' resubmission
-//! by id recover.
+//! by id recover. That is why not `FULL`: an fsync per assignment and per
+//! answer would bound the broker by the disk for a loss those already
+//! cover. Its one user is the broker's core, which runs on its own thread,
+//! so these calls block no worker of the async runtime.
 
 use std::path::{Path, PathBuf};
 
@@ -16,6 +23,10 @@ use rusqlite::{Connection, OptionalExtension, params};
 use thiserror::Error;
 
 use lardon_cluster_core::learned::Learned;
+
+mod schema;
+
+pub use schema::SCHEMA_VERSION;
 
 /// The store failed.
 #[derive(Debug, Error)]
@@ -37,6 +48,20 @@ pub enum StoreError {
         /// Why.
         #[source]
         source: std::io::Error,
+    },
+    /// The database was written by a newer broker: it is left untouched.
+    #[error(
+        "broker state {}: schema version {found} is newer than this broker's {known}; \
+         run the newer lardon, or start with another --state dir",
+        path.display()
+    )]
+    TooNew {
+        /// The database file.
+        path: PathBuf,
+        /// Its `user_version`.
+        found: u32,
+        /// The newest this build knows.
+        known: u32,
     },
     /// A stored row does not decode (the file was edited or corrupted).
     #[error("broker state {}: task {id}: stored {what} does not decode", path.display())]
@@ -74,16 +99,6 @@ pub struct Store {
     keep_finished: u64,
 }
 
-/// The learned samples (docs/DESIGN.md §14): one row per successful
-/// run, newest last; the broker keeps the last few per class.
-const LEARNED_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS learned (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    class TEXT NOT NULL,
-    peak INTEGER NOT NULL,
-    wall_ms INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS learned_class ON learned(class, seq);";
-
 /// The database's file name inside the state dir.
 pub const DB_FILE: &str = "broker.db";
 
@@ -91,34 +106,21 @@ impl Store {
     /// Answers remembered by default.
     pub const KEEP_FINISHED: u64 = 100_000;
 
-    /// Opens (creating) `dir/broker.db`.
+    /// Opens (creating) `dir/broker.db` and brings its schema to
+    /// [`SCHEMA_VERSION`] (an unversioned database from before versions
+    /// opens with its rows).
     ///
     /// # Errors
-    /// [`StoreError`] when the dir or the database cannot be made.
+    /// [`StoreError::TooNew`] for a database from a newer broker (left as
+    /// it is); [`StoreError`] when the dir or the database cannot be made.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir { path: dir.to_path_buf(), source })?;
         let path = dir.join(DB_FILE);
         let conn =
             Connection::open(&path).map_err(|source| StoreError::Sqlite { path: path.clone(), source })?;
-        let store = Store { conn, path, keep_finished: Self::KEEP_FINISHED };
-        store.sql(|c| {
-            c.execute_batch(
-                "PRAGMA journal_mode = WAL;
-                 PRAGMA synchronous = NORMAL;
-                 CREATE TABLE IF NOT EXISTS tasks (
-                     id TEXT PRIMARY KEY,
-                     submitter TEXT NOT NULL,
-                     spec BLOB NOT NULL,
-                     attempts INTEGER NOT NULL DEFAULT 0,
-                     agent TEXT,
-                     finished_seq INTEGER,
-                     reply BLOB
-                 );
-                 CREATE INDEX IF NOT EXISTS tasks_finished ON tasks(finished_seq)
-                     WHERE finished_seq IS NOT NULL;",
-            )
-        })?;
-        store.sql(|c| c.execute_batch(LEARNED_SCHEMA))?;
+        let mut store = Store { conn, path, keep_finished: Self::KEEP_FINISHED };
+        store.sql(|c| c.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"))?;
+        store.migrate()?;
         Ok(store)
     }
 
@@ -131,15 +133,18 @@ impl Store {
         let path = PathBuf::from(":memory:");
         let conn = Connection::open_in_memory()
             .map_err(|source| StoreError::Sqlite { path: path.clone(), source })?;
-        let store = Store { conn, path, keep_finished: Self::KEEP_FINISHED };
-        store.sql(|c| {
-            c.execute_batch(
-                "CREATE TABLE tasks (id TEXT PRIMARY KEY, submitter TEXT NOT NULL, spec BLOB NOT NULL,
-                     attempts INTEGER NOT NULL DEFAULT 0, agent TEXT, finished_seq INTEGER, reply BLOB);",
-            )
-        })?;
-        store.sql(|c| c.execute_batch(LEARNED_SCHEMA))?;
+        let mut store = Store { conn, path, keep_finished: Self::KEEP_FINISHED };
+        store.migrate()?;
         Ok(store)
+    }
+
+    fn migrate(&mut self) -> Result<(), StoreError> {
+        schema::migrate(&mut self.conn).map_err(|e| match e {
+            schema::MigrateError::TooNew(found) => {
+                StoreError::TooNew { path: self.path.clone(), found, known: SCHEMA_VERSION }
+            }
+            schema::MigrateError::Sqlite(source) => StoreError::Sqlite { path: self.path.clone(), source },
+        })
     }
 
     fn sql<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, StoreError> {
@@ -363,6 +368,83 @@ mod tests {
             .sql(|c| c.query_row("SELECT COUNT(*) FROM learned WHERE class = 'c'", [], |r| r.get(0)))
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(rows, i64::try_from(Learned::SAMPLES).unwrap_or(0), "old rows of a class are dropped");
+    }
+
+    /// The schema as the broker wrote it before versions (user_version 0),
+    /// exactly as that `Store::open` created it.
+    const UNVERSIONED: &str = "PRAGMA journal_mode = WAL;
+        CREATE TABLE IF NOT EXISTS tasks (id TEXT PRIMARY KEY, submitter TEXT NOT NULL, spec BLOB NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0, agent TEXT, finished_seq INTEGER, reply BLOB);
+        CREATE INDEX IF NOT EXISTS tasks_finished ON tasks(finished_seq) WHERE finished_seq IS NOT NULL;
+        CREATE TABLE IF NOT EXISTS learned (seq INTEGER PRIMARY KEY AUTOINCREMENT, class TEXT NOT NULL,
+            peak INTEGER NOT NULL, wall_ms INTEGER NOT NULL);
+        CREATE INDEX IF NOT EXISTS learned_class ON learned(class, seq);";
+
+    fn user_version(path: &Path) -> u32 {
+        let c = Connection::open(path).unwrap_or_else(|e| panic!("{e}"));
+        schema::version(&c).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn an_unversioned_database_from_before_versions_opens_with_its_rows_and_is_migrated() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join(DB_FILE);
+        {
+            let c = Connection::open(&path).unwrap_or_else(|e| panic!("{e}"));
+            c.execute_batch(UNVERSIONED).unwrap_or_else(|e| panic!("{e}"));
+            c.execute(
+                "INSERT INTO tasks (id, submitter, spec, attempts, agent) VALUES ('a', 's1', ?1, 2, 'agent-1')",
+                params![spec("a").encode_to_vec()],
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            c.execute(
+                "INSERT INTO tasks (id, submitter, spec, finished_seq, reply) VALUES ('b', 's1', x'', 1, ?1)",
+                params![reply("b").encode_to_vec()],
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            c.execute("INSERT INTO learned (class, peak, wall_ms) VALUES ('c', 100, 1000)", [])
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert_eq!(user_version(&path), 0, "the fixture is unversioned");
+        let s = Store::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let live = s.live().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(live.len(), 1);
+        assert_eq!((live[0].agent.as_deref(), live[0].attempts), (Some("agent-1"), 2));
+        assert_eq!(s.finished("b").unwrap_or_else(|e| panic!("{e}")), Some(reply("b")));
+        assert!(s.learned().unwrap_or_else(|e| panic!("{e}")).estimate("c").is_some());
+        s.insert("s2", &spec("d")).unwrap_or_else(|e| panic!("{e}"));
+        drop(s);
+        assert_eq!(user_version(&path), SCHEMA_VERSION, "migrated on open");
+        let again = Store::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            again.live().unwrap_or_else(|e| panic!("{e}")).len(),
+            2,
+            "reopening migrates nothing twice"
+        );
+    }
+
+    #[test]
+    fn a_database_from_a_newer_broker_is_refused_and_left_untouched() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join(DB_FILE);
+        {
+            let c = Connection::open(&path).unwrap_or_else(|e| panic!("{e}"));
+            c.execute_batch("CREATE TABLE future (x); PRAGMA user_version = 99;")
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let err = Store::open(dir.path()).map(drop).err().unwrap_or_else(|| panic!("a newer schema opened"));
+        assert!(
+            matches!(err, StoreError::TooNew { found: 99, known: SCHEMA_VERSION, .. }),
+            "refused as too new: {err}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("schema version 99 is newer") && text.contains(DB_FILE), "{text}");
+        assert_eq!(user_version(&path), 99, "left untouched");
+        let c = Connection::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        let tasks: i64 = c
+            .query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'tasks'", [], |r| r.get(0))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(tasks, 0, "no table was added to it");
     }
 
     #[test]

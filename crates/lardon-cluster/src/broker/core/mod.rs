@@ -1,4 +1,6 @@
-//! The broker's single owner of state: one task drives the [`Router`] and
+//! The broker's single owner of state: one task (on a thread of its own,
+//! `broker/mod.rs`, so its commits hold no worker of the serving runtime)
+//! drives the [`Router`] and
 //! the [`Store`] from the [`Input`]s the streams send it, and sends the
 //! resulting messages to the connected peers. State is written before any
 //! message that depends on it leaves (an assignment is recorded before the
@@ -6,10 +8,10 @@
 //! a crash at any point loses nothing and runs nothing twice.
 //!
 //! Here: the inputs, the state and its restoring, and the dispatch of each
-//! input. Beside it: the agents' streams (`core_agents.rs`), submissions
-//! (`core_submit.rs`), carrying out the router's events (`core_apply.rs`),
-//! the read-only views (`core_views.rs`) and provisioning
-//! (`core_provision.rs`).
+//! input. Beside it: the agents' streams (`core/agents.rs`), submissions
+//! (`core/submit.rs`), carrying out the router's events (`core/apply.rs`),
+//! the read-only views (`core/views.rs`) and provisioning
+//! (`core/provision.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -28,15 +30,10 @@ use lardon_cluster_core::{Availability, Delivery, Hello, Outcome, Report, TaskPl
 
 pub(crate) use super::provisioning::ProvisionView;
 
-#[path = "core_agents.rs"]
 mod agents;
-#[path = "core_apply.rs"]
 mod apply;
-#[path = "core_provision.rs"]
 mod provision;
-#[path = "core_submit.rs"]
 mod submit;
-#[path = "core_views.rs"]
 mod views;
 
 pub(crate) use submit::action_key;
