@@ -217,10 +217,7 @@ pub const KEYS: &[(&str, &str)] = &[
         "memory_caution",
         "caution band: MemAvailable at or below holds pressure at YELLOW (`none` = custom policy)",
     ),
-    (
-        "cpu_reserve",
-        "logical CPUs kept for the rest of the host (default: CPUs / 8, at most 4; below 8 CPUs none, the load gate gives CPUs back as others' load appears)",
-    ),
+    ("cpu_reserve", "logical CPUs kept for the rest of the host (tasks are pinned to the others)"),
     (
         "max_load_ratio",
         "foreign load (1-minute load minus Lardon's own: its tasks and itself) / compute pool at or above which admission waits (`off` = no load gate)",

@@ -138,7 +138,10 @@ async fn real_host_pins_to_the_compute_pool_and_lists() {
     let log = log_text(&mut c, &id).await;
     let allowed: Vec<u32> =
         lardon_host::parse_cpu_list(log.split(':').nth(1).unwrap().trim()).unwrap().into_iter().collect();
-    assert_eq!(allowed, pool, "{log}");
+    // A one-CPU grant is pinned to one CPU of the pool (the one the fewest
+    // live runs hold), never outside it.
+    assert_eq!(allowed.len(), 1, "{log}");
+    assert!(allowed.iter().all(|c| pool.contains(c)), "{log} outside the pool {pool:?}");
     drop(c);
     d.shutdown().unwrap();
 }

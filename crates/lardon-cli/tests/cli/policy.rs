@@ -25,7 +25,11 @@ fn derived_defaults_are_shown_with_their_rule_and_figures() {
         "{text}"
     );
     assert!(line("memory_caution").contains("1536MiB"), "{text}");
-    assert!(line("max_load_ratio").contains("0.9 × the 4-CPU compute pool"), "{text}");
+    // 8 CPUs: the reserve is 8 / 8 = 1, so the pool is 7 (the rule is
+    // printed with its figures).
+    assert!(line("max_load_ratio").contains("0.9 × the 7-CPU compute pool"), "{text}");
+    assert!(line("cpu_reserve").contains("(default: logical CPUs / 8, at most 4"), "{text}");
+    assert!(line("cpu_reserve").contains(": 1 of 8)"), "{text}");
 
     let o = lardon(dir, &["policy", "--set", "max_load_ratio=off", "--set", "memory_reserve=8GiB", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));

@@ -49,6 +49,9 @@ fn queue() -> TaskQueue {
     policy.memory_reserve = 3 * GIB;
     policy.emergency_floor = GIB;
     policy.memory_caution = None;
+    // The 4-CPU pool these models are written against (4 of 8 reserved),
+    // whatever the default reserve.
+    policy.cpu_reserve = 4;
     let clock = StdArc::new(FakeClock::new(MonoTime(0)));
     let governor = Governor::with_clock(policy, FakeProbe::new(profile), clock).unwrap();
     TaskQueue::new(governor)
