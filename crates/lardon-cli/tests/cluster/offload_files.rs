@@ -149,8 +149,9 @@ fn bad_file_flags_are_refused_at_submit_naming_the_flag() {
 fn balance_ships_a_task_this_host_would_admit_when_it_is_busier_than_the_agents() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let c = Cluster::start(d, "offload = { prefer = \"balance\" }\n", "1");
-    // Half of the simulated host's 1-CPU pool is taken; the agent is idle.
+    // A pool of one CPU (4 simulated CPUs, 3 reserved), half of it taken;
+    // the agent is idle.
+    let c = Cluster::start(d, "cpu_reserve = 3\noffload = { prefer = \"balance\" }\n", "1");
     let go = d.join("go");
     let busy = c.submit(&["--cpus", "0.5", "--", "sh", "-c", &until_file(&go)]);
     c.until("the local task running", || task_json(&c.state, &busy)["state"] == "running");
