@@ -15,7 +15,7 @@
 //! 16 hex digits of a 64-bit FNV-1a hash of the whole shape (stable across
 //! builds and restarts: the store's history is keyed by it).
 
-use lardon::Class;
+use lardon::{Class, Estimate};
 
 use crate::spec::TaskSpec;
 
@@ -91,6 +91,24 @@ impl Fnv {
         // A separator, so that ("ab", "c") and ("a", "bc") differ.
         self.0 ^= 0xff;
         self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+    }
+}
+
+/// What a task learns under, as methods of the spec: here rather than in
+/// `spec` so that the spec does not depend on the rule that keys it.
+impl TaskSpec {
+    /// The engine's estimate as admission and learning see it: the
+    /// declared figures under the task's learning key
+    /// ([`learning_class`]: its class, or its command shape
+    /// when it names none), so that strangers never share what was learned
+    /// (docs/DESIGN.md §6). Not validated, as [`crate::spec::EstimateSpec::to_estimate`].
+    pub fn to_estimate(&self) -> Estimate {
+        self.estimate.to_estimate().with_class(learning_class(self))
+    }
+
+    /// The key this task learns under ([`learning_class`]).
+    pub fn learning_class(&self) -> Class {
+        learning_class(self)
     }
 }
 

@@ -318,20 +318,6 @@ impl TaskSpec {
         }
     }
 
-    /// The engine's estimate as admission and learning see it: the
-    /// declared figures under the task's learning key
-    /// ([`crate::shape::learning_class`]: its class, or its command shape
-    /// when it names none), so that strangers never share what was learned
-    /// (docs/DESIGN.md §6). Not validated, as [`EstimateSpec::to_estimate`].
-    pub fn to_estimate(&self) -> Estimate {
-        self.estimate.to_estimate().with_class(crate::shape::learning_class(self))
-    }
-
-    /// The key this task learns under ([`crate::shape::learning_class`]).
-    pub fn learning_class(&self) -> Class {
-        crate::shape::learning_class(self)
-    }
-
     /// Checks what the API must refuse (the estimate is left to admission).
     ///
     /// # Errors
