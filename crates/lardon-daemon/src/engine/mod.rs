@@ -296,7 +296,7 @@ impl Engine {
             if let Some(handle) = out.remove(&rec.id) {
                 let route = self.routes.for_handle(&handle);
                 // Refused (its route is not running): queued afresh.
-                if route.adopt(rec.id, &rec.spec, handle, rec.memory_retries > 0).is_ok() {
+                if route.adopt(&rec, handle).is_ok() {
                     continue;
                 }
             }

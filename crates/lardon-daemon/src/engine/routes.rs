@@ -148,6 +148,15 @@ mod tests {
         batched.items = Some(2);
         let refusal = crate::offload::check(&batched).unwrap_err();
         assert_eq!((refusal.route, refusal.field), (RouteKind::Offload, Field::Items));
+        assert_eq!(refusal.to_string(), "shippable: items: batched tasks run here only");
+        assert_eq!(
+            Refusal::new(RouteKind::Offload, Field::Engine).to_string(),
+            "shippable: engine: a Slurm task is not shippable"
+        );
+        assert_eq!(
+            Refusal::new(RouteKind::Offload, Field::Paused).to_string(),
+            "capability: paused: a shippable task cannot be submitted paused"
+        );
         batched.offload = None;
         batched.engine = RunEngine::Slurm;
         let refusal = crate::slurm::check(&batched).unwrap_err();

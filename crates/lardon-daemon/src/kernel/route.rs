@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::{Applied, Shared, Write};
 use crate::handle::RunHandle;
 use crate::spec::{DepKind, RunEngine, TaskId, TaskSpec, TaskState};
-use crate::store::{Outcome, StoreError};
+use crate::store::{Outcome, StoreError, TaskRecord};
 
 /// Which of the three routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,6 +181,13 @@ pub(crate) enum Answer {
     LetGo,
 }
 
+impl From<Option<TaskState>> for Answer {
+    /// A route's own answer: `None` when it does not hold the task.
+    fn from(state: Option<TaskState>) -> Answer {
+        state.map_or(Answer::LetGo, Answer::Done)
+    }
+}
+
 /// A dependency of a task being queued, with its state as stored when it
 /// was resolved (`None`: removed, so it ended).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,20 +234,13 @@ pub(crate) trait Route: std::fmt::Debug + Send + Sync {
     /// task is stored and queued again at the next start.
     fn submit(&self, id: TaskId, spec: &TaskSpec, paused: bool, deps: &[Dependency]) -> Result<(), String>;
 
-    /// Takes back a run a previous daemon left out on this route, by its
-    /// run handle. `resubmitted`: the task already used its one memory
-    /// retry.
+    /// Takes back the run a previous daemon left out on this route for
+    /// the stored task `rec`, by its run handle.
     ///
     /// # Errors
     /// The handle back when it is not this route's, or the route is not
     /// running: the caller queues the task afresh.
-    fn adopt(
-        &self,
-        id: TaskId,
-        spec: &TaskSpec,
-        handle: RunHandle,
-        resubmitted: bool,
-    ) -> Result<(), RunHandle>;
+    fn adopt(&self, rec: &TaskRecord, handle: RunHandle) -> Result<(), RunHandle>;
 
     /// Stops a run left out on this route by a previous daemon whose task
     /// is not run again (recovery ended it). Nothing by default.

@@ -14,7 +14,7 @@ use super::queue_locally;
 use crate::handle::RunHandle;
 use crate::kernel::{Answer, ControlError, Dependency, Refusal, Route, RouteKind, Shared, Write, qid};
 use crate::spec::{TaskId, TaskSpec, TaskState};
-use crate::store::{Outcome, StoreError};
+use crate::store::{Outcome, StoreError, TaskRecord};
 
 /// The local route (see the module docs): the kernel and the queue, no
 /// state of its own.
@@ -72,7 +72,7 @@ impl Route for LocalRoute {
 
     /// A local run does not outlive its daemon (recovery killed the
     /// orphan): nothing to adopt, the task is queued afresh.
-    fn adopt(&self, _: TaskId, _: &TaskSpec, handle: RunHandle, _: bool) -> Result<(), RunHandle> {
+    fn adopt(&self, _: &TaskRecord, handle: RunHandle) -> Result<(), RunHandle> {
         Err(handle)
     }
 

@@ -12,7 +12,7 @@ use crate::handle::RunHandle;
 use crate::kernel::{Answer, Dependency, Field, LocalOnly, Refusal, Route, RouteKind, Shared};
 use crate::local::LocalRoute;
 use crate::spec::{RunEngine, TaskId, TaskSpec};
-use crate::store::StoreError;
+use crate::store::{StoreError, TaskRecord};
 
 /// What a shippable task cannot be, refused at submit naming the field:
 /// batched, dependent, GPU, scratch ([`LocalOnly`]) and Slurm tasks are
@@ -77,44 +77,15 @@ impl Route for OffloadRoute {
         Ok(())
     }
 
-    fn adopt(&self, id: TaskId, spec: &TaskSpec, handle: RunHandle, _: bool) -> Result<(), RunHandle> {
-        match (handle, &self.engine) {
-            (RunHandle::Offload(remote), Some(engine)) => {
-                engine.adopt(id, spec, &remote);
-                Ok(())
-            }
-            (handle, _) => Err(handle),
-        }
+    /// Asked for again under the same remote id: the broker answers a
+    /// finished one from its store and drops a live one as a duplicate.
+    fn adopt(&self, rec: &TaskRecord, handle: RunHandle) -> Result<(), RunHandle> {
+        let (Some(engine), RunHandle::Offload(remote)) = (&self.engine, &handle) else { return Err(handle) };
+        engine.adopt(rec.id, &rec.spec, remote);
+        Ok(())
     }
 
     fn cancel(&self, id: TaskId, _grace: Option<Duration>) -> Result<Answer, StoreError> {
-        Ok(self.engine.as_ref().and_then(|e| e.cancel(id)).map_or(Answer::LetGo, Answer::Done))
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_shippable_task_refuses_local_only_fields_naming_the_route_and_the_field() {
-        let ok = TaskSpec::command(["true"]);
-        assert_eq!(check(&ok), Ok(()));
-        let mut batched = ok.clone();
-        batched.items = Some(3);
-        let refusal = check(&batched).unwrap_err();
-        assert_eq!(refusal, Refusal::new(RouteKind::Offload, Field::Items));
-        assert_eq!(refusal.to_string(), "shippable: items: batched tasks run here only");
-        let mut slurm = ok;
-        slurm.engine = RunEngine::Slurm;
-        assert_eq!(
-            check(&slurm).unwrap_err().to_string(),
-            "shippable: engine: a Slurm task is not shippable"
-        );
-        assert_eq!(
-            Refusal::new(RouteKind::Offload, Field::Paused).to_string(),
-            "capability: paused: a shippable task cannot be submitted paused"
-        );
+        Ok(self.engine.as_ref().and_then(|e| e.cancel(id)).into())
     }
 }

@@ -26,7 +26,7 @@ use std::time::Duration;
 use crate::handle::{RunHandle, SlurmJob};
 use crate::kernel::{Answer, Dependency, Field, LocalOnly, Refusal, Route, RouteKind, Shared};
 use crate::spec::{TaskId, TaskSpec, TaskState};
-use crate::store::{Outcome, StoreError};
+use crate::store::{Outcome, StoreError, TaskRecord};
 
 /// What native mode cannot do yet, refused at submit naming the field:
 /// batched tasks, dependencies, GPUs and scratch space are local-only
@@ -99,20 +99,13 @@ impl Route for SlurmRoute {
         Ok(())
     }
 
-    fn adopt(
-        &self,
-        id: TaskId,
-        spec: &TaskSpec,
-        handle: RunHandle,
-        resubmitted: bool,
-    ) -> Result<(), RunHandle> {
-        match (handle, &self.engine) {
-            (RunHandle::Slurm(job), Some(engine)) => {
-                engine.adopt(id, spec, job, resubmitted);
-                Ok(())
-            }
-            (handle, _) => Err(handle),
-        }
+    /// The job is tracked again; a task that already used its one memory
+    /// retry is not resubmitted after OUT_OF_MEMORY.
+    fn adopt(&self, rec: &TaskRecord, handle: RunHandle) -> Result<(), RunHandle> {
+        let Some(engine) = &self.engine else { return Err(handle) };
+        let RunHandle::Slurm(job) = handle else { return Err(handle) };
+        engine.adopt(rec.id, &rec.spec, job, rec.memory_retries > 0);
+        Ok(())
     }
 
     /// The job of a task not run again is cancelled.
@@ -124,7 +117,7 @@ impl Route for SlurmRoute {
     }
 
     fn cancel(&self, id: TaskId, _grace: Option<Duration>) -> Result<Answer, StoreError> {
-        Ok(self.engine.as_ref().and_then(|e| e.cancel(id)).map_or(Answer::LetGo, Answer::Done))
+        Ok(self.engine.as_ref().and_then(|e| e.cancel(id)).into())
     }
 }
 
