@@ -5,14 +5,12 @@
 
 use std::time::Duration;
 
-use lardon::QueueError;
-
 use super::Engine;
-use crate::kernel::{Applied, DaemonEvent, Route, Write, qid};
+use crate::kernel::{Answer, Applied, ControlError, DaemonEvent, Placed, Route, Write, qid};
 use crate::local::Dependency;
 use crate::settings;
 use crate::spec::{RunEngine, TaskId, TaskSpec, TaskState};
-use crate::store::{CourseEntry, Inserted, NewTask, Outcome, StoreError, TaskFilter, TaskRecord};
+use crate::store::{CourseEntry, Inserted, NewTask, StoreError, TaskFilter, TaskRecord};
 
 /// Why a request was refused; mapped to a gRPC status by the service.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +43,17 @@ impl From<StoreError> for ActionError {
             | StoreError::StillLive { .. }
             | StoreError::IllegalTransition { .. } => ActionError::Conflict(e.to_string()),
             other => ActionError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<ControlError> for ActionError {
+    fn from(e: ControlError) -> Self {
+        match e {
+            ControlError::CannotPause { .. } | ControlError::Conflict(_) => {
+                ActionError::Conflict(e.to_string())
+            }
+            ControlError::Store(e) => ActionError::from(e),
         }
     }
 }
@@ -121,18 +130,10 @@ impl Engine {
             return Err(ActionError::Unavailable);
         }
         for (i, spec) in specs.iter().enumerate() {
-            check(spec).map_err(|m| ActionError::Invalid(format!("{}{m}", at(prefix, i))))?;
-            if paused && spec.engine == RunEngine::Slurm {
-                return Err(ActionError::Invalid(format!(
-                    "{}engine slurm: paused: cannot submit paused",
-                    at(prefix, i)
-                )));
-            }
-            if paused && spec.offload.is_some() {
-                return Err(ActionError::Invalid(format!(
-                    "{}capability: paused: a shippable task cannot be submitted paused",
-                    at(prefix, i)
-                )));
+            let invalid = |m: &dyn std::fmt::Display| ActionError::Invalid(format!("{}{m}", at(prefix, i)));
+            self.check(spec).map_err(|m| invalid(&m))?;
+            if paused {
+                self.routes.check_paused(spec).map_err(|r| invalid(&r))?;
             }
         }
         // To name the spec a missing dependency belongs to.
@@ -186,19 +187,12 @@ impl Engine {
     }
 
     /// The route a live task is on: its placement's, or Slurm for a Slurm
-    /// task stored but not yet handed to it.
-    fn route(&self, rec: &TaskRecord) -> Route {
-        match self.shared.placements.route_of(rec.id) {
-            Route::Local(_) if rec.spec.engine == RunEngine::Slurm => Route::Slurm,
-            route => route,
-        }
-    }
-
-    /// Once the queue's events so far are durable: the task's stored state,
-    /// which is what `status` shows from now on.
-    fn settled_state(&self, id: TaskId) -> Result<TaskState, ActionError> {
-        self.settle()?;
-        Ok(self.shared.reader().get_task(id)?.ok_or(ActionError::NotFound(id))?.state)
+    /// task stored but not yet handed to it ([`Routes::for_placement`]).
+    ///
+    /// [`Routes::for_placement`]: super::routes::Routes::for_placement
+    fn route(&self, rec: &TaskRecord) -> &dyn Route {
+        let placed: Placed = self.shared.placements.route_of(rec.id);
+        self.routes.for_placement(&placed, &rec.spec)
     }
 
     /// Cancels: a pending task at once; a running one gets SIGTERM, then
@@ -209,97 +203,32 @@ impl Engine {
     /// the local route.
     pub(crate) fn cancel(&self, id: TaskId, grace: Option<Duration>) -> Result<TaskState, ActionError> {
         let rec = self.live(id)?;
-        let slot = match self.route(&rec) {
-            Route::Local(slot) => slot,
-            Route::Slurm => match self.slurm.as_ref().and_then(|s| s.cancel(id)) {
-                Some(state) => return Ok(state),
-                None => self.shared.placements.route_of(id).slot(),
-            },
-            Route::Offload => match self.offload.as_ref().and_then(|o| o.cancel(id)) {
-                Some(state) => return Ok(state),
-                None => self.shared.placements.route_of(id).slot(),
-            },
+        let answer = match self.route(&rec).cancel(id, grace)? {
+            Answer::LetGo => self.routes.local.cancel(id, grace)?,
+            done @ Answer::Done(_) => done,
         };
-        self.cancel_here(id, slot, grace)
-    }
-
-    /// The local route's cancel: the run's slot (if its callback has one)
-    /// stops it, the queue drops it; a task the queue does not know ends
-    /// in the store here.
-    fn cancel_here(
-        &self,
-        id: TaskId,
-        slot: Option<std::sync::Arc<crate::kernel::Slot>>,
-        grace: Option<Duration>,
-    ) -> Result<TaskState, ActionError> {
-        if let Some(slot) = slot {
-            slot.cancel(grace.unwrap_or(self.shared.kill_grace));
-        }
-        match self.queue.cancel(qid(id)) {
-            Ok(()) | Err(QueueError::AlreadyEnded(_)) => self.settled_state(id),
-            Err(_) => {
-                // Live in the store but unknown to the queue: end it here.
-                let outcome = Outcome { state: TaskState::Cancelled, exit_code: None, reason: None };
-                self.shared.record(Write::Finished(id, outcome))?;
-                Ok(TaskState::Cancelled)
-            }
-        }
+        settled(id, answer)
     }
 
     /// Pauses: a running command is stopped (SIGSTOP to its group) and
     /// keeps its reservation; a pending task is skipped by the dispatcher.
-    /// Answers once the pause is durable. Only the local route pauses.
+    /// Answers once the pause is durable. Only the local route pauses; the
+    /// others refuse, naming where the task runs.
     pub(crate) fn pause(&self, id: TaskId) -> Result<TaskState, ActionError> {
         let rec = self.live(id)?;
-        match self.route(&rec) {
-            Route::Slurm => {
-                return Err(ActionError::Conflict(format!("task {id} runs in Slurm: it cannot be paused")));
-            }
-            Route::Offload => {
-                return Err(ActionError::Conflict(format!(
-                    "task {id} runs at a cluster agent: it cannot be paused"
-                )));
-            }
-            Route::Local(_) => {}
-        }
-        // Twice at most: a pending task may start between the two queue calls.
-        for _ in 0..2 {
-            match self.queue.set_running_paused(qid(id), true) {
-                Ok(()) => {
-                    self.shared.placements.slot(id).pause();
-                    break;
-                }
-                Err(QueueError::NotStarted(_)) => {
-                    self.queue.pause(qid(id)).map_err(|e| ActionError::Conflict(e.to_string()))?;
-                    if self.queue.get(qid(id)).is_none_or(|v| v.state != lardon::TaskState::Running) {
-                        break;
-                    }
-                }
-                Err(QueueError::AlreadyEnded(_)) => {
-                    return Err(ActionError::Conflict(format!("task {id} already ended")));
-                }
-                Err(e) => return Err(ActionError::Conflict(e.to_string())),
-            }
-        }
-        self.settled_state(id)
+        Ok(self.route(&rec).pause(id)?)
     }
 
     /// Resumes a paused task (SIGCONT for a stopped command). Answers once
-    /// the change is durable.
+    /// the change is durable. A route with nothing paused leaves it to the
+    /// local queue, which answers.
     pub(crate) fn resume(&self, id: TaskId) -> Result<TaskState, ActionError> {
-        self.live(id)?;
-        match self.queue.set_running_paused(qid(id), false) {
-            Ok(()) => {
-                if let Some(slot) = self.shared.placements.route_of(id).slot() {
-                    slot.resume();
-                }
-            }
-            Err(QueueError::NotStarted(_)) => {
-                self.queue.resume(qid(id)).map_err(|e| ActionError::Conflict(e.to_string()))?;
-            }
-            Err(e) => return Err(ActionError::Conflict(e.to_string())),
-        }
-        self.settled_state(id)
+        let rec = self.live(id)?;
+        let answer = match self.route(&rec).resume(id)? {
+            Answer::LetGo => self.routes.local.resume(id)?,
+            done @ Answer::Done(_) => done,
+        };
+        settled(id, answer)
     }
 
     /// Runs a finished task again: same spec, a new attempt; its history
@@ -338,7 +267,7 @@ impl Engine {
             tracing::warn!("task {id} restarted in the store but not queued: {e}");
             ActionError::Unavailable
         })?;
-        self.settled_state(id)
+        Ok(self.routes.local.settled_state(id)?)
     }
 
     /// Appends a line to the task's log so that `lardon log` shows where
@@ -485,19 +414,26 @@ fn submits_locally(spec: &TaskSpec) -> bool {
     spec.engine != RunEngine::Slurm && spec.offload.is_none()
 }
 
-/// A spec's own validity and its estimate's (its dependencies are checked
-/// when it is stored): the daemon's one check of a submitted spec.
-fn check(spec: &TaskSpec) -> Result<(), String> {
-    spec.validate().map_err(|e| e.to_string())?;
-    if spec.engine == RunEngine::Slurm {
-        crate::slurm::check(spec)?;
+/// The state a route answered with; the local route always answers
+/// ([`Answer::Done`]), so a let-go here is a bug reported, not a panic.
+fn settled(id: TaskId, answer: Answer) -> Result<TaskState, ActionError> {
+    match answer {
+        Answer::Done(state) => Ok(state),
+        Answer::LetGo => Err(ActionError::Internal(format!("task {id}: no route holds it"))),
     }
-    if spec.offload.is_some() {
-        crate::offload::check(spec)?;
+}
+
+impl Engine {
+    /// A spec's own validity, what the routes it asks for refuse of it,
+    /// and its estimate's (its dependencies are checked when it is
+    /// stored): the daemon's one check of a submitted spec.
+    fn check(&self, spec: &TaskSpec) -> Result<(), String> {
+        spec.validate().map_err(|e| e.to_string())?;
+        self.routes.check(spec).map_err(|r| r.to_string())?;
+        // A missing directory is the submitter's mistake, not a failed run.
+        if let Some(cwd) = &spec.cwd {
+            crate::spec::check_cwd_exists(cwd).map_err(|e| e.to_string())?;
+        }
+        spec.estimate.to_estimate().validate().map_err(|e| format!("estimate.{e}"))
     }
-    // A missing directory is the submitter's mistake, not a failed run.
-    if let Some(cwd) = &spec.cwd {
-        crate::spec::check_cwd_exists(cwd).map_err(|e| e.to_string())?;
-    }
-    spec.estimate.to_estimate().validate().map_err(|e| format!("estimate.{e}"))
 }

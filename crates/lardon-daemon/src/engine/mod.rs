@@ -6,6 +6,7 @@
 mod actions;
 mod probe;
 mod pump;
+mod routes;
 mod startlog;
 
 pub(crate) use startlog::log_start;
@@ -25,13 +26,16 @@ pub(crate) use actions::ActionError;
 pub use probe::ProbeChoice;
 
 use crate::DaemonError;
-use crate::handle::{RunHandle, SlurmJob};
+use crate::handle::RunHandle;
 use crate::kernel::{ComputePool, Info, Parts, Shared};
-use crate::local::{Dependency, fail_unqueued, queue_locally};
+use crate::local::{Dependency, LocalRoute};
+use crate::offload::OffloadRoute;
 use crate::runner::{LocalExecutor, LogFiles, orphans};
 use crate::settings::{self, DaemonSettings, EnforceMode};
-use crate::spec::{RunEngine, TaskId, TaskSpec, TaskState};
+use crate::slurm::SlurmRoute;
+use crate::spec::{TaskId, TaskSpec, TaskState};
 use crate::store::{Store, StoreWriter, TaskRecord};
+use routes::Routes;
 
 /// Capacity of the event fan-out; a slower watcher is told it lagged.
 const EVENT_CAPACITY: usize = 4096;
@@ -59,11 +63,9 @@ pub(crate) struct Engine {
     pub(crate) shared: Arc<Shared>,
     pub(crate) queue: Arc<TaskQueue>,
     pump: Mutex<Option<JoinHandle<()>>>,
-    /// Native Slurm mode; `None` when its thread could not start (its
-    /// tasks then fail saying so).
-    slurm: Option<crate::slurm::SlurmEngine>,
-    /// Offload to a broker; `None` without `--broker`.
-    pub(crate) offload: Option<crate::offload::OffloadEngine>,
+    /// The three routes; an action dispatches on the task's placement to
+    /// one of them.
+    routes: Routes,
 }
 
 pub(crate) fn host_name() -> String {
@@ -82,18 +84,9 @@ struct Recovered {
     store: Store,
     logs_dir: PathBuf,
     logs: Arc<LogFiles>,
-    /// Jobs of native Slurm mode outlive the daemon: their tasks adopt
-    /// them again (those recovery failed have them cancelled).
-    slurm_jobs: HashMap<TaskId, SlurmJob>,
-    /// Tasks out at a broker: asked for again under the same id.
-    shipped: HashMap<TaskId, String>,
-}
-
-/// The routes [`Engine::start`] starts besides the local queue.
-struct Routes {
-    pump: JoinHandle<()>,
-    slurm: Option<crate::slurm::SlurmEngine>,
-    offload: Option<crate::offload::OffloadEngine>,
+    /// Runs out at Slurm or a broker outlive the daemon: their tasks'
+    /// routes adopt them again (those recovery ended have them abandoned).
+    out: HashMap<TaskId, RunHandle>,
 }
 
 impl Engine {
@@ -103,7 +96,7 @@ impl Engine {
     /// [`Engine::build_kernel`], [`Engine::start_routes`],
     /// [`Engine::requeue`], in that order.
     pub(crate) fn start(cfg: EngineConfig) -> Result<Engine, DaemonError> {
-        let Recovered { store, logs_dir, logs, slurm_jobs, shipped } = Self::recover(&cfg)?;
+        let Recovered { store, logs_dir, logs, out } = Self::recover(&cfg)?;
         let (shared, tasks) = Self::build_kernel(&cfg, store, logs_dir, logs)?;
         // The store is the durable bound on queued work; an in-memory cap
         // would make `Submit` block once that many tasks wait (a blocked RPC
@@ -112,15 +105,9 @@ impl Engine {
             shared.governor.clone(),
             lardon::QueueConfig { capacity: QUEUE_CAPACITY, ..lardon::QueueConfig::default() },
         ));
-        let routes = Self::start_routes(&cfg, &shared, &queue)?;
-        let engine = Engine {
-            shared,
-            queue,
-            pump: Mutex::new(Some(routes.pump)),
-            slurm: routes.slurm,
-            offload: routes.offload,
-        };
-        engine.requeue(tasks, slurm_jobs, shipped);
+        let (pump, routes) = Self::start_routes(&cfg, &shared, &queue)?;
+        let engine = Engine { shared, queue, pump: Mutex::new(Some(pump)), routes };
+        engine.requeue(tasks, out);
         Ok(engine)
     }
 
@@ -136,15 +123,11 @@ impl Engine {
         })?;
         let mut store = Store::open(cfg.state_dir.join(lardon_proto::paths::DB_FILE))?;
         let report = store.recover_after_crash()?;
-        let mut slurm_jobs: HashMap<TaskId, SlurmJob> = HashMap::new();
-        let mut shipped: HashMap<TaskId, String> = HashMap::new();
+        let mut out: HashMap<TaskId, RunHandle> = HashMap::new();
         for (id, text) in &report.orphans {
             match RunHandle::parse(text) {
-                Some(RunHandle::Slurm(job)) => {
-                    slurm_jobs.insert(*id, job);
-                }
-                Some(RunHandle::Offload(remote)) => {
-                    shipped.insert(*id, remote);
+                Some(handle @ (RunHandle::Slurm(_) | RunHandle::Offload(_))) => {
+                    out.insert(*id, handle);
                 }
                 Some(RunHandle::Local(group)) => {
                     let killed = orphans::kill_orphan(&group);
@@ -174,7 +157,7 @@ impl Engine {
                 report.failed.len()
             );
         }
-        Ok(Recovered { store, logs_dir, logs, slurm_jobs, shipped })
+        Ok(Recovered { store, logs_dir, logs, out })
     }
 
     /// Phase 2: the Governor on the persisted policy and history, the
@@ -281,46 +264,41 @@ impl Engine {
     }
 
     /// Phase 3: the pump (the queue's events into the store) and the
-    /// routes besides the local one: native Slurm and, with a broker,
-    /// offload.
+    /// three routes: the local one, native Slurm and offload (with a
+    /// broker; shippable tasks run here without one).
     fn start_routes(
         cfg: &EngineConfig,
         shared: &Arc<Shared>,
         queue: &Arc<TaskQueue>,
-    ) -> Result<Routes, DaemonError> {
+    ) -> Result<(JoinHandle<()>, Routes), DaemonError> {
         let pump = pump::spawn(Arc::clone(shared), queue)
             .map_err(|e| DaemonError::Runtime(format!("cannot start the event pump: {e}")))?;
-        let slurm = crate::slurm::SlurmEngine::start(Arc::clone(shared))
-            .inspect_err(|e| tracing::error!("native Slurm mode unavailable: {e}"))
-            .ok();
+        let local = LocalRoute::new(Arc::clone(shared), Arc::clone(queue));
+        let slurm = SlurmRoute::start(Arc::clone(shared));
         let offload = cfg.offload.as_ref().and_then(|c| {
             crate::offload::OffloadEngine::start(c, Arc::clone(shared), Arc::clone(queue))
                 .inspect_err(|e| tracing::error!("offload unavailable, shippable tasks run here: {e}"))
                 .ok()
         });
-        Ok(Routes { pump, slurm, offload })
+        let offload = OffloadRoute::new(offload, local.clone());
+        Ok((pump, Routes { local, offload, slurm }))
     }
 
-    /// Phase 4: every unfinished task back on its route: a Slurm job or a
-    /// shipment that outlived the last daemon is adopted, anything else is
-    /// queued again. Slurm jobs of tasks recovery ended are cancelled.
-    fn requeue(
-        &self,
-        tasks: Vec<TaskRecord>,
-        mut slurm_jobs: HashMap<TaskId, SlurmJob>,
-        mut shipped: HashMap<TaskId, String>,
-    ) {
+    /// Phase 4: every unfinished task back on its route: a run that
+    /// outlived the last daemon (a Slurm job, a shipment) is adopted by the
+    /// route its handle names, anything else is queued again. The runs of
+    /// tasks recovery ended are abandoned (a Slurm job is cancelled).
+    fn requeue(&self, tasks: Vec<TaskRecord>, mut out: HashMap<TaskId, RunHandle>) {
         // Dependencies are resolved from this one read: a dependency has a
         // lower id, so it is queued (or found ended) before its dependents.
         let states: HashMap<TaskId, TaskState> = tasks.iter().map(|r| (r.id, r.state)).collect();
         for rec in tasks.into_iter().filter(|r| !r.state.is_terminal()) {
-            if let (Some(job), Some(slurm)) = (slurm_jobs.remove(&rec.id), &self.slurm) {
-                slurm.adopt(rec.id, &rec.spec, job, rec.memory_retries > 0);
-                continue;
-            }
-            if let (Some(remote), Some(offload)) = (shipped.remove(&rec.id), &self.offload) {
-                offload.adopt(rec.id, &rec.spec, &remote);
-                continue;
+            if let Some(handle) = out.remove(&rec.id) {
+                let route = self.routes.for_handle(&handle);
+                // Refused (its route is not running): queued afresh.
+                if route.adopt(&rec, handle).is_ok() {
+                    continue;
+                }
             }
             let paused = rec.state == TaskState::Paused;
             let deps = rec
@@ -332,10 +310,9 @@ impl Engine {
                 tracing::error!("task {}: cannot queue again after restart: {e}", rec.id);
             }
         }
-        for (id, SlurmJob { job, .. }) in slurm_jobs {
-            // The task ended at recovery (no retry wanted): so must its job.
-            tracing::info!("task {id}: cancelling slurm job {job} (the task is not run again)");
-            crate::slurm::scancel(job);
+        for (id, handle) in out {
+            // The task ended at recovery (no retry wanted): so must its run.
+            self.routes.for_handle(&handle).abandon(id, handle);
         }
     }
 
@@ -355,11 +332,12 @@ impl Engine {
         })
     }
 
-    /// Hands a stored task to the queue with its id, priority and
-    /// dependencies, resolved once by the caller from the store
-    /// ([`Dependency`]): an ended one is satisfied (completed, or any end
-    /// for `after_any`) or fails the task at once; a live one is left to the
-    /// queue, which knows every live task and every end since it started.
+    /// Hands a stored task to the route its spec asks for
+    /// ([`Routes::for_spec`]) with its dependencies, resolved once by the
+    /// caller from the store ([`Dependency`]): an ended one is satisfied
+    /// (completed, or any end for `after_any`) or fails the task at once;
+    /// a live one is left to the queue, which knows every live task and
+    /// every end since it started.
     pub(crate) fn enqueue(
         &self,
         id: TaskId,
@@ -367,39 +345,7 @@ impl Engine {
         paused: bool,
         deps: &[Dependency],
     ) -> Result<(), String> {
-        if spec.engine == RunEngine::Slurm {
-            match &self.slurm {
-                Some(slurm) => slurm.submit(id, spec),
-                None => fail_unqueued(
-                    &self.shared,
-                    id,
-                    "native Slurm mode is unavailable (see the daemon's log)".into(),
-                ),
-            }
-            return Ok(());
-        }
-        // Shippable tasks are never paused nor dependent (refused at submit).
-        let shippable = !paused && deps.is_empty() && spec.offload.is_some();
-        if shippable
-            && let Some(offload) = &self.offload
-            && offload.offer(id, spec)
-        {
-            return Ok(());
-        }
-        queue_locally(&self.shared, &self.queue, id, spec, paused, deps)?;
-        if shippable && let Some(offload) = &self.offload {
-            offload.watch(id, spec);
-        }
-        Ok(())
-    }
-
-    /// Waits until every queue event emitted so far (those of a queue call
-    /// that just returned included) is committed: after it, the store
-    /// shows what the queue did.
-    pub(crate) fn settle(&self) -> Result<(), crate::store::StoreError> {
-        self.shared.pumped.wait_for(self.queue.events_emitted());
-        // The pump's writes for those events are queued ahead of this one.
-        self.shared.writer.call(|_| Ok(()))
+        self.routes.for_spec(spec).submit(id, spec, paused, deps)
     }
 
     /// Stops: running commands are terminated (they stay RUNNING in the
@@ -407,9 +353,7 @@ impl Engine {
     /// tasks resume from their cursor), then the queue closes.
     pub(crate) fn shutdown(&self) {
         self.shared.stop();
-        if let Some(slurm) = &self.slurm {
-            slurm.stop();
-        }
+        self.routes.slurm.stop();
         for slot in self.shared.placements.slots() {
             slot.terminate(self.shared.kill_grace.min(Duration::from_secs(2)));
         }

@@ -1,7 +1,8 @@
 //! The kernel: what every route and the hub share about the running
 //! daemon ([`Shared`]: the store's writer and reader, the Governor, the
 //! executor, settings, the control slots of local runs, the event fan-out,
-//! the counters). A leaf below the hub (`engine`) and the routes (`local`,
+//! the counters), and the interface every route implements ([`Route`]).
+//! A leaf below the hub (`engine`) and the routes (`local`,
 //! `offload`, `slurm`): it depends on the store, the spec, the settings and
 //! the runner's executor interface, never on them, so that nothing above
 //! has to reach back into the hub for its context.
@@ -10,6 +11,7 @@ mod events;
 mod lifecycle;
 mod placement;
 mod pool;
+mod route;
 mod slot;
 
 use std::path::PathBuf;
@@ -23,8 +25,11 @@ use tokio::sync::broadcast;
 
 pub(crate) use events::{DaemonEvent, Stats};
 pub(crate) use lifecycle::{Applied, Write};
-pub(crate) use placement::{Placements, Route, Sent, Shipped};
+pub(crate) use placement::{Placed, Placements, Sent, Shipped};
 pub(crate) use pool::ComputePool;
+pub(crate) use route::{
+    Answer, ControlError, Dependency, Field, LocalOnly, Refusal, Route, RouteKind, requested,
+};
 pub(crate) use slot::Slot;
 
 use crate::runner::{ClassProbes, Executor, LogFiles};

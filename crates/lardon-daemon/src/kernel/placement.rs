@@ -46,9 +46,10 @@ pub(crate) struct Sent {
     pub(crate) spec: Arc<TaskSpec>,
 }
 
-/// The route a task's placement names, for an action to dispatch to.
+/// The route a task's placement names, for an action to dispatch to
+/// (the hub's `Routes::for_placement`).
 #[derive(Debug, Clone)]
-pub(crate) enum Route {
+pub(crate) enum Placed {
     /// The local queue (its slot, when its callback has one).
     Local(Option<Arc<Slot>>),
     /// Offload (being shipped, or out at the broker).
@@ -57,12 +58,12 @@ pub(crate) enum Route {
     Slurm,
 }
 
-impl Route {
+impl Placed {
     /// The local run's slot, if this is the local route and it has one.
     pub(crate) fn slot(self) -> Option<Arc<Slot>> {
         match self {
-            Route::Local(slot) => slot,
-            Route::Offload | Route::Slurm => None,
+            Placed::Local(slot) => slot,
+            Placed::Offload | Placed::Slurm => None,
         }
     }
 }
@@ -88,12 +89,12 @@ impl Placements {
     }
 
     /// The route task `id` is on now.
-    pub(crate) fn route_of(&self, id: TaskId) -> Route {
+    pub(crate) fn route_of(&self, id: TaskId) -> Placed {
         match self.lock().get(&id) {
-            None => Route::Local(None),
-            Some(Placement::Running(slot)) => Route::Local(Some(Arc::clone(slot))),
-            Some(Placement::Shipping { .. } | Placement::Out(_)) => Route::Offload,
-            Some(Placement::Slurm) => Route::Slurm,
+            None => Placed::Local(None),
+            Some(Placement::Running(slot)) => Placed::Local(Some(Arc::clone(slot))),
+            Some(Placement::Shipping { .. } | Placement::Out(_)) => Placed::Offload,
+            Some(Placement::Slurm) => Placed::Slurm,
         }
     }
 
@@ -240,7 +241,7 @@ mod tests {
     fn a_claim_cancelled_before_its_remote_id_is_never_promoted_nor_sent() {
         let p = Placements::default();
         p.claim(TaskId(9), 0);
-        assert!(matches!(p.route_of(TaskId(9)), Route::Offload), "a cancel finds it");
+        assert!(matches!(p.route_of(TaskId(9)), Placed::Offload), "a cancel finds it");
         assert_eq!(p.while_out_as(TaskId(9), "", || ()), None, "a claim is out under no id");
         assert!(p.promote(TaskId(9), "h:t9:a1:r0", &spec()));
         assert_eq!(p.while_out_as(TaskId(9), "h:t9:a1:r0", || 1), Some(1));
@@ -251,24 +252,24 @@ mod tests {
         assert!(!p.promote(TaskId(10), "h:t10:a1:r0", &spec()), "cancelled meanwhile: not sent");
         p.claim(TaskId(11), 0);
         assert!(p.unclaim(TaskId(11)));
-        assert!(matches!(p.route_of(TaskId(11)), Route::Local(None)), "back to the local route");
+        assert!(matches!(p.route_of(TaskId(11)), Placed::Local(None)), "back to the local route");
     }
 
     #[test]
     fn each_task_has_one_placement_and_a_route_keeps_to_its_own() {
         let p = Placements::default();
         let slot = p.slot(TaskId(1));
-        assert!(matches!(p.route_of(TaskId(1)), Route::Local(Some(s)) if Arc::ptr_eq(&s, &slot)));
+        assert!(matches!(p.route_of(TaskId(1)), Placed::Local(Some(s)) if Arc::ptr_eq(&s, &slot)));
         assert!(Arc::ptr_eq(&p.slot(TaskId(1)), &slot), "one slot per run");
         assert_eq!(p.take_shipped(TaskId(1)), None, "offload takes only its own");
         p.to_slurm(TaskId(2));
-        assert!(matches!(p.route_of(TaskId(2)), Route::Slurm));
+        assert!(matches!(p.route_of(TaskId(2)), Placed::Slurm));
         p.ran_here(TaskId(2));
-        assert!(matches!(p.route_of(TaskId(2)), Route::Slurm), "the local route lets go only of its own");
+        assert!(matches!(p.route_of(TaskId(2)), Placed::Slurm), "the local route lets go only of its own");
         p.off_slurm(TaskId(2));
         p.ran_here(TaskId(1));
-        assert!(matches!(p.route_of(TaskId(1)), Route::Local(None)));
-        assert!(matches!(p.route_of(TaskId(2)), Route::Local(None)));
+        assert!(matches!(p.route_of(TaskId(1)), Placed::Local(None)));
+        assert!(matches!(p.route_of(TaskId(2)), Placed::Local(None)));
         assert!(p.slots().is_empty());
     }
 }

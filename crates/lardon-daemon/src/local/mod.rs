@@ -1,30 +1,26 @@
 //! The local route: a task run here, by this host's queue and Governor.
 //! [`queue_locally`] hands a stored task to the queue with its
 //! dependencies and its class's probe, and [`command`] is the callback the
-//! queue runs for it (one run per sequence, recorded in the store).
+//! queue runs for it (one run per sequence, recorded in the store);
+//! [`LocalRoute`] is the route's [`crate::kernel::Route`] (its cancel,
+//! pause and resume act on the queue and the run's control slot).
 //! Offload's fallback and the hub both queue through here; nothing in this
 //! module knows the hub.
 
 mod command;
+mod route;
 
 use std::sync::Arc;
 
 use lardon::{Task, TaskQueue};
 
 use command::command_callback;
+pub(crate) use route::LocalRoute;
 
+pub(crate) use crate::kernel::Dependency;
 use crate::kernel::{Shared, Write, qid};
 use crate::spec::{DepKind, TaskId, TaskSpec, TaskState};
 use crate::store::Outcome;
-
-/// A dependency of a task being queued, with its state as stored when it
-/// was resolved (`None`: removed, so it ended).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Dependency {
-    pub(crate) id: TaskId,
-    pub(crate) kind: DepKind,
-    pub(crate) stored: Option<TaskState>,
-}
 
 /// Hands a stored task to the local queue with its id, priority and
 /// dependencies, resolved once by the caller from the store

@@ -17,10 +17,14 @@
 //! its outputs come back into its working directory (`files`).
 //!
 //! The answers arrive on the daemon's Tokio runtime; each is judged on a
-//! blocking thread (the store writer is synchronous).
+//! blocking thread (the store writer is synchronous). [`OffloadRoute`]
+//! (`interface`) is offload as a route of the daemon
+//! ([`crate::kernel::Route`]): what it refuses, its start, adopt and
+//! cancel; it cannot pause.
 
 mod capacity;
 mod files;
+mod interface;
 mod reroute;
 mod route;
 
@@ -35,36 +39,15 @@ use lardon_cluster_core::{Capability, SubmitterId};
 use lardon_submit::Backoff;
 use lardon_submit::client::{Answer, RemoteTask, Submitter, SubmitterConfig};
 
+pub(crate) use interface::OffloadRoute;
+#[cfg(test)]
+pub(crate) use interface::check;
 use route::{Here, Load, Route, Verdict};
 
 use crate::kernel::{Sent, Shared, Shipped, Write};
 use crate::local::queue_locally;
 use crate::spec::{Offload, TaskId, TaskSpec, TaskState};
 use crate::store::Outcome;
-
-/// What a shippable task cannot be, refused at submit naming the field:
-/// batched, dependent, GPU, scratch and Slurm tasks are local-only (an
-/// agent runs one argv with its environment, nothing more).
-///
-/// # Errors
-/// One line naming the first offending field.
-pub fn check(spec: &TaskSpec) -> Result<(), String> {
-    let e = &spec.estimate;
-    let refused = if spec.items.is_some() {
-        Some("items: batched tasks run here only")
-    } else if !spec.after.is_empty() || !spec.after_any.is_empty() {
-        Some("after: a task with dependencies runs here only")
-    } else if e.gpu_slots > 0 || e.gpu_memory_fixed > 0 {
-        Some("gpu_mem: GPU tasks run here only")
-    } else if e.scratch_bytes > 0 {
-        Some("scratch: scratch volumes are local")
-    } else if spec.engine == crate::spec::RunEngine::Slurm {
-        Some("engine: a Slurm task is not shippable")
-    } else {
-        None
-    };
-    refused.map_or(Ok(()), |m| Err(format!("shippable: {m}")))
-}
 
 /// How a daemon reaches its broker (`lardon daemon --broker`).
 #[derive(Debug, Clone)]

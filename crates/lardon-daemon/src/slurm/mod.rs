@@ -10,7 +10,8 @@
 //!   cgroup's peak, the wall time and the exit back to the daemon;
 //! * the daemon-side engine (submission under `slurm_max_jobs`, tracking,
 //!   learning, the one resubmission after OUT_OF_MEMORY, `scancel`) is
-//!   private.
+//!   private; [`SlurmRoute`] is the mode as a route of the daemon
+//!   ([`crate::kernel::Route`]).
 
 pub mod exec;
 mod outcome;
@@ -19,27 +20,105 @@ mod tracker;
 
 pub(crate) use tracker::{SlurmEngine, scancel};
 
-use crate::spec::TaskSpec;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::handle::{RunHandle, SlurmJob};
+use crate::kernel::{Answer, Dependency, Field, LocalOnly, Refusal, Route, RouteKind, Shared};
+use crate::spec::{TaskId, TaskSpec, TaskState};
+use crate::store::{Outcome, StoreError, TaskRecord};
 
 /// What native mode cannot do yet, refused at submit naming the field:
-/// batched tasks, dependencies, GPUs and scratch space are local-only.
+/// batched tasks, dependencies, GPUs and scratch space are local-only
+/// ([`LocalOnly`]).
 ///
 /// # Errors
-/// One line naming the first offending field.
-pub fn check(spec: &TaskSpec) -> Result<(), String> {
-    let e = &spec.estimate;
-    let refused = if spec.items.is_some() {
-        Some("items: batched tasks run locally only")
-    } else if !spec.after.is_empty() || !spec.after_any.is_empty() {
-        Some("after: dependencies are not supported")
-    } else if e.gpu_slots > 0 || e.gpu_memory_fixed > 0 {
-        Some("gpu_mem: GPUs are not requested from Slurm yet")
-    } else if e.scratch_bytes > 0 {
-        Some("scratch: scratch volumes are local")
-    } else {
-        None
-    };
-    refused.map_or(Ok(()), |m| Err(format!("engine slurm: {m}")))
+/// The first offending field.
+pub(crate) fn check(spec: &TaskSpec) -> Result<(), Refusal> {
+    LocalOnly::of(spec).map_or(Ok(()), |field| Err(Refusal::new(RouteKind::Slurm, field)))
+}
+
+/// Native Slurm mode as a [`Route`]: its engine, or `None` when its
+/// thread could not start (its tasks then fail saying so). A task waits
+/// for room under `slurm_max_jobs`, then runs as a job; its end is judged
+/// from the job's report and recorded through the lifecycle path. A job
+/// cannot be paused.
+#[derive(Debug)]
+pub(crate) struct SlurmRoute {
+    engine: Option<SlurmEngine>,
+    shared: Arc<Shared>,
+}
+
+impl SlurmRoute {
+    /// Starts native mode's thread; a failure is logged and leaves the
+    /// route without an engine.
+    pub(crate) fn start(shared: Arc<Shared>) -> SlurmRoute {
+        let engine = SlurmEngine::start(Arc::clone(&shared))
+            .inspect_err(|e| tracing::error!("native Slurm mode unavailable: {e}"))
+            .ok();
+        SlurmRoute { engine, shared }
+    }
+
+    /// Stops the engine's thread (jobs out keep running; see
+    /// [`SlurmEngine::stop`]).
+    pub(crate) fn stop(&self) {
+        if let Some(engine) = &self.engine {
+            engine.stop();
+        }
+    }
+}
+
+impl Route for SlurmRoute {
+    fn kind(&self) -> RouteKind {
+        RouteKind::Slurm
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    fn check(&self, spec: &TaskSpec) -> Result<(), Refusal> {
+        check(spec)
+    }
+
+    fn check_paused(&self) -> Result<(), Refusal> {
+        Err(Refusal::new(RouteKind::Slurm, Field::Paused))
+    }
+
+    fn submit(&self, id: TaskId, spec: &TaskSpec, _paused: bool, _deps: &[Dependency]) -> Result<(), String> {
+        match &self.engine {
+            Some(engine) => engine.submit(id, spec),
+            None => {
+                let reason = "native Slurm mode is unavailable (see the daemon's log)".to_owned();
+                self.report_end(
+                    id,
+                    Outcome { state: TaskState::Failed, exit_code: None, reason: Some(reason) },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The job is tracked again; a task that already used its one memory
+    /// retry is not resubmitted after OUT_OF_MEMORY.
+    fn adopt(&self, rec: &TaskRecord, handle: RunHandle) -> Result<(), RunHandle> {
+        let Some(engine) = &self.engine else { return Err(handle) };
+        let RunHandle::Slurm(job) = handle else { return Err(handle) };
+        engine.adopt(rec.id, &rec.spec, job, rec.memory_retries > 0);
+        Ok(())
+    }
+
+    /// The job of a task not run again is cancelled.
+    fn abandon(&self, id: TaskId, handle: RunHandle) {
+        if let RunHandle::Slurm(SlurmJob { job, .. }) = handle {
+            tracing::info!("task {id}: cancelling slurm job {job} (the task is not run again)");
+            scancel(job);
+        }
+    }
+
+    fn cancel(&self, id: TaskId, _grace: Option<Duration>) -> Result<Answer, StoreError> {
+        Ok(self.engine.as_ref().and_then(|e| e.cancel(id)).into())
+    }
 }
 
 #[cfg(test)]
@@ -54,12 +133,12 @@ mod tests {
         assert_eq!(check(&ok), Ok(()));
         let mut batched = ok.clone();
         batched.items = Some(4);
-        assert!(check(&batched).unwrap_err().starts_with("engine slurm: items:"));
+        assert!(check(&batched).unwrap_err().to_string().starts_with("engine slurm: items:"));
         let mut dep = ok.clone();
         dep.after = vec![TaskId(1)];
-        assert!(check(&dep).unwrap_err().starts_with("engine slurm: after:"));
+        assert!(check(&dep).unwrap_err().to_string().starts_with("engine slurm: after:"));
         let mut scratch = ok;
         scratch.estimate.scratch_bytes = 1;
-        assert!(check(&scratch).unwrap_err().starts_with("engine slurm: scratch:"));
+        assert!(check(&scratch).unwrap_err().to_string().starts_with("engine slurm: scratch:"));
     }
 }
