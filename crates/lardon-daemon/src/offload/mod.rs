@@ -17,9 +17,9 @@
 //! its outputs come back into its working directory (`files`).
 //!
 //! The answers arrive on the daemon's Tokio runtime; each is judged on a
-//! blocking thread (the store writer is synchronous). [`OffloadRoute`]
+//! blocking thread (the store writer is synchronous). `OffloadRoute`
 //! (`interface`) is offload as a route of the daemon
-//! ([`crate::kernel::Route`]): what it refuses, its start, adopt and
+//! (`kernel::Route`): what it refuses, its start, adopt and
 //! cancel; it cannot pause.
 
 mod capacity;

@@ -10,8 +10,8 @@
 //!   cgroup's peak, the wall time and the exit back to the daemon;
 //! * the daemon-side engine (submission under `slurm_max_jobs`, tracking,
 //!   learning, the one resubmission after OUT_OF_MEMORY, `scancel`) is
-//!   private; [`SlurmRoute`] is the mode as a route of the daemon
-//!   ([`crate::kernel::Route`]).
+//!   private; `SlurmRoute` is the mode as a route of the daemon
+//!   (`kernel::Route`).
 
 pub mod exec;
 mod outcome;
