@@ -229,6 +229,12 @@ pub struct TaskSpec {
     /// absent, so specs stored before the field existed read the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offload: Option<Offload>,
+    /// The submitter's environment (`lardon submit`): a run starts from it
+    /// instead of the daemon's; `None` (`lardon run`, the library, tasks
+    /// stored before it existed): the daemon's. Not in the spec's JSON: the
+    /// store keeps it in a column of its own (`tasks.env`).
+    #[serde(skip)]
+    pub submit_env: Option<crate::submit_env::SubmitEnv>,
 }
 
 /// What makes a task shippable: the capability an agent must declare, and
@@ -315,6 +321,7 @@ impl TaskSpec {
             oom_retry: true,
             engine: RunEngine::Local,
             offload: None,
+            submit_env: None,
         }
     }
 

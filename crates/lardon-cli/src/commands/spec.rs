@@ -131,6 +131,7 @@ pub(crate) fn task_spec(needs: &NeedsArgs, parts: SpecParts, style: Style) -> Re
         deadline_unix_ms: 0,
         inputs: Vec::new(),
         outputs: Vec::new(),
+        submit_env: None,
     })
 }
 

@@ -28,6 +28,7 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
     spec.engine = engine_name(args.engine);
     shippable(args, &mut spec)?;
     files(args, &cwd, &mut spec)?;
+    spec.submit_env = Some(submit_env(args));
     let mut client = crate::client::connect(cli).await?;
     let resp = client
         .submit(pb::SubmitRequest { spec: Some(spec), paused: args.paused, id_only: !args.json })
@@ -41,6 +42,15 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
         super::out(&format!("{}\n", resp.id))?;
     }
     Ok(0)
+}
+
+/// The caller's environment as the task's base (`--env-clear`: empty),
+/// `NAME=VALUE\0` per variable: one blob, however many variables.
+fn submit_env(args: &SubmitArgs) -> Vec<u8> {
+    if args.env_clear {
+        return Vec::new();
+    }
+    lardon_daemon::submit_env::SubmitEnv::from_vars(std::env::vars_os()).blob().to_vec()
 }
 
 /// The wire name of `--engine` (empty: the default, local).
@@ -172,13 +182,18 @@ async fn each(cli: &Cli, args: &SubmitArgs, parts: &SpecParts, source: &Path) ->
     for input in &inputs {
         specs.push(each_spec(args, parts, input)?);
     }
+    let env = submit_env(args);
     let mut client = crate::client::connect(cli).await?;
     let mut ids = Vec::with_capacity(specs.len());
     let mut rest = specs;
     while !rest.is_empty() {
         let tail = rest.split_off(rest.len().min(PER_CALL));
         let resp = client
-            .submit_many(pb::SubmitManyRequest { specs: rest, paused: args.paused })
+            .submit_many(pb::SubmitManyRequest {
+                specs: rest,
+                paused: args.paused,
+                submit_env: Some(env.clone()),
+            })
             .await
             .map_err(|s| from_status("submit", s))?
             .into_inner();

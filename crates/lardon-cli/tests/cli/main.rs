@@ -25,5 +25,6 @@ mod run;
 mod scratch_hook;
 mod slurm_cli;
 mod submit_each;
+mod submit_env;
 mod subreaper;
 mod top_pty;
