@@ -75,6 +75,10 @@ pub(crate) enum Command {
     /// `FOO=bar lardon submit -- sh -c 'echo $FOO'` logs `bar`;
     /// `lardon submit --env-clear --env A=1 -- env` sees only A (and LARDON_*);
     /// `lardon submit --env OMP_PROC_BIND=true -- ./solve` sets one variable.
+    ///
+    /// `lardon submit --timeout 2h -- ./render.sh` kills it (its whole
+    /// process tree) after 2 hours: FAILED, reason `timeout`;
+    /// `lardon submit --timeout 10m --retry-on-timeout 2 -- ./flaky.sh` runs it at most 3 times.
     #[command(visible_alias = "add")]
     Submit(SubmitArgs),
     /// Run a command and report its peak memory, duration and exit to a
@@ -756,6 +760,14 @@ pub(crate) struct SubmitArgs {
     /// (`lardon daemon --broker`); it runs here otherwise
     #[arg(long, requires = "capability")]
     pub(crate) shippable: bool,
+    /// Kill a run's whole process tree once it has run this long (e.g. 30s, 2h; a batched
+    /// task's: each batch run); the task fails with reason `timeout`. A shippable task
+    /// without --deadline gets it as its deadline from now
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub(crate) timeout: Option<u64>,
+    /// Run a task killed at its timeout again, up to N times, before it fails
+    #[arg(long, value_name = "N", value_parser = parse_u32, requires = "timeout")]
+    pub(crate) retry_on_timeout: Option<u32>,
     /// Kill it past this long from now (e.g. 10m), at the agent it ships to; needs --shippable
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms, requires = "shippable")]
     pub(crate) deadline: Option<u64>,

@@ -132,6 +132,8 @@ pub(crate) fn task_spec(needs: &NeedsArgs, parts: SpecParts, style: Style) -> Re
         inputs: Vec::new(),
         outputs: Vec::new(),
         submit_env: None,
+        timeout_ms: None,
+        retry_on_timeout: 0,
     })
 }
 

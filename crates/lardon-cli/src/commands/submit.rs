@@ -29,6 +29,7 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
     shippable(args, &mut spec)?;
     files(args, &cwd, &mut spec)?;
     spec.submit_env = Some(submit_env(args));
+    timeout(args, &mut spec)?;
     let mut client = crate::client::connect(cli).await?;
     let resp = client
         .submit(pb::SubmitRequest { spec: Some(spec), paused: args.paused, id_only: !args.json })
@@ -51,6 +52,25 @@ fn submit_env(args: &SubmitArgs) -> Vec<u8> {
         return Vec::new();
     }
     lardon_daemon::submit_env::SubmitEnv::from_vars(std::env::vars_os()).blob().to_vec()
+}
+
+/// `--timeout D [--retry-on-timeout N]`: per run; a shippable task without
+/// `--deadline` also gets it as its deadline from now (what an agent
+/// enforces).
+fn timeout(args: &SubmitArgs, spec: &mut pb::TaskSpec) -> Result<()> {
+    let Some(ms) = args.timeout else { return Ok(()) };
+    if ms == 0 {
+        return Err(usage("--timeout: must be more than 0"));
+    }
+    spec.timeout_ms = Some(ms);
+    spec.retry_on_timeout = args.retry_on_timeout.unwrap_or(0);
+    if !spec.capability.is_empty() && spec.deadline_unix_ms == 0 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        spec.deadline_unix_ms = now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX));
+    }
+    Ok(())
 }
 
 /// The wire name of `--engine` (empty: the default, local).
@@ -162,6 +182,7 @@ pub(crate) fn each_spec(args: &SubmitArgs, parts: &SpecParts, input: &each::Inpu
     spec.engine = engine_name(args.engine);
     shippable(args, &mut spec)?;
     files(args, Path::new(&parts.cwd), &mut spec)?;
+    timeout(args, &mut spec)?;
     Ok(spec)
 }
 

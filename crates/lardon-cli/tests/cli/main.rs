@@ -27,4 +27,5 @@ mod slurm_cli;
 mod submit_each;
 mod submit_env;
 mod subreaper;
+mod timeout;
 mod top_pty;

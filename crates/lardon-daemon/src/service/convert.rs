@@ -132,6 +132,8 @@ pub(crate) fn spec_from_pb(spec: Option<pb::TaskSpec>) -> Result<TaskSpec, Statu
             .map(crate::submit_env::SubmitEnv::from_blob)
             .transpose()
             .map_err(|e| Status::invalid_argument(e.to_string()))?,
+        timeout_ms: spec.timeout_ms,
+        retry_on_timeout: spec.retry_on_timeout,
     };
     // Validated once, by the engine's submit (`Engine::submit_many`).
     Ok(out)
@@ -210,6 +212,8 @@ pub(crate) fn spec_to_pb(s: &TaskSpec) -> pb::TaskSpec {
         outputs: s.offload.as_ref().map(|o| o.outputs.clone()).unwrap_or_default(),
         // Never sent back: `status` shows what differs from the daemon's.
         submit_env: None,
+        timeout_ms: s.timeout_ms,
+        retry_on_timeout: s.retry_on_timeout,
     }
 }
 

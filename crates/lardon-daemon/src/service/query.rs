@@ -60,8 +60,23 @@ pub(super) fn explain(engine: &Engine, req: pb::ExplainRequest) -> Result<pb::Ex
     let id = id_arg("id", &req.id)?;
     let rec =
         engine.task(id).map_err(store_status)?.ok_or_else(|| Status::not_found(format!("no task {id}")))?;
-    let history =
+    let mut history =
         if req.history { views::course_pb(engine.course(id).map_err(store_status)?) } else { Vec::new() };
+    // A run killed at its timeout ends the course: said from the row (the
+    // end's reason), not a course row of its own.
+    if req.history
+        && rec.state == crate::spec::TaskState::Failed
+        && let (Some(reason), Some(at)) = (&rec.state_reason, rec.finished_ms)
+        && reason.starts_with(crate::spec::TIMEOUT)
+    {
+        history.push(pb::HistoryEntry {
+            kind: "timed_out".to_owned(),
+            from_unix_ms: at,
+            reason_code: crate::spec::TIMEOUT.to_owned(),
+            message: reason.clone(),
+            ..Default::default()
+        });
+    }
     let task = views::task_pb(engine, &rec);
     Ok(pb::ExplainResponse {
         history,

@@ -216,7 +216,10 @@ const V7: &str = "-- tasks.spec: offload.inputs and offload.outputs";
 
 /// Version 8: the submitter's environment (`lardon submit` captures it,
 /// docs/DESIGN.md §10), one blob per task (`NAME=VALUE\0…`); NULL: the
-/// daemon's environment (`lardon run`, tasks stored before).
+/// daemon's environment (`lardon run`, tasks stored before). The spec's
+/// JSON may carry `timeout_ms` and `retry_on_timeout` (absent when unset):
+/// the bump also makes an older build, whose spec reader refuses unknown
+/// fields, refuse this database as too new.
 const V8: &str = "ALTER TABLE tasks ADD COLUMN env BLOB;";
 
 /// The database's `user_version`.
