@@ -80,3 +80,25 @@ fn a_batched_tasks_timeout_is_per_batch_run() {
     let o = lardon(dir, &["wait", &id]);
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
 }
+
+/// The policy's `timeout` holds a task that sets none; `none` lifts it.
+/// Break it to see it fail: drop `.or(shared.settings().timeout_ms)` in
+/// `local/command.rs` (the task completes).
+#[test]
+fn the_policys_timeout_applies_to_a_task_that_sets_none() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let _d = Daemon::start(dir, "8GiB,2");
+    let o = lardon(dir, &["policy", "--set", "timeout=300ms"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let id = submit(dir, &["--", "sleep", "100"]);
+    let o = lardon(dir, &["wait", &id]);
+    assert_ne!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(task_json(dir, &id)["failure_reason"].as_str().unwrap_or_default().starts_with("timeout"));
+    assert!(lardon(dir, &["policy", "--set", "timeout=none"]).status.success());
+    let id = submit(dir, &["--", "sleep", "0.5"]);
+    assert_eq!(lardon(dir, &["wait", &id]).status.code(), Some(0));
+    let o = lardon(dir, &["policy", "--set", "timeout=soon"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("timeout"), "{}", stderr(&o));
+}
