@@ -150,6 +150,7 @@ pub fn differing(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
