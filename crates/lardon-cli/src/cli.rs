@@ -68,6 +68,17 @@ pub(crate) enum Command {
     ///
     /// Many at once, one task per input line (`{}` the line, `{#}` its number):
     /// `ls *.jpg | lardon submit --each --mem 1GiB -- convert {} out/{#}.png`.
+    ///
+    /// It runs in your environment (as `sbatch --export=ALL`: your PATH,
+    /// virtualenv, variables) and working directory; Lardon's own LARDON_*
+    /// win. `lardon status ID` names what differs from the daemon's.
+    /// `FOO=bar lardon submit -- sh -c 'echo $FOO'` logs `bar`;
+    /// `lardon submit --env-clear --env A=1 -- env` sees only A (and LARDON_*);
+    /// `lardon submit --env OMP_PROC_BIND=true -- ./solve` sets one variable.
+    ///
+    /// `lardon submit --timeout 2h -- ./render.sh` kills it (its whole
+    /// process tree) after 2 hours: FAILED, reason `timeout`;
+    /// `lardon submit --timeout 10m --retry-on-timeout 2 -- ./flaky.sh` runs it at most 3 times.
     #[command(visible_alias = "add")]
     Submit(SubmitArgs),
     /// Run a command and report its peak memory, duration and exit to a
@@ -82,13 +93,20 @@ pub(crate) enum Command {
     Exec(ExecArgs),
     /// Show tasks: state, progress, elapsed time, ETA and why a task waits.
     ///
-    /// Example: `lardon status` or `lardon status 7 --json`
+    /// With an ID it also names the variables of the task's environment
+    /// (yours, captured at submit) that differ from the daemon's; their
+    /// values only with --show-env (never otherwise, --json included).
+    ///
+    /// Example: `lardon status` or `lardon status 7 --json` or `lardon status 7 --show-env`
     Status {
         /// Show only this task, in detail
         id: Option<String>,
         /// Print JSON instead of a table
         #[arg(long)]
         json: bool,
+        /// With ID: also print the values of the variables that differ from the daemon's
+        #[arg(long, requires = "id")]
+        show_env: bool,
     },
     /// Why a task runs, waits or was rejected: the last decision, its reason,
     /// and the estimate beside current availability.
@@ -711,9 +729,13 @@ pub(crate) struct SubmitArgs {
     /// Working directory [default: the current one]
     #[arg(long, value_name = "DIR")]
     pub(crate) cwd: Option<PathBuf>,
-    /// Environment variable KEY=VALUE; repeat for several
+    /// Environment variable KEY=VALUE, set over your environment; repeat for several
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_key_value)]
     pub(crate) env: Vec<(String, String)>,
+    /// Start from an empty environment instead of yours (only --env and
+    /// Lardon's own LARDON_* are set)
+    #[arg(long)]
+    pub(crate) env_clear: bool,
     /// Fail instead of rerunning if the daemon is interrupted while it runs
     #[arg(long)]
     pub(crate) no_retry: bool,
@@ -738,6 +760,14 @@ pub(crate) struct SubmitArgs {
     /// (`lardon daemon --broker`); it runs here otherwise
     #[arg(long, requires = "capability")]
     pub(crate) shippable: bool,
+    /// Kill a run's whole process tree once it has run this long (e.g. 30s, 2h; a batched
+    /// task's: each batch run); the task fails with reason `timeout`. A shippable task
+    /// without --deadline gets it as its deadline from now
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub(crate) timeout: Option<u64>,
+    /// Run a task killed at its timeout again, up to N times, before it fails
+    #[arg(long, value_name = "N", value_parser = parse_u32, requires = "timeout")]
+    pub(crate) retry_on_timeout: Option<u32>,
     /// Kill it past this long from now (e.g. 10m), at the agent it ships to; needs --shippable
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms, requires = "shippable")]
     pub(crate) deadline: Option<u64>,

@@ -62,6 +62,7 @@ pub mod shape;
 pub mod slurm;
 pub mod spec;
 pub mod store;
+pub mod submit_env;
 
 use std::future::Future;
 use std::net::SocketAddr;

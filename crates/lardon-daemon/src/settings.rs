@@ -61,6 +61,9 @@ pub struct DaemonSettings {
     pub slurm: SlurmSettings,
     /// Offload to a broker (docs/DESIGN.md §14).
     pub offload: OffloadSettings,
+    /// Policy `timeout`: the wall-clock limit of a local run for a task
+    /// that sets none (`submit --timeout`), milliseconds; `None`: no limit.
+    pub timeout_ms: Option<u64>,
 }
 
 impl Default for DaemonSettings {
@@ -71,6 +74,7 @@ impl Default for DaemonSettings {
             memory_slack_percent: 10,
             slurm: SlurmSettings::default(),
             offload: OffloadSettings::default(),
+            timeout_ms: None,
         }
     }
 }
@@ -161,6 +165,26 @@ pub fn parse_wait_ms(value: &str) -> Result<u64, String> {
     Ok(n)
 }
 
+/// Parses a `timeout` value: a whole number with `ms`, `s`, `m` or `h`
+/// (`90s`, `2h`); the error does not name the field.
+///
+/// # Errors
+/// Not such a number, zero, or too large.
+pub fn parse_timeout(value: &str) -> Result<u64, String> {
+    let bad = || format!("`{value}` is not a duration (e.g. 90s, 30m, 2h, or none)");
+    let t = value.trim();
+    let (num, scale) = [("ms", 1u64), ("s", 1000), ("m", 60_000), ("h", 3_600_000)]
+        .iter()
+        .find_map(|(unit, scale)| t.strip_suffix(unit).map(|n| (n, *scale)))
+        .ok_or_else(bad)?;
+    let n: u64 = num.trim().parse().map_err(|_| bad())?;
+    match n.checked_mul(scale) {
+        Some(0) => Err("must be more than 0".to_owned()),
+        Some(ms) => Ok(ms),
+        None => Err(bad()),
+    }
+}
+
 /// The most `offload_max_retries` allows (each retry is a new remote id).
 pub const MAX_OFFLOAD_RETRIES: u32 = 100;
 
@@ -230,6 +254,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("max_running", "cap on concurrently running tasks (`none` = no cap)"),
     ("enforce", "per-task cgroup limit: off, soft or hard"),
     ("memory_slack", "fixed memory allowed above the contract before enforcement"),
+    ("timeout", "a local run's time limit for a task that sets no --timeout (e.g. 2h; `none` = no limit)"),
     ("memory_slack_percent", "proportional memory allowed above the contract, percent"),
     ("slurm_max_jobs", "native Slurm mode: jobs submitted and not yet ended, at most"),
     ("slurm_mem_slack_percent", "native Slurm mode: --mem is the learned peak plus this percent"),
@@ -285,6 +310,7 @@ pub fn get(policy: &HostPolicy, settings: &DaemonSettings, key: &str) -> Option<
         "max_running" => opt(policy.max_running.map(|n| n.to_string())),
         "enforce" => settings.enforce.to_string(),
         "memory_slack" => exact_bytes(settings.memory_slack),
+        "timeout" => opt(settings.timeout_ms.map(|ms| format!("{ms}ms"))),
         "memory_slack_percent" => settings.memory_slack_percent.to_string(),
         "slurm_max_jobs" => settings.slurm.max_jobs.to_string(),
         "slurm_mem_slack_percent" => settings.slurm.mem_slack_percent.to_string(),
@@ -350,6 +376,9 @@ pub fn set(
         "max_running" => policy.max_running = none_or(value, |v| num(key, v))?,
         "enforce" => settings.enforce = value.parse()?,
         "memory_slack" => settings.memory_slack = bytes(key, value)?,
+        "timeout" => {
+            settings.timeout_ms = none_or(value, |v| parse_timeout(v).map_err(|e| format!("{key}: {e}")))?
+        }
         "memory_slack_percent" => {
             let p: u32 = num(key, value)?;
             if p > 1000 {

@@ -229,6 +229,30 @@ pub struct TaskSpec {
     /// absent, so specs stored before the field existed read the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offload: Option<Offload>,
+    /// The submitter's environment (`lardon submit`): a run starts from it
+    /// instead of the daemon's; `None` (`lardon run`, the library, tasks
+    /// stored before it existed): the daemon's. Not in the spec's JSON: the
+    /// store keeps it in a column of its own (`tasks.env`).
+    #[serde(skip)]
+    pub submit_env: Option<crate::submit_env::SubmitEnv>,
+    /// Wall-clock limit of one run (a batched task's: of each batch run),
+    /// milliseconds: at it the run's whole process tree is killed and the
+    /// task fails with reason `timeout` (after `retry_on_timeout` more
+    /// runs). Omitted when absent (older specs read the same).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Runs killed at `timeout_ms` that are run again before the task
+    /// fails. Omitted when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retry_on_timeout: u32,
+}
+
+/// The reason a task whose run was killed at its timeout fails with (the
+/// start of its failure reason; `explain --history`'s reason code).
+pub const TIMEOUT: &str = "timeout";
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// What makes a task shippable: the capability an agent must declare, and
@@ -315,6 +339,9 @@ impl TaskSpec {
             oom_retry: true,
             engine: RunEngine::Local,
             offload: None,
+            submit_env: None,
+            timeout_ms: None,
+            retry_on_timeout: 0,
         }
     }
 
@@ -356,6 +383,9 @@ impl TaskSpec {
         }
         if self.items == Some(0) {
             return Err(SpecError::ZeroItems);
+        }
+        if self.timeout_ms == Some(0) {
+            return Err(SpecError::ZeroTimeout);
         }
         if let Some(offload) = &self.offload {
             lardon_cluster_core::Capability::parse(&offload.capability)
@@ -503,6 +533,9 @@ pub enum SpecError {
     /// A deadline at or before the Unix epoch.
     #[error("deadline: must be a positive Unix time in milliseconds")]
     BadDeadline,
+    /// A timeout of zero (omit it for none).
+    #[error("timeout: must be more than 0")]
+    ZeroTimeout,
     /// Not a decision kind word.
     #[error("decision: `{0}` is not a decision kind")]
     BadDecision(String),

@@ -65,9 +65,9 @@ async fn bad_input_is_refused_naming_the_field() {
     }
     let err = c.submit(pb::SubmitRequest { spec: None, paused: false, id_only: false }).await.unwrap_err();
     assert!(err.message().starts_with("spec"), "{}", err.message());
-    let err = c.get(pb::GetRequest { id: "x".into() }).await.unwrap_err();
+    let err = c.get(pb::GetRequest { id: "x".into(), ..Default::default() }).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
-    let err = c.get(pb::GetRequest { id: "42".into() }).await.unwrap_err();
+    let err = c.get(pb::GetRequest { id: "42".into(), ..Default::default() }).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
     // Still serving.
     let id = submit(&mut c, cmd(&["true"])).await;
@@ -189,7 +189,8 @@ async fn an_id_only_submit_answers_the_id_of_a_stored_task() {
     assert_eq!(short.task, None, "id_only: no task read back");
     assert_ne!(short.id, full.id);
     // Acknowledged means stored: the reply came after the commit.
-    let stored = c.get(pb::GetRequest { id: short.id.clone() }).await.unwrap().into_inner();
+    let stored =
+        c.get(pb::GetRequest { id: short.id.clone(), ..Default::default() }).await.unwrap().into_inner();
     let stored = stored.task.expect("stored");
     assert_eq!(stored.id, short.id);
     assert_eq!(state(&stored), TaskState::Paused);

@@ -116,7 +116,7 @@ async fn pending_task_pause_resume_and_cancel() {
     let cleaned =
         c.clean(pb::CleanRequest { states: vec![], successful_only: true }).await.unwrap().into_inner();
     assert_eq!(cleaned.removed, vec![paused.clone()]);
-    let err = c.get(pb::GetRequest { id: held }).await.unwrap_err();
+    let err = c.get(pb::GetRequest { id: held, ..Default::default() }).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
     drop(c);
     d.shutdown().unwrap();

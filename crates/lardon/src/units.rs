@@ -27,6 +27,11 @@ pub enum UnitError {
     /// More than three decimals of a CPU (sizes are rounded instead).
     #[error("`{0}` is more precise than the unit allows")]
     TooPrecise(String),
+    /// A fraction of a size counted in bytes (`0.5B`, `1.5`): there is no
+    /// half byte to round to, so it is a mistake (a float where a unit was
+    /// meant), not a size.
+    #[error("`{0}` is not a whole number of bytes (write a unit, e.g. `1.5GiB`, or whole bytes)")]
+    NotWholeBytes(String),
 }
 
 const UNITS: &[(&str, u64)] = &[
@@ -98,13 +103,15 @@ fn parse_decimal(text: &str, original: &str) -> Result<Decimal, UnitError> {
 ///
 /// Binary suffixes (`KiB`, `MiB`, `GiB`, `TiB`, or `Ki`…) are powers of
 /// 1024, decimal ones (`kB`, `MB`, `GB`, `TB`, or `k`…) powers of 1000; case
-/// is ignored. A size that is not a whole number of bytes (`1.1GiB` is
-/// 1 181 116 006.4 bytes) is rounded to the nearest byte, halves up: people
-/// write sizes to a few digits, and a byte either way never matters.
+/// is ignored. A fraction of a larger unit that is not a whole number of
+/// bytes (`1.1GiB` is 1 181 116 006.4 bytes) is rounded to the nearest
+/// byte, halves up: people write sizes to a few digits, and a byte either
+/// way never matters. A fraction of a size in bytes (`0.5B`, a bare `1.5`)
+/// is refused: it is a float where a unit was meant.
 ///
 /// # Errors
 /// [`UnitError`] naming what was wrong: empty, not a number, unknown unit,
-/// negative or too large.
+/// negative, too large, or a fraction of a byte.
 ///
 /// # Examples
 /// ```
@@ -132,6 +139,9 @@ pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
         .map(|(_, m)| *m)
         .ok_or_else(|| UnitError::BadUnit(unit.trim().to_owned()))?;
     let dec = parse_decimal(number, text)?;
+    if multiplier == 1 && (dec.frac != 0 || dec.truncated) {
+        return Err(UnitError::NotWholeBytes(text.to_owned()));
+    }
     let overflow = || UnitError::Overflow(text.to_owned());
     let whole = dec.int.checked_mul(multiplier).ok_or_else(overflow)?;
     if dec.frac == 0 {
@@ -252,22 +262,19 @@ mod tests {
         assert_eq!(parse_bytes("1.6GiB"), Ok(1_717_986_918)); // 1 717 986 918.4
         assert_eq!(parse_bytes("1.1GiB"), Ok(1_181_116_006)); // 1 181 116 006.4
         assert_eq!(parse_bytes("0.1GiB"), Ok(107_374_182)); // 107 374 182.4
-        assert_eq!(parse_bytes("0.5B"), Ok(1));
-        assert_eq!(parse_bytes("0.4999B"), Ok(0));
-        assert_eq!(parse_bytes("2.5B"), Ok(3));
         assert_eq!(parse_bytes("0.0000000000000000000001TiB"), Ok(0));
         assert_eq!(parse_bytes("1.0000000000000000000001KiB"), Ok(1024));
     }
 
     proptest::proptest! {
-        /// Any decimal with up to three fraction digits, in any unit,
-        /// parses, and lands within half a byte of its exact value.
+        /// Any decimal with up to three fraction digits, in any unit
+        /// larger than a byte, parses, and lands within half a byte of its exact value.
         #[test]
         fn decimals_with_three_digits_parse_and_round(
             int in 0u64..1_000_000,
             frac in 0u64..1000,
             digits in 1u32..=3,
-            unit in proptest::sample::select(UNITS.to_vec()),
+            unit in proptest::sample::select(UNITS.iter().copied().filter(|u| u.1 > 1).collect::<Vec<_>>()),
         ) {
             let frac = frac % 10u64.pow(digits);
             let text = format!("{int}.{frac:0width$}{}", unit.0, width = digits as usize);
@@ -284,6 +291,19 @@ mod tests {
         }
     }
 
+    /// A fraction of a size in bytes is refused, not rounded: `0.5B` or a
+    /// bare `1.5` (a TOML float without a unit) is a float where a unit was
+    /// meant. Break it to see it fail: drop the `multiplier == 1` check in
+    /// `parse_bytes` (they round to 1 and 2 again).
+    #[test]
+    fn fractions_of_a_byte_are_refused() {
+        for text in ["0.5B", "1.5", "0.4999B", "2.5 b", "0.3B", "1.0000000000000000000001"] {
+            assert_eq!(parse_bytes(text), Err(UnitError::NotWholeBytes(text.to_owned())), "{text}");
+        }
+        assert_eq!(parse_bytes("2.0"), Ok(2));
+        assert_eq!(parse_bytes("2.000B"), Ok(2));
+    }
+
     #[test]
     fn malformed_sizes_are_refused_with_a_reason() {
         assert_eq!(parse_bytes(""), Err(UnitError::Empty));
@@ -294,7 +314,6 @@ mod tests {
         assert!(matches!(parse_bytes("+1GiB"), Err(UnitError::BadNumber(_))));
         assert!(matches!(parse_bytes("1.2.3"), Err(UnitError::BadNumber(_))));
         assert!(matches!(parse_bytes("1."), Err(UnitError::BadNumber(_))));
-        assert_eq!(parse_bytes("0.3B"), Ok(0));
         assert!(matches!(parse_bytes("99999999999TiB"), Err(UnitError::Overflow(_))));
         assert!(matches!(parse_bytes("18446744073709551616"), Err(UnitError::Overflow(_))));
         assert_eq!(parse_bytes("18446744073709551615"), Ok(u64::MAX));

@@ -45,7 +45,9 @@ pub(crate) fn dispatch(cli: Cli) -> Result<u8> {
         Command::Exec(args) => exec::run(args),
         Command::Run { file, plain, fresh } => run::run(&cli, file, *plain, *fresh),
         Command::Submit(args) => block_on(submit::run(&cli, args)),
-        Command::Status { id, json } => block_on(status::status(&cli, id.as_deref(), *json)),
+        Command::Status { id, json, show_env } => {
+            block_on(status::status(&cli, id.as_deref(), *json, *show_env))
+        }
         Command::Explain { id, history, json } => block_on(status::explain(&cli, id, *history, *json)),
         Command::Resources { json } => block_on(status::resources(&cli, *json)),
         Command::Log { id, follow, stderr, stdout, tail } => {

@@ -131,6 +131,9 @@ pub(crate) fn task_spec(needs: &NeedsArgs, parts: SpecParts, style: Style) -> Re
         deadline_unix_ms: 0,
         inputs: Vec::new(),
         outputs: Vec::new(),
+        submit_env: None,
+        timeout_ms: None,
+        retry_on_timeout: 0,
     })
 }
 

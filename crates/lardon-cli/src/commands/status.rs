@@ -8,20 +8,25 @@ use crate::cli::Cli;
 use crate::error::from_status;
 use crate::{json, render};
 
-pub(crate) async fn status(cli: &Cli, id: Option<&str>, as_json: bool) -> Result<u8> {
+pub(crate) async fn status(cli: &Cli, id: Option<&str>, as_json: bool, show_env: bool) -> Result<u8> {
     let mut client = crate::client::connect(cli).await?;
     if let Some(id) = id {
-        let task = client
-            .get(pb::GetRequest { id: id.to_owned() })
+        let resp = client
+            .get(pb::GetRequest { id: id.to_owned(), env_values: show_env })
             .await
             .map_err(|s| from_status(&format!("task {id}"), s))?
-            .into_inner()
-            .task
-            .unwrap_or_default();
+            .into_inner();
+        let task = resp.task.clone().unwrap_or_default();
         if as_json {
-            json::print(&json::task(&task))?;
+            let mut j = json::task(&task);
+            if let Some(map) = j.as_object_mut() {
+                map.insert("environment".into(), env_json(&resp));
+            }
+            json::print(&j)?;
         } else {
-            super::out(&render::detail(&task))?;
+            let mut text = render::detail(&task);
+            text.push_str(&env_text(&resp));
+            super::out(&text)?;
         }
         return Ok(0);
     }
@@ -37,6 +42,45 @@ pub(crate) async fn status(cli: &Cli, id: Option<&str>, as_json: bool) -> Result
         super::out(&render::table(&tasks))?;
     }
     Ok(0)
+}
+
+/// `environment` of `status ID --json`: whose it is, and the names that
+/// differ from the daemon's (`{NAME: VALUE | null}` only when the values
+/// were asked for: a value never travels otherwise).
+fn env_json(resp: &pb::GetResponse) -> serde_json::Value {
+    let names: Vec<&str> = resp.env_differs.iter().map(|d| d.name.as_str()).collect();
+    let values = resp.env_differs.iter().any(|d| d.value.is_some());
+    let mut out = json!({
+        "source": if resp.submit_env { "submitter" } else { "daemon" },
+        "differs_from_daemon": names,
+    });
+    if values && let Some(map) = out.as_object_mut() {
+        let v: serde_json::Map<String, serde_json::Value> =
+            resp.env_differs.iter().map(|d| (d.name.clone(), json!(d.value))).collect();
+        map.insert("values".into(), serde_json::Value::Object(v));
+    }
+    out
+}
+
+/// The detail view's environment lines: names (with values when asked
+/// for), `(unset)` for a variable only the daemon sets.
+fn env_text(resp: &pb::GetResponse) -> String {
+    if !resp.submit_env {
+        return "Environment: the daemon's\n".to_owned();
+    }
+    if resp.env_differs.is_empty() {
+        return "Environment: the submitter's (the same as the daemon's)\n".to_owned();
+    }
+    let mut text =
+        format!("Environment: the submitter's; {} differ from the daemon's:\n", resp.env_differs.len());
+    for d in &resp.env_differs {
+        match (&d.value, d.unset) {
+            (_, true) => text.push_str(&format!("  {} (unset)\n", d.name)),
+            (Some(v), false) => text.push_str(&format!("  {}={v}\n", d.name)),
+            (None, false) => text.push_str(&format!("  {}\n", d.name)),
+        }
+    }
+    text
 }
 
 pub(crate) async fn explain(cli: &Cli, id: &str, history: bool, as_json: bool) -> Result<u8> {

@@ -28,6 +28,8 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
     spec.engine = engine_name(args.engine);
     shippable(args, &mut spec)?;
     files(args, &cwd, &mut spec)?;
+    spec.submit_env = Some(submit_env(args));
+    timeout(args, &mut spec)?;
     let mut client = crate::client::connect(cli).await?;
     let resp = client
         .submit(pb::SubmitRequest { spec: Some(spec), paused: args.paused, id_only: !args.json })
@@ -41,6 +43,34 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
         super::out(&format!("{}\n", resp.id))?;
     }
     Ok(0)
+}
+
+/// The caller's environment as the task's base (`--env-clear`: empty),
+/// `NAME=VALUE\0` per variable: one blob, however many variables.
+fn submit_env(args: &SubmitArgs) -> Vec<u8> {
+    if args.env_clear {
+        return Vec::new();
+    }
+    lardon_daemon::submit_env::SubmitEnv::from_vars(std::env::vars_os()).blob().to_vec()
+}
+
+/// `--timeout D [--retry-on-timeout N]`: per run; a shippable task without
+/// `--deadline` also gets it as its deadline from now (what an agent
+/// enforces).
+fn timeout(args: &SubmitArgs, spec: &mut pb::TaskSpec) -> Result<()> {
+    let Some(ms) = args.timeout else { return Ok(()) };
+    if ms == 0 {
+        return Err(usage("--timeout: must be more than 0"));
+    }
+    spec.timeout_ms = Some(ms);
+    spec.retry_on_timeout = args.retry_on_timeout.unwrap_or(0);
+    if !spec.capability.is_empty() && spec.deadline_unix_ms == 0 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        spec.deadline_unix_ms = now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX));
+    }
+    Ok(())
 }
 
 /// The wire name of `--engine` (empty: the default, local).
@@ -152,6 +182,7 @@ pub(crate) fn each_spec(args: &SubmitArgs, parts: &SpecParts, input: &each::Inpu
     spec.engine = engine_name(args.engine);
     shippable(args, &mut spec)?;
     files(args, Path::new(&parts.cwd), &mut spec)?;
+    timeout(args, &mut spec)?;
     Ok(spec)
 }
 
@@ -172,13 +203,18 @@ async fn each(cli: &Cli, args: &SubmitArgs, parts: &SpecParts, source: &Path) ->
     for input in &inputs {
         specs.push(each_spec(args, parts, input)?);
     }
+    let env = submit_env(args);
     let mut client = crate::client::connect(cli).await?;
     let mut ids = Vec::with_capacity(specs.len());
     let mut rest = specs;
     while !rest.is_empty() {
         let tail = rest.split_off(rest.len().min(PER_CALL));
         let resp = client
-            .submit_many(pb::SubmitManyRequest { specs: rest, paused: args.paused })
+            .submit_many(pb::SubmitManyRequest {
+                specs: rest,
+                paused: args.paused,
+                submit_env: Some(env.clone()),
+            })
             .await
             .map_err(|s| from_status("submit", s))?
             .into_inner();

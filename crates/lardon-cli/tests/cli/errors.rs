@@ -85,6 +85,33 @@ fn sizes_people_write_are_accepted() {
     }
 }
 
+/// A size that is not a whole number of bytes (`0.5B`, a bare `1.5`: a
+/// float where a unit was meant) is refused with its field named, on the
+/// command line and in a workload file. Break it to see it fail: drop the
+/// `NotWholeBytes` check in `lardon::parse_bytes` (both are accepted,
+/// rounded to 1 and 2 bytes).
+#[test]
+fn sizes_that_are_not_whole_bytes_are_refused() {
+    for (flag, size) in
+        [("--mem", "0.5B"), ("--mem", "1.5"), ("--mem-per-item", "2.5b"), ("--scratch", "0.1")]
+    {
+        assert_usage(
+            &["submit", flag, size, "--", "true"],
+            &format!("{flag}: `{size}` is not a whole number of bytes"),
+        );
+    }
+    for (field, value) in [("mem", "1.5"), ("mem", "\"0.5B\""), ("gpu_mem", "0.25"), ("scratch", "1.5")] {
+        check_file(
+            &format!("[[task]]\nname = \"t\"\ncommand = [\"true\"]\n{field} = {value}\n"),
+            &format!("task \"t\": {field}: "),
+        );
+    }
+    check_file(
+        "[host]\nmemory = 1.5\ncpus = 2\n[[task]]\nname = \"t\"\ncommand = [\"x\"]\n",
+        "[host]: memory: ",
+    );
+}
+
 fn run_file(body: &str) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("w.toml");

@@ -25,5 +25,7 @@ mod run;
 mod scratch_hook;
 mod slurm_cli;
 mod submit_each;
+mod submit_env;
 mod subreaper;
+mod timeout;
 mod top_pty;

@@ -14,7 +14,14 @@ pub(crate) fn bin() -> &'static Path {
 
 /// `lardon --state-dir DIR ARGS…` (environment cleaned of LARDON_*).
 pub(crate) fn lardon(dir: &Path, args: &[&str]) -> Output {
+    lardon_env(dir, &[], args)
+}
+
+/// [`lardon`] with `env` set on the child (a test never changes its own
+/// process's environment: the binary's tests run in parallel).
+pub(crate) fn lardon_env(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
     Command::new(bin())
+        .envs(env.iter().copied())
         .env_remove("LARDON_SOCKET")
         .env_remove("LARDON_STATE_DIR")
         .env_remove("LARDON_TASK_ID")

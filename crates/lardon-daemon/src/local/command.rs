@@ -26,7 +26,7 @@ use crate::ids::format_id;
 use crate::kernel::{Applied, DaemonEvent, Shared, Slot, Write};
 use crate::runner::{Run, RunError, RunExit, RunRequest, RunSignal, task_env};
 use crate::settings::EnforceMode;
-use crate::spec::{TaskId, TaskSpec};
+use crate::spec::{TIMEOUT, TaskId, TaskSpec};
 
 /// How often a running command's memory use is fed to its reservation.
 const USAGE_EVERY: Duration = Duration::from_millis(500);
@@ -61,6 +61,8 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
     let mut cursor = stored.as_ref().map_or(0, |r| r.cursor);
     let mut retries = stored.as_ref().map(|r| r.memory_retries);
     let class = spec.learning_class();
+    let timeout = spec.timeout_ms.or(shared.settings().timeout_ms);
+    let mut timeouts = 0u32;
     let mut run_no = 0u32;
     loop {
         if let Some(total) = spec.items
@@ -93,15 +95,24 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
                 scratch.as_deref(),
                 batch,
             ),
+            base_env: spec.submit_env.clone(),
             log: shared.log_path(id),
             memory_max,
             memory_high,
             cpus: cpus.cpus(),
         };
-        let deadline = spec.offload.as_ref().and_then(|o| o.deadline_unix_ms);
-        if deadline.is_some_and(|d| d <= crate::now_ms()) {
+        let shipped_deadline = spec.offload.as_ref().and_then(|o| o.deadline_unix_ms);
+        if shipped_deadline.is_some_and(|d| d <= crate::now_ms()) {
             return Err(TaskError::failed(DEADLINE_PASSED));
         }
+        // This run's timeout, from its start (each batch run has its own),
+        // checked by the wait below on this thread: no timer thread.
+        let timeout_at =
+            timeout.map(|ms| crate::now_ms().saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)));
+        let deadline = match (shipped_deadline, timeout_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let run: Arc<dyn Run> = {
             let mut st = slot.lock();
             if st.cancelled || shared.stopping() {
@@ -135,7 +146,21 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
         }
         if past_deadline {
             // A run cut short says nothing about its need: nothing learned.
-            return Err(TaskError::failed(DEADLINE_PASSED));
+            let timed_out = timeout_at.is_some_and(|t| shipped_deadline.is_none_or(|d| t <= d));
+            if !timed_out {
+                return Err(TaskError::failed(DEADLINE_PASSED));
+            }
+            let limit = lardon::format_duration_ms(timeout.unwrap_or(0));
+            if timeouts < spec.retry_on_timeout {
+                timeouts += 1;
+                tracing::warn!(
+                    "task {id}: run killed at its timeout of {limit}; run again ({timeouts} of {})",
+                    spec.retry_on_timeout
+                );
+                ctx.sequence_break()?;
+                continue;
+            }
+            return Err(TaskError::failed(format!("{TIMEOUT}: the run was killed after {limit}")));
         }
         let exit = exit.map_err(TaskError::failed)?;
         // Learn from every run; a kill at the limit only bounds the need.

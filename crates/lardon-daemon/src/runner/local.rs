@@ -25,6 +25,7 @@ use nix::sys::signal::Signal;
 use super::logfile::LogFiles;
 use super::orphans::{RunHandle, start_time};
 use super::{Executor, Run, RunError, RunExit, RunRequest, RunSignal};
+use crate::submit_env::resolve_program;
 
 /// How often the RSS watcher samples a run that has no cgroup.
 const WATCH_EVERY: Duration = Duration::from_millis(50);
@@ -86,6 +87,21 @@ impl LocalExecutor {
     }
 }
 
+/// The program to start: `argv[0]` as given when the child's `PATH` is the
+/// daemon's (`posix_spawnp` looks it up), else looked up in the child's
+/// `PATH` here ([`resolve_program`]), so that `Command` keeps `posix_spawn`.
+/// `None`: not found there.
+fn start_path(req: &RunRequest) -> Option<PathBuf> {
+    let program = req.argv.first().map_or("", String::as_str);
+    let set = req.env.iter().rev().find(|(k, _)| k == "PATH").map(|(_, v)| std::ffi::OsStr::new(v.as_str()));
+    let path = match (&req.base_env, set) {
+        (_, Some(path)) => Some(path),
+        (Some(base), None) => base.get("PATH"),
+        (None, None) => return Some(PathBuf::from(program)),
+    };
+    resolve_program(program, path, req.cwd.as_deref())
+}
+
 impl Executor for LocalExecutor {
     fn start(&self, req: &RunRequest) -> Result<Box<dyn Run>, RunError> {
         let program = req.argv.first().cloned().unwrap_or_default();
@@ -95,11 +111,18 @@ impl Executor for LocalExecutor {
             None => OpenOptions::new().create(true).append(true).open(&req.log),
         }
         .map_err(|e| fail(format!("cannot open log {}: {e}", req.log.display())))?;
-        let mut cmd = Command::new(&program);
-        // Added to the daemon's environment, not a copy of it set after
-        // `env_clear`: a `PATH` among the set variables makes the standard
-        // library `fork` instead of `posix_spawn` (it must then search the
-        // child's `PATH` itself), which doubled the daemon's CPU per run.
+        let mut cmd =
+            Command::new(start_path(req).ok_or_else(|| fail("not found in the task's PATH".into()))?);
+        // For a task of the daemon's environment, added to it, not a copy
+        // of it set after `env_clear`. A `PATH` among the set variables (or
+        // a cleared environment) makes the standard library `fork` instead
+        // of `posix_spawn` for a program it has to look up (it must then
+        // search the child's `PATH` itself), which doubled the daemon's CPU
+        // per run: `start_path` hands it an absolute path whenever the
+        // child's `PATH` is not the daemon's.
+        if let Some(base) = &req.base_env {
+            cmd.env_clear().envs(base.vars());
+        }
         cmd.args(req.argv.iter().skip(1)).envs(req.env.iter().map(|(k, v)| (k, v))).stdin(Stdio::null());
         Output::Log(log).apply(&mut cmd).map_err(|e| fail(e.to_string()))?;
         if let Some(dir) = &req.cwd {

@@ -30,8 +30,11 @@ pub struct RunRequest {
     pub argv: Vec<String>,
     /// Working directory, if given.
     pub cwd: Option<PathBuf>,
-    /// Variables added to the daemon's environment, in order.
+    /// Variables added to the base environment, in order (they win).
     pub env: Vec<(String, String)>,
+    /// The base environment: the submitter's (`lardon submit`), or `None`
+    /// for the daemon's own.
+    pub base_env: Option<crate::submit_env::SubmitEnv>,
     /// Where stdout and stderr go (appended; both streams interleave).
     pub log: PathBuf,
     /// Hard memory limit, bytes.

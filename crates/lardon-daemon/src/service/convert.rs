@@ -127,6 +127,13 @@ pub(crate) fn spec_from_pb(spec: Option<pb::TaskSpec>) -> Result<TaskSpec, Statu
             .parse()
             .map_err(|e: crate::spec::SpecError| Status::invalid_argument(e.to_string()))?,
         offload: offload_from_pb(&spec.capability, spec.deadline_unix_ms, spec.inputs, spec.outputs)?,
+        submit_env: spec
+            .submit_env
+            .map(crate::submit_env::SubmitEnv::from_blob)
+            .transpose()
+            .map_err(|e| Status::invalid_argument(e.to_string()))?,
+        timeout_ms: spec.timeout_ms,
+        retry_on_timeout: spec.retry_on_timeout,
     };
     // Validated once, by the engine's submit (`Engine::submit_many`).
     Ok(out)
@@ -203,6 +210,10 @@ pub(crate) fn spec_to_pb(s: &TaskSpec) -> pb::TaskSpec {
         deadline_unix_ms: s.offload.as_ref().and_then(|o| o.deadline_unix_ms).unwrap_or(0),
         inputs: s.offload.as_ref().map(|o| o.inputs.clone()).unwrap_or_default(),
         outputs: s.offload.as_ref().map(|o| o.outputs.clone()).unwrap_or_default(),
+        // Never sent back: `status` shows what differs from the daemon's.
+        submit_env: None,
+        timeout_ms: s.timeout_ms,
+        retry_on_timeout: s.retry_on_timeout,
     }
 }
 

@@ -35,7 +35,23 @@ pub(super) fn get(engine: &Engine, req: pb::GetRequest) -> Result<pb::GetRespons
     let id = id_arg("id", &req.id)?;
     let rec =
         engine.task(id).map_err(store_status)?.ok_or_else(|| Status::not_found(format!("no task {id}")))?;
-    Ok(pb::GetResponse { task: Some(views::task_pb(engine, &rec)) })
+    // Against the daemon's environment as it is now (a run's base when the
+    // task has none of its own).
+    let env_differs = rec.spec.submit_env.as_ref().map_or_else(Vec::new, |env| {
+        crate::submit_env::differing(env, std::env::vars_os())
+            .into_iter()
+            .map(|(name, value)| pb::EnvDiff {
+                name,
+                unset: value.is_none(),
+                value: value.filter(|_| req.env_values),
+            })
+            .collect()
+    });
+    Ok(pb::GetResponse {
+        task: Some(views::task_pb(engine, &rec)),
+        env_differs,
+        submit_env: rec.spec.submit_env.is_some(),
+    })
 }
 
 /// Why a task is where it is: its course, its needs (with the batch
@@ -44,8 +60,23 @@ pub(super) fn explain(engine: &Engine, req: pb::ExplainRequest) -> Result<pb::Ex
     let id = id_arg("id", &req.id)?;
     let rec =
         engine.task(id).map_err(store_status)?.ok_or_else(|| Status::not_found(format!("no task {id}")))?;
-    let history =
+    let mut history =
         if req.history { views::course_pb(engine.course(id).map_err(store_status)?) } else { Vec::new() };
+    // A run killed at its timeout ends the course: said from the row (the
+    // end's reason), not a course row of its own.
+    if req.history
+        && rec.state == crate::spec::TaskState::Failed
+        && let (Some(reason), Some(at)) = (&rec.state_reason, rec.finished_ms)
+        && reason.starts_with(crate::spec::TIMEOUT)
+    {
+        history.push(pb::HistoryEntry {
+            kind: "timed_out".to_owned(),
+            from_unix_ms: at,
+            reason_code: crate::spec::TIMEOUT.to_owned(),
+            message: reason.clone(),
+            ..Default::default()
+        });
+    }
     let task = views::task_pb(engine, &rec);
     Ok(pb::ExplainResponse {
         history,

@@ -60,13 +60,23 @@ pub(super) async fn submit_many(
         tracing::warn!("submit refused: {m}");
         return Err(Status::invalid_argument(m));
     }
+    // Decoded once and shared by every spec that has none of its own.
+    let shared_env = req
+        .submit_env
+        .map(crate::submit_env::SubmitEnv::from_blob)
+        .transpose()
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
     let specs = req
         .specs
         .into_iter()
         .enumerate()
         .map(|(i, spec)| {
-            spec_from_pb(Some(spec))
-                .map_err(|s| Status::invalid_argument(format!("specs[{i}].{}", s.message())))
+            let mut spec = spec_from_pb(Some(spec))
+                .map_err(|s| Status::invalid_argument(format!("specs[{i}].{}", s.message())))?;
+            if spec.submit_env.is_none() {
+                spec.submit_env.clone_from(&shared_env);
+            }
+            Ok::<_, Status>(spec)
         })
         .collect::<Result<Vec<_>, _>>()
         .inspect_err(|s| tracing::warn!("submit refused: {}", s.message()))?;

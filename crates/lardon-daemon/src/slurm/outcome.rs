@@ -135,7 +135,7 @@ pub(crate) fn judge(job: Submitted, seen: &Seen, report: Option<&ExecReport>) ->
         },
         JobState::Timeout => Verdict {
             record: None,
-            next: failed(format!("slurm job {id} reached its time limit (TIMEOUT)"), exit_code),
+            next: failed(format!("timeout: slurm job {id} reached its time limit (TIMEOUT)"), exit_code),
         },
         JobState::NodeFail => Verdict {
             record: None,

@@ -66,6 +66,8 @@ pub struct JobRequest {
     pub cwd: Option<String>,
     /// The batch script, given to `sbatch` on its standard input.
     pub script: String,
+    /// `--time` in whole minutes (the task's `--timeout`, rounded up).
+    pub time_minutes: Option<u64>,
 }
 
 impl JobRequest {
@@ -104,6 +106,7 @@ impl JobRequest {
             log: log.to_string_lossy().into_owned(),
             cwd: spec.cwd.clone(),
             script,
+            time_minutes: spec.timeout_ms.map(|ms| ms.div_ceil(60_000).max(1)),
         }
     }
 
@@ -126,6 +129,9 @@ impl JobRequest {
         }
         if let Some(dir) = &self.cwd {
             args.push(format!("--chdir={dir}"));
+        }
+        if let Some(minutes) = self.time_minutes {
+            args.push(format!("--time={minutes}"));
         }
         args
     }
@@ -198,6 +204,11 @@ mod tests {
         );
         let bare = JobRequest { memory: None, cwd: None, ..job.clone() };
         assert!(!bare.args().iter().any(|a| a.starts_with("--mem") || a.starts_with("--chdir")));
+        assert!(!bare.args().iter().any(|a| a.starts_with("--time")), "no --timeout, no --time");
+        // --timeout is --time in whole minutes, rounded up.
+        spec.timeout_ms = Some(90_000);
+        let timed = JobRequest::new("7", &spec, None, Path::new("l"), Path::new("r"), Path::new("g"), &[]);
+        assert_eq!(timed.args().last().map(String::as_str), Some("--time=2"));
         spec.name = "render shot 3".into();
         let named = JobRequest::new("7", &spec, None, Path::new("l"), Path::new("r"), Path::new("g"), &[]);
         assert_eq!(named.name, "render shot 3", "the task's name names the job");

@@ -11,7 +11,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use super::error::{Ctx, StoreError};
 
 /// Migration `i` (0-based) brings the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -213,6 +213,14 @@ CREATE INDEX task_course_by_task ON task_course (task_id, seq);
 /// this database as too new (naming both versions) instead of failing on
 /// one task's spec.
 const V7: &str = "-- tasks.spec: offload.inputs and offload.outputs";
+
+/// Version 8: the submitter's environment (`lardon submit` captures it,
+/// docs/DESIGN.md §10), one blob per task (`NAME=VALUE\0…`); NULL: the
+/// daemon's environment (`lardon run`, tasks stored before). The spec's
+/// JSON may carry `timeout_ms` and `retry_on_timeout` (absent when unset):
+/// the bump also makes an older build, whose spec reader refuses unknown
+/// fields, refuse this database as too new.
+const V8: &str = "ALTER TABLE tasks ADD COLUMN env BLOB;";
 
 /// The database's `user_version`.
 pub(crate) fn version(conn: &Connection) -> Result<u32, StoreError> {

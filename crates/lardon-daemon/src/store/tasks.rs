@@ -64,7 +64,7 @@ pub struct TaskFilter {
 pub(super) const TASK_COLUMNS: &str = "id, spec, state, paused_running, state_reason, attempts, created_ms, \
      started_ms, finished_ms, exit_code, progress_done, progress_total, progress_message, cursor, \
      decision_kind, decision_code, decision_message, decision_batch, decision_ms, run_handle, memory_retries, \
-     overrun_note";
+     overrun_note, env";
 
 /// Decision columns: kind, code, message, batch, time.
 type RawDecision = (Option<String>, Option<String>, Option<String>, Option<i64>, Option<i64>);
@@ -87,6 +87,7 @@ struct RawTask {
     run_handle: Option<String>,
     memory_retries: i64,
     overrun_note: Option<String>,
+    env: Option<Vec<u8>>,
 }
 
 impl RawTask {
@@ -108,6 +109,7 @@ impl RawTask {
             run_handle: r.get(19)?,
             memory_retries: r.get(20)?,
             overrun_note: r.get(21)?,
+            env: r.get(22)?,
         })
     }
 
@@ -115,7 +117,13 @@ impl RawTask {
         let id = TaskId(to_u64(self.id, "task id")?);
         let corrupt =
             |what: &str, detail: String| StoreError::Corrupt { what: format!("task {id} {what}"), detail };
-        let spec: TaskSpec = serde_json::from_str(&self.spec).map_err(|e| corrupt("spec", e.to_string()))?;
+        let mut spec: TaskSpec =
+            serde_json::from_str(&self.spec).map_err(|e| corrupt("spec", e.to_string()))?;
+        spec.submit_env = self
+            .env
+            .map(crate::submit_env::SubmitEnv::from_blob)
+            .transpose()
+            .map_err(|e| corrupt("env", e.to_string()))?;
         let state: TaskState =
             crate::spec::parse_state(&self.state).map_err(|e| corrupt("state", e.to_string()))?;
         let (kind, code, message, batch, at_ms) = self.decision;
@@ -185,8 +193,8 @@ fn insert_one(tx: &Connection, new: &NewTask, now: i64, max_events: u64) -> Resu
     let items = spec.items.map(|n| to_i64(n, "items")).transpose()?;
     let state = if new.paused { TaskState::Paused } else { TaskState::Pending };
     tx.prepare_cached(
-        "INSERT INTO tasks (id, name, spec, class, priority, items, retry_on_interrupt, state, created_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        "INSERT INTO tasks (id, name, spec, class, priority, items, retry_on_interrupt, state, created_ms, env)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     )
     .ctx(OP)?
     .execute(params![
@@ -198,7 +206,8 @@ fn insert_one(tx: &Connection, new: &NewTask, now: i64, max_events: u64) -> Resu
         items,
         spec.retry_on_interrupt,
         state.as_str(),
-        now
+        now,
+        spec.submit_env.as_ref().map(crate::submit_env::SubmitEnv::blob)
     ])
     .ctx(OP)?;
     let mut deps = Vec::new();

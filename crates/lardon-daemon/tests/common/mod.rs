@@ -50,7 +50,12 @@ pub async fn submit(c: &mut Client, spec: pb::TaskSpec) -> String {
 }
 
 pub async fn get(c: &mut Client, id: &str) -> pb::Task {
-    c.get(pb::GetRequest { id: id.to_owned() }).await.unwrap().into_inner().task.unwrap()
+    c.get(pb::GetRequest { id: id.to_owned(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner()
+        .task
+        .unwrap()
 }
 
 /// Waits on the daemon's `Watch` stream until task `id`'s view satisfies
