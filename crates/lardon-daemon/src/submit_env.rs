@@ -5,11 +5,12 @@
 //! `PATH`, so that the run still starts with `posix_spawn` (see
 //! [`resolve_program`]).
 
+use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use thiserror::Error;
 
@@ -20,9 +21,69 @@ pub const LARDON_PREFIX: &[u8] = b"LARDON_";
 
 /// A captured environment: `NAME=VALUE\0` per variable, in the caller's
 /// order. Valid by construction (every entry has a non-empty name and an
-/// `=`); cloning shares the bytes (the spec of every run holds one).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubmitEnv(Arc<[u8]>);
+/// `=`); cloning shares the bytes (the spec of every run holds one) and
+/// the difference from the daemon's environment, worked out once
+/// ([`SubmitEnv::delta`]) for every run that shares it (one `--each`).
+#[derive(Debug, Clone)]
+pub struct SubmitEnv {
+    bytes: Arc<[u8]>,
+    delta: Arc<OnceLock<EnvDelta>>,
+}
+
+impl PartialEq for SubmitEnv {
+    fn eq(&self, other: &SubmitEnv) -> bool {
+        self.bytes == other.bytes
+    }
+}
+
+impl Eq for SubmitEnv {}
+
+/// What a run changes in the daemon's own environment to get a
+/// submitter's: applied to the daemon's environment, it gives exactly the
+/// submitter's variables (Lardon's own removed; the daemon sets them per
+/// run). The standard library starts a run with `posix_spawn` when only
+/// this difference is applied and `PATH` is not in it; a cleared
+/// environment (or a set `PATH`) makes it fork for a program it must look
+/// up, and copying every variable costs the launch path per run.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct EnvDelta {
+    /// Variables of the daemon's that the submitter lacks (and Lardon's
+    /// own).
+    pub remove: Vec<OsString>,
+    /// Variables the submitter sets to another value, or only it sets.
+    pub set: Vec<(OsString, OsString)>,
+    /// Whether `PATH` is removed or set: the program is then looked up in
+    /// the submitter's `PATH` ([`resolve_program`]).
+    pub path_differs: bool,
+}
+
+impl EnvDelta {
+    /// The difference that turns `daemon` into `env` (the last value of a
+    /// name `env` sets twice wins, as when each is set in turn).
+    pub fn between(env: &SubmitEnv, daemon: &[(OsString, OsString)]) -> EnvDelta {
+        let mut theirs: BTreeMap<&OsStr, &OsStr> = env.vars().collect();
+        let mut delta = EnvDelta::default();
+        for (k, v) in daemon {
+            let lardons = k.as_bytes().starts_with(LARDON_PREFIX);
+            match theirs.remove(k.as_os_str()) {
+                Some(mine) if mine == v.as_os_str() && !lardons => {}
+                Some(mine) => delta.set.push((k.clone(), mine.to_os_string())),
+                None => delta.remove.push(k.clone()),
+            }
+        }
+        delta.set.extend(theirs.into_iter().map(|(k, v)| (k.to_os_string(), v.to_os_string())));
+        delta.path_differs =
+            delta.remove.iter().any(|k| k == "PATH") || delta.set.iter().any(|(k, _)| k == "PATH");
+        delta
+    }
+}
+
+/// The daemon's own environment, read once: the daemon never changes it
+/// after start, so it is what every run's environment starts from.
+fn daemon_env() -> &'static [(OsString, OsString)] {
+    static ENV: OnceLock<Vec<(OsString, OsString)>> = OnceLock::new();
+    ENV.get_or_init(|| std::env::vars_os().collect())
+}
 
 /// Why a captured environment was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -51,7 +112,18 @@ impl SubmitEnv {
         if blob.windows(2).any(|w| w == [0, 0]) || blob.first() == Some(&0) {
             return Err(SubmitEnvError::BadEntry(0));
         }
-        Ok(SubmitEnv(blob.into()))
+        Ok(SubmitEnv::new(blob))
+    }
+
+    fn new(bytes: Vec<u8>) -> SubmitEnv {
+        SubmitEnv { bytes: bytes.into(), delta: Arc::default() }
+    }
+
+    /// What a run applies to the daemon's environment to get this one
+    /// ([`EnvDelta::between`] the daemon's own), worked out on first use
+    /// and shared by every clone.
+    pub fn delta(&self) -> &EnvDelta {
+        self.delta.get_or_init(|| EnvDelta::between(self, daemon_env()))
     }
 
     /// Encodes `vars` (a name holding `=` or either holding a NUL is
@@ -68,20 +140,22 @@ impl SubmitEnv {
             blob.extend_from_slice(v);
             blob.push(0);
         }
-        SubmitEnv(blob.into())
+        SubmitEnv::new(blob)
     }
 
     /// The stored form (what [`SubmitEnv::from_blob`] reads).
     pub fn blob(&self) -> &[u8] {
-        &self.0
+        &self.bytes
     }
 
     /// Every variable, in order, Lardon's own (`LARDON_*`) left out.
     pub fn vars(&self) -> impl Iterator<Item = (&OsStr, &OsStr)> {
-        self.0.split(|b| *b == 0).filter(|e| !e.is_empty() && !e.starts_with(LARDON_PREFIX)).filter_map(|e| {
-            let p = e.iter().position(|b| *b == b'=')?;
-            Some((OsStr::from_bytes(&e[..p]), OsStr::from_bytes(&e[p + 1..])))
-        })
+        self.bytes.split(|b| *b == 0).filter(|e| !e.is_empty() && !e.starts_with(LARDON_PREFIX)).filter_map(
+            |e| {
+                let p = e.iter().position(|b| *b == b'=')?;
+                Some((OsStr::from_bytes(&e[..p]), OsStr::from_bytes(&e[p + 1..])))
+            },
+        )
     }
 
     /// The last value of `name`, if set.
@@ -164,6 +238,32 @@ mod tests {
         assert_eq!(SubmitEnv::from_blob(Vec::new()).unwrap().vars().count(), 0);
         assert_eq!(SubmitEnv::from_blob(b"NOEQ\0".to_vec()), Err(SubmitEnvError::BadEntry(0)));
         assert_eq!(SubmitEnv::from_blob(b"A=1\0=x\0".to_vec()), Err(SubmitEnvError::BadEntry(1)));
+    }
+
+    #[test]
+    fn the_delta_applied_to_the_daemons_environment_gives_the_submitters() {
+        let os = |k: &str, v: &str| (OsString::from(k), OsString::from(v));
+        let daemon =
+            vec![os("HOME", "/root"), os("PATH", "/bin"), os("GONE", "1"), os("LARDON_STATE_DIR", "/s")];
+        let env =
+            SubmitEnv::from_vars([("HOME", "/root"), ("PATH", "/bin"), ("NEW", "2"), ("LARDON_X", "y")]);
+        let d = EnvDelta::between(&env, &daemon);
+        assert_eq!(d.remove, vec![OsString::from("GONE"), OsString::from("LARDON_STATE_DIR")]);
+        assert_eq!(d.set, vec![os("NEW", "2")]);
+        assert!(!d.path_differs, "PATH is the daemon's: no lookup here, posix_spawnp finds it");
+        // Applied in turn, the delta gives exactly the submitter's variables.
+        let mut applied: BTreeMap<OsString, OsString> = daemon.iter().cloned().collect();
+        d.remove.iter().for_each(|k| drop(applied.remove(k)));
+        applied.extend(d.set.iter().cloned());
+        let want: BTreeMap<OsString, OsString> =
+            env.vars().map(|(k, v)| (k.to_os_string(), v.to_os_string())).collect();
+        assert_eq!(applied, want);
+        let other = SubmitEnv::from_vars([("PATH", "/venv/bin:/bin"), ("A", "1"), ("A", "2")]);
+        let d = EnvDelta::between(&other, &daemon);
+        assert!(d.path_differs);
+        assert!(d.set.contains(&os("A", "2")) && !d.set.contains(&os("A", "1")), "{d:?}");
+        let cleared = SubmitEnv::from_blob(Vec::new()).unwrap();
+        assert!(EnvDelta::between(&cleared, &daemon).path_differs, "a cleared PATH is a different PATH");
     }
 
     #[test]

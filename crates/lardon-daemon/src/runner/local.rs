@@ -96,8 +96,8 @@ fn start_path(req: &RunRequest) -> Option<PathBuf> {
     let set = req.env.iter().rev().find(|(k, _)| k == "PATH").map(|(_, v)| std::ffi::OsStr::new(v.as_str()));
     let path = match (&req.base_env, set) {
         (_, Some(path)) => Some(path),
-        (Some(base), None) => base.get("PATH"),
-        (None, None) => return Some(PathBuf::from(program)),
+        (Some(base), None) if base.delta().path_differs => base.get("PATH"),
+        _ => return Some(PathBuf::from(program)),
     };
     resolve_program(program, path, req.cwd.as_deref())
 }
@@ -113,15 +113,21 @@ impl Executor for LocalExecutor {
         .map_err(|e| fail(format!("cannot open log {}: {e}", req.log.display())))?;
         let mut cmd =
             Command::new(start_path(req).ok_or_else(|| fail("not found in the task's PATH".into()))?);
-        // For a task of the daemon's environment, added to it, not a copy
-        // of it set after `env_clear`. A `PATH` among the set variables (or
-        // a cleared environment) makes the standard library `fork` instead
-        // of `posix_spawn` for a program it has to look up (it must then
+        // The submitter's environment as its difference from the daemon's
+        // (worked out once per submission), not a copy set after
+        // `env_clear`: a cleared environment or a `PATH` among the set
+        // variables makes the standard library `fork` instead of
+        // `posix_spawn` for a program it has to look up (it must then
         // search the child's `PATH` itself), which doubled the daemon's CPU
-        // per run: `start_path` hands it an absolute path whenever the
-        // child's `PATH` is not the daemon's.
+        // per run, and copying every variable costs each launch.
+        // `start_path` hands it an absolute path whenever the child's
+        // `PATH` is not the daemon's.
         if let Some(base) = &req.base_env {
-            cmd.env_clear().envs(base.vars());
+            let delta = base.delta();
+            for name in &delta.remove {
+                cmd.env_remove(name);
+            }
+            cmd.envs(delta.set.iter().map(|(k, v)| (k, v)));
         }
         cmd.args(req.argv.iter().skip(1)).envs(req.env.iter().map(|(k, v)| (k, v))).stdin(Stdio::null());
         Output::Log(log).apply(&mut cmd).map_err(|e| fail(e.to_string()))?;
