@@ -857,12 +857,20 @@ pub(crate) enum ScratchCommand {
         #[arg(last = true, value_name = "HOOK")]
         hook_argv: Vec<String>,
     },
-    /// Refuse new leases, wait for current ones, sync: then it is safe to unplug.
+    /// Refuse new leases, wait for current ones, sync, run the hook: then it is safe to unplug.
     ///
-    /// Example: `lardon scratch drain nvme`
+    /// Waits until the volume is `safe_to_unplug` (exit 0) or the drain
+    /// failed or was cancelled (exit 1), printing the volume's line at
+    /// the start and at the end; `--no-wait` returns once the drain has
+    /// begun (follow it with `lardon scratch status`).
+    ///
+    /// Example: `lardon scratch drain nvme && umount /mnt/nvme`
     Drain {
         /// Volume name
         name: String,
+        /// Return once the drain has begun instead of waiting for `safe_to_unplug`
+        #[arg(long)]
+        no_wait: bool,
     },
     /// Return a draining volume to service.
     ///

@@ -10,6 +10,12 @@
 //! has a deterministic test.
 #![warn(missing_docs)]
 
+/// The README's library example, compiled and run as a doctest so that it
+/// cannot drift from the API (`cargo test -p lardon --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
 #[cfg(feature = "async")]
 mod acquire;
 mod clock;

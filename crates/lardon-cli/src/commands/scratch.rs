@@ -2,6 +2,7 @@
 
 use anyhow::Result;
 use lardon_proto::pb;
+use lardon_proto::pb::watch_event::Event;
 
 use crate::cli::{Cli, ScratchCommand};
 use crate::error::{from_status, usage};
@@ -34,7 +35,8 @@ pub(crate) async fn run(cli: &Cli, cmd: &ScratchCommand) -> Result<u8> {
             };
             c.scratch_add(req).await.map_err(|s| from_status("scratch add", s))?.into_inner()
         }
-        ScratchCommand::Drain { name } => c
+        ScratchCommand::Drain { name, no_wait: false } => return drain_and_wait(&mut c, name).await,
+        ScratchCommand::Drain { name, no_wait: true } => c
             .scratch_drain(pb::ScratchDrainRequest { name: name.clone() })
             .await
             .map_err(|s| from_status("scratch drain", s))?
@@ -72,4 +74,101 @@ pub(crate) async fn run(cli: &Cli, cmd: &ScratchCommand) -> Result<u8> {
     };
     super::out(&crate::render::scratch_line(&volume))?;
     Ok(0)
+}
+
+/// How a drain that was waited for ended.
+enum DrainEnd {
+    /// `safe_to_unplug`: exit 0.
+    SafeToUnplug(pb::ScratchVolume),
+    /// The drain failed (`error`) or was cancelled (back in service): exit 1.
+    NotDrained(pb::ScratchVolume),
+}
+
+/// Where a volume's state leaves a drain that is being waited for.
+fn drain_end(v: &pb::ScratchVolume) -> Option<DrainEnd> {
+    match pb::ScratchState::try_from(v.state) {
+        Ok(pb::ScratchState::SafeToUnplug) => Some(DrainEnd::SafeToUnplug(v.clone())),
+        Ok(pb::ScratchState::Draining) => None,
+        _ => Some(DrainEnd::NotDrained(v.clone())),
+    }
+}
+
+/// `lardon scratch drain NAME`: starts the drain and follows the daemon's
+/// event stream until the volume is `safe_to_unplug` (0) or the drain
+/// ended otherwise (1). The stream is opened before the drain is asked
+/// for, so a drain that completes at once is never missed; a stream that
+/// lagged re-reads the volume.
+async fn drain_and_wait(c: &mut crate::client::Client, name: &str) -> Result<u8> {
+    let mut stream = c
+        .watch(pb::WatchRequest { skip_snapshot: true })
+        .await
+        .map_err(|s| from_status("scratch drain", s))?
+        .into_inner();
+    let started = match c.scratch_drain(pb::ScratchDrainRequest { name: name.to_owned() }).await {
+        Ok(reply) => reply.into_inner(),
+        // Somebody (a `--no-wait`, the dashboard) drains it already: wait
+        // for that drain rather than refuse.
+        Err(refused) => match volume(c, name).await? {
+            Some(v)
+                if matches!(
+                    pb::ScratchState::try_from(v.state),
+                    Ok(pb::ScratchState::Draining | pb::ScratchState::SafeToUnplug)
+                ) =>
+            {
+                v
+            }
+            _ => return Err(from_status("scratch drain", refused)),
+        },
+    };
+    super::out(&crate::render::scratch_line(&started))?;
+    let mut latest = drain_end(&started);
+    let end = loop {
+        if let Some(end) = latest.take() {
+            break end;
+        }
+        let Some(ev) = stream.message().await.map_err(|s| from_status("scratch drain", s))? else {
+            anyhow::bail!("scratch drain: the daemon ended the event stream before {name} was drained");
+        };
+        latest = match ev.event {
+            Some(Event::ScratchChanged(v)) if v.name == name => drain_end(&v),
+            Some(Event::Lagged(_)) => match volume(c, name).await? {
+                Some(v) => drain_end(&v),
+                None => anyhow::bail!("scratch drain: {name} was removed while draining"),
+            },
+            _ => None,
+        };
+    };
+    match end {
+        DrainEnd::SafeToUnplug(v) => {
+            super::out(&crate::render::scratch_line(&v))?;
+            Ok(0)
+        }
+        DrainEnd::NotDrained(v) => {
+            super::out(&crate::render::scratch_line(&v))?;
+            eprintln!("lardon: scratch drain: {name} was not drained (state {})", scratch_state_word(&v));
+            Ok(1)
+        }
+    }
+}
+
+/// The daemon's view of volume `name`, if it has one.
+async fn volume(c: &mut crate::client::Client, name: &str) -> Result<Option<pb::ScratchVolume>> {
+    let vols = c
+        .scratch_status(pb::ScratchStatusRequest {})
+        .await
+        .map_err(|s| from_status("scratch drain", s))?
+        .into_inner()
+        .volumes;
+    Ok(vols.into_iter().find(|v| v.name == name))
+}
+
+/// The volume's state, with why a drain did not finish.
+fn scratch_state_word(v: &pb::ScratchVolume) -> &'static str {
+    match pb::ScratchState::try_from(v.state) {
+        Ok(pb::ScratchState::Error) => "error",
+        Ok(pb::ScratchState::Available) => "available: the drain was cancelled",
+        Ok(pb::ScratchState::InUse) => "in_use: the drain was cancelled",
+        Ok(pb::ScratchState::Absent) => "absent",
+        _ => "unknown",
+    }
 }

@@ -71,8 +71,12 @@ fn env_text(resp: &pb::GetResponse) -> String {
     if resp.env_differs.is_empty() {
         return "Environment: the submitter's (the same as the daemon's)\n".to_owned();
     }
-    let mut text =
-        format!("Environment: the submitter's; {} differ from the daemon's:\n", resp.env_differs.len());
+    let n = resp.env_differs.len();
+    let mut text = format!(
+        "Environment: the submitter's; {n} variable{} differ{} from the daemon's:\n",
+        if n == 1 { "" } else { "s" },
+        if n == 1 { "s" } else { "" }
+    );
     for d in &resp.env_differs {
         match (&d.value, d.unset) {
             (_, true) => text.push_str(&format!("  {} (unset)\n", d.name)),

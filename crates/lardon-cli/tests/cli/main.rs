@@ -19,6 +19,7 @@ mod log_reuse;
 mod one_owner;
 mod policy;
 mod progress_pty;
+mod readme;
 mod repo_docs;
 mod restart;
 mod run;

@@ -115,3 +115,8 @@ pub(crate) fn submit(dir: &Path, args: &[&str]) -> String {
     assert!(o.status.success(), "submit {args:?}: {}", stderr(&o));
     stdout(&o).trim().to_owned()
 }
+
+/// The repository's root (where README.md and docs/ live).
+pub(crate) fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
