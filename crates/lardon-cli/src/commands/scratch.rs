@@ -54,12 +54,7 @@ pub(crate) async fn run(cli: &Cli, cmd: &ScratchCommand) -> Result<u8> {
             return Ok(0);
         }
         ScratchCommand::Status { json } => {
-            let vols = c
-                .scratch_status(pb::ScratchStatusRequest {})
-                .await
-                .map_err(|s| from_status("scratch status", s))?
-                .into_inner()
-                .volumes;
+            let vols = volumes(&mut c, "scratch status").await?;
             if *json {
                 crate::json::print(&serde_json::Value::Array(
                     vols.iter().map(crate::json::scratch).collect(),
@@ -151,15 +146,18 @@ async fn drain_and_wait(c: &mut crate::client::Client, name: &str) -> Result<u8>
     }
 }
 
+/// Every volume the daemon has, for `verb`'s errors.
+async fn volumes(c: &mut crate::client::Client, verb: &str) -> Result<Vec<pb::ScratchVolume>> {
+    Ok(c.scratch_status(pb::ScratchStatusRequest {})
+        .await
+        .map_err(|s| from_status(verb, s))?
+        .into_inner()
+        .volumes)
+}
+
 /// The daemon's view of volume `name`, if it has one.
 async fn volume(c: &mut crate::client::Client, name: &str) -> Result<Option<pb::ScratchVolume>> {
-    let vols = c
-        .scratch_status(pb::ScratchStatusRequest {})
-        .await
-        .map_err(|s| from_status("scratch drain", s))?
-        .into_inner()
-        .volumes;
-    Ok(vols.into_iter().find(|v| v.name == name))
+    Ok(volumes(c, "scratch drain").await?.into_iter().find(|v| v.name == name))
 }
 
 /// The volume's state, with why a drain did not finish.
