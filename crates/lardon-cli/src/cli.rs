@@ -347,7 +347,7 @@ pub(crate) struct ClusterSecurity {
     #[arg(long, value_name = "NAME", requires = "tls_dir")]
     pub(crate) tls_name: Option<String>,
     /// File holding the cluster's join token (from `lardon cert token`): a broker demands it,
-    /// agents and submitters present it
+    /// agents and submitters present it; needs --tls-dir (without TLS it would travel in clear)
     #[arg(long, value_name = "FILE")]
     pub(crate) join_token_file: Option<PathBuf>,
 }
@@ -389,6 +389,12 @@ pub(crate) struct BrokerArgs {
     pub(crate) scaled_capability: Vec<String>,
     #[command(flatten)]
     pub(crate) security: ClusterSecurity,
+    /// Serve plain gRPC on a --listen address other than loopback, for a
+    /// trusted network only (logged at warn): without it such an address
+    /// needs --tls-dir, since whoever reaches the port could run commands
+    /// on every agent
+    #[arg(long, conflicts_with = "tls_dir")]
+    pub(crate) insecure: bool,
     /// Log level or filter [default: info]
     #[arg(long, value_name = "LEVEL")]
     pub(crate) log_level: Option<String>,

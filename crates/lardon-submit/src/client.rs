@@ -239,6 +239,7 @@ impl Submitter {
             outstanding: HashMap::new(),
             cancels: Vec::new(),
             connected: std::sync::Arc::clone(&connected),
+            unreached: crate::dial::UnreachedLog::default(),
         };
         tokio::spawn(state.run());
         Ok(Submitter { tx, submitter, broker, dial, blobs: std::sync::Arc::default(), connected })
@@ -346,6 +347,8 @@ struct Loop {
     cancels: Vec<TaskId>,
     /// Set while a stream is open (see [`Submitter::connected`]).
     connected: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Why the broker could not be reached, logged once per reason.
+    unreached: crate::dial::UnreachedLog,
 }
 
 fn answer(reply: pb::SubmitReply) -> Option<Answer> {
@@ -410,8 +413,12 @@ impl Loop {
     }
 
     async fn session(&mut self) -> Session {
-        let Ok(mut client) = self.config.dial.connect(&self.config.broker).await else {
-            return Session::Failed;
+        let mut client = match self.config.dial.connect(&self.config.broker).await {
+            Ok(client) => client,
+            Err(e) => {
+                self.unreached.failed(&self.config.broker, &self.config.dial, &e);
+                return Session::Failed;
+            }
         };
         let (out, rx) = mpsc::unbounded_channel();
         let hello = pb::SubmitterHello { submitter_id: self.config.submitter.to_string() };
@@ -419,10 +426,14 @@ impl Loop {
         let mut inbound = match client.submit_stream(UnboundedReceiverStream::new(rx)).await {
             Ok(r) => r.into_inner(),
             Err(status) => {
-                warn!("broker refused the submitter: {}", status.message());
+                match self.config.dial.diagnose(&status) {
+                    Some(_) => self.unreached.failed(&self.config.broker, &self.config.dial, &status),
+                    None => warn!("broker refused the submitter: {}", status.message()),
+                }
                 return Session::Failed;
             }
         };
+        self.unreached.reached();
         self.connected.store(true, std::sync::atomic::Ordering::SeqCst);
         let request =
             |spec: pb::TaskSpec| pb::SubmitMessage { kind: Some(pb::submit_message::Kind::Request(spec)) };

@@ -71,9 +71,111 @@ impl Dial {
         }
     }
 
+    /// What is wrong with these credentials for this broker, in terms of
+    /// the flags that fix it, when `failure` (a failed connection, or the
+    /// status of a first call) shows a TLS mismatch: a plain client
+    /// talking to a TLS broker, a TLS client talking to a plain one, a
+    /// broker certificate from another CA or for another name, or a client
+    /// certificate the broker refused. `None` when it is something else
+    /// (nothing listening, a refusal of the call itself).
+    #[must_use]
+    pub fn diagnose(&self, failure: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+        let said = error_chain(failure).to_ascii_lowercase();
+        let any = |words: &[&str]| words.iter().any(|w| said.contains(w));
+        if self.tls.is_none() {
+            // A TLS server answers a plain HTTP/2 preface with a TLS alert,
+            // which h2 reads as a malformed frame.
+            return any(&["frame with invalid size", "h2 protocol error", "connection reset", "broken pipe"])
+                .then_some(
+                    "the broker speaks mutual TLS: give --tls-dir DIR holding a client certificate from its CA \
+                     (`lardon cert issue NAME --ca CA --out DIR`) and --tls-name NAME",
+                );
+        }
+        if any(&["unknownissuer", "unknown issuer", "badsignature"]) {
+            Some(
+                "the broker's certificate is not signed by the CA in --tls-dir (its ca.pem): use the cluster's CA",
+            )
+        } else if any(&["notvalidforname", "not valid for name"]) {
+            Some(
+                "the broker's certificate does not name the address dialled: issue it with `--host` that name",
+            )
+        } else if any(&["invalidcontenttype", "corrupt message", "invalid content type"]) {
+            Some("the broker does not speak TLS: drop --tls-dir, or start the broker with --tls-dir")
+        } else if any(&[
+            "unknownca",
+            "unknown ca",
+            "badcertificate",
+            "bad certificate",
+            "certificaterequired",
+            "alert",
+        ]) {
+            Some(
+                "the broker refused this client's certificate: it must come from the broker's CA \
+                 (`lardon cert issue NAME --ca CA --out DIR`), named with --tls-dir and --tls-name",
+            )
+        } else {
+            None
+        }
+    }
+
     /// What adds this peer's join token (if any) to every request.
     #[must_use]
     pub fn interceptor(&self) -> MaybeToken {
         MaybeToken(self.token.clone())
     }
+}
+
+/// Why a peer that keeps redialling (an agent, an offloading daemon)
+/// cannot reach its broker, logged at warn once per distinct reason, so a
+/// wrong certificate says so in the log without a line per retry.
+#[derive(Debug, Default)]
+pub struct UnreachedLog {
+    last: Option<String>,
+}
+
+impl UnreachedLog {
+    /// A dial of `broker` with `dial` failed with `failure`.
+    pub fn failed(&mut self, broker: &str, dial: &Dial, failure: &(dyn std::error::Error + 'static)) {
+        let text = match dial.diagnose(failure) {
+            Some(hint) => format!("{hint} (it failed with: {})", root_cause(failure)),
+            None => error_chain(failure),
+        };
+        if self.last.as_deref() != Some(text.as_str()) {
+            tracing::warn!("cannot reach the broker at {broker}: {text}");
+            self.last = Some(text);
+        }
+    }
+
+    /// The broker answered: the next failure is logged again.
+    pub fn reached(&mut self) {
+        self.last = None;
+    }
+}
+
+/// The innermost reason under `failure` (a TLS alert, a refused
+/// connection), without the layers' own words.
+#[must_use]
+pub fn root_cause(failure: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = failure;
+    while let Some(next) = last.source() {
+        last = next;
+    }
+    last.to_string()
+}
+
+/// `failure` and every error under it, joined with `: ` (a transport
+/// error's own text is only "transport error"; the reason is below it).
+#[must_use]
+pub fn error_chain(failure: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = failure.to_string();
+    let mut next = failure.source();
+    while let Some(e) = next {
+        let said = e.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        next = e.source();
+    }
+    text
 }

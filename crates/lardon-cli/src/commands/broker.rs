@@ -23,6 +23,7 @@ pub(crate) fn run(args: &BrokerArgs) -> Result<u8> {
         ),
         None => None,
     };
+    exposure(args.listen, tls.is_some(), args.insecure)?;
     let demand = args.keda_listen.map(|_| lardon_cluster::keda::DemandBoard::new());
     let metrics = args.metrics_listen.map(|_| broker::MetricsBoard::new());
     let provision = args
@@ -109,6 +110,27 @@ pub(crate) fn run(args: &BrokerArgs) -> Result<u8> {
     Ok(0)
 }
 
+/// Secure by default: a broker reachable from other machines (any
+/// `--listen` address but loopback) speaks mutual TLS unless `--insecure`
+/// says the network is trusted, which is logged at warn; whoever reaches a
+/// plain broker can run any command on every agent.
+fn exposure(listen: std::net::SocketAddr, tls: bool, insecure: bool) -> Result<()> {
+    if tls || listen.ip().is_loopback() {
+        return Ok(());
+    }
+    if !insecure {
+        return Err(usage(format!(
+            "--listen {listen}: a broker on an address other than loopback needs --tls-dir DIR (mutual TLS: \
+             `lardon cert init` and `lardon cert issue`), or --insecure on a trusted network"
+        )));
+    }
+    tracing::warn!(
+        "--insecure: serving plain gRPC on {listen}: anyone who reaches it can submit tasks to every agent \
+         and read their results"
+    );
+    Ok(())
+}
+
 /// Ctrl-C or SIGTERM.
 pub(crate) async fn shutdown_signal() {
     let term = async {
@@ -139,8 +161,14 @@ pub(crate) fn host_id() -> String {
 }
 
 impl ClusterSecurity {
-    /// The join token, read from --join-token-file.
+    /// The join token, read from --join-token-file; refused without
+    /// --tls-dir, where it would travel in clear for anyone to copy.
     pub(crate) fn token(&self) -> Result<Option<lardon_tls::JoinToken>> {
+        if self.join_token_file.is_some() && self.tls_dir.is_none() {
+            return Err(usage(
+                "--join-token-file: a join token without --tls-dir would travel in clear; give --tls-dir DIR too",
+            ));
+        }
         self.join_token_file
             .as_deref()
             .map(|f| lardon_tls::JoinToken::load(f).map_err(|e| usage(format!("--join-token-file: {e}"))))

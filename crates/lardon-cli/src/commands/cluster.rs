@@ -28,7 +28,7 @@ pub(crate) async fn run(command: &ClusterCommand) -> Result<u8> {
 }
 
 async fn explain(broker: &str, json: bool, dial: &lardon_submit::dial::Dial) -> Result<u8> {
-    let e = client::explain(broker, dial).await.map_err(unreachable)?;
+    let e = client::explain(broker, dial).await.map_err(|e| unreachable(e, broker, dial))?;
     if json {
         let allocations: Vec<serde_json::Value> = e
             .allocations
@@ -65,18 +65,30 @@ async fn explain(broker: &str, json: bool, dial: &lardon_submit::dial::Dial) -> 
     Ok(0)
 }
 
-pub(crate) fn unreachable(e: StatusError) -> anyhow::Error {
+/// A broker call's failure as the CLI reports it: a bad address or
+/// credentials that do not fit the broker (a TLS mismatch, named by the
+/// flag that fixes it) are input errors (exit 2); nothing answering is
+/// exit 3, with how to start a broker.
+pub(crate) fn unreachable(e: StatusError, broker: &str, dial: &lardon_submit::dial::Dial) -> anyhow::Error {
+    if let Some(hint) = dial.diagnose(&e) {
+        return usage(format!(
+            "broker {broker}: {hint} (it failed with: {})",
+            lardon_submit::dial::root_cause(&e)
+        ));
+    }
     match e {
         StatusError::Address(e) => usage(e.to_string()),
-        StatusError::Unreachable { .. } => {
-            Failure::Unreachable(format!("{e} (start one with `lardon broker --listen ADDR`)")).into()
-        }
+        StatusError::Unreachable { .. } => Failure::Unreachable(format!(
+            "{} (start one with `lardon broker --listen ADDR`)",
+            lardon_submit::dial::error_chain(&e)
+        ))
+        .into(),
         StatusError::Call(_) => anyhow::Error::new(e),
     }
 }
 
 async fn status(broker: &str, json: bool, dial: &lardon_submit::dial::Dial) -> Result<u8> {
-    let s = client::status(broker, dial).await.map_err(unreachable)?;
+    let s = client::status(broker, dial).await.map_err(|e| unreachable(e, broker, dial))?;
     if json {
         super::out(&format!("{:#}\n", status_json(&s)))?;
     } else {
@@ -187,7 +199,7 @@ async fn submit(args: &ClusterSubmitArgs) -> Result<u8> {
         .map(|ms| i64::try_from(now.as_millis().saturating_add(u128::from(ms))).unwrap_or(i64::MAX));
     // Fail fast when nothing answers: a never-reached broker is exit 3.
     let dial = args.security.dial("agent")?;
-    client::status(&args.broker, &dial).await.map_err(unreachable)?;
+    client::status(&args.broker, &dial).await.map_err(|e| unreachable(e, &args.broker, &dial))?;
     let client = Submitter::start(SubmitterConfig {
         dial,
         broker: args.broker.clone(),

@@ -29,7 +29,9 @@ pub(crate) async fn watch(
         u32::try_from(min_interval_ms).ok().filter(|ms| MIN_INTERVAL_MS.contains(ms)).ok_or_else(|| {
             usage(format!("--min-interval: {min_interval_ms}ms is out of range: give 10ms ..= 60s"))
         })?;
-    let mut events = client::watch(broker, dial, interval).await.map_err(super::cluster::unreachable)?;
+    let mut events = client::watch(broker, dial, interval)
+        .await
+        .map_err(|e| super::cluster::unreachable(e, broker, dial))?;
     let mut silence = DEFAULT_SILENCE;
     loop {
         let lost = |why: String| Failure::Unreachable(format!("the broker at {broker} {why}"));

@@ -19,4 +19,5 @@ mod cluster_submit;
 mod cluster_watch;
 mod offload;
 mod offload_files;
+mod secure_default;
 mod top_cluster_pty;

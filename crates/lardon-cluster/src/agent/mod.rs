@@ -153,6 +153,8 @@ pub struct Agent {
     drain_acked: bool,
     /// Where tasks with files get their directories.
     work_dir: std::path::PathBuf,
+    /// Why the broker could not be reached, logged once per reason.
+    unreached: lardon_submit::dial::UnreachedLog,
 }
 
 /// How a session ended.
@@ -244,6 +246,7 @@ impl Agent {
             idle_exit: None,
             busy_at: tokio::time::Instant::now(),
             work_dir: std::env::temp_dir().join("lardon-agent"),
+            unreached: lardon_submit::dial::UnreachedLog::default(),
         })
     }
 
@@ -443,8 +446,12 @@ impl Agent {
     /// One connection: how it ended (reaching the broker's answer starts
     /// the backoff over; a drain that ended stops the agent).
     async fn session(&mut self) -> SessionEnd {
-        let Ok(mut client) = self.config.dial.connect(&self.config.broker).await else {
-            return SessionEnd::Unreached;
+        let mut client = match self.config.dial.connect(&self.config.broker).await {
+            Ok(client) => client,
+            Err(e) => {
+                self.unreached.failed(&self.config.broker, &self.config.dial, &e);
+                return SessionEnd::Unreached;
+            }
         };
         // A fresh sample, so the hello's availability is current.
         let _ = self.governor.sample();
@@ -453,10 +460,14 @@ impl Agent {
         let mut inbound = match client.agent_stream(UnboundedReceiverStream::new(rx)).await {
             Ok(response) => response.into_inner(),
             Err(status) => {
-                warn!("broker refused the hello: {}", status.message());
+                match self.config.dial.diagnose(&status) {
+                    Some(_) => self.unreached.failed(&self.config.broker, &self.config.dial, &status),
+                    None => warn!("broker refused the hello: {}", status.message()),
+                }
                 return SessionEnd::Unreached;
             }
         };
+        self.unreached.reached();
         info!("connected to {} as {}", self.config.broker, self.config.agent);
         self.generation = self.governor.generation();
         self.drain_acked = false;
