@@ -313,6 +313,8 @@ fn to_i64(v: u64, what: &'static str) -> Result<i64, StoreError> {
 }
 
 #[cfg(test)]
+mod hooks_tests;
+#[cfg(test)]
 mod order_tests;
 #[cfg(test)]
 mod tests;
