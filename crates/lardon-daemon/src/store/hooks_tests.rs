@@ -119,7 +119,10 @@ fn starts_count_attempts_and_the_outcome_finishes_the_row_with_capped_output() {
     assert!(store.pending_hooks(0, 10).unwrap().is_empty());
     let rows = store.hook_runs(id).unwrap();
     let r = rows[0].result.as_ref().unwrap();
-    assert_eq!((rows[0].tries, &r.end, r.output.len(), r.output_dropped), (2, &HookEnd::Exited(5), HOOK_OUTPUT_MAX, 100));
+    assert_eq!(
+        (rows[0].tries, &r.end, r.output.len(), r.output_dropped),
+        (2, &HookEnd::Exited(5), HOOK_OUTPUT_MAX, 100)
+    );
     // Removing the task takes its hooks with it.
     store.remove_task(id).unwrap();
     assert!(store.hook_runs(id).unwrap().is_empty());
