@@ -213,6 +213,10 @@ pub(crate) enum Command {
     /// Show or change the host policy (reserves, thresholds, max running…).
     ///
     /// Example: `lardon policy --set memory_reserve=2GiB --set max_running=4`
+    ///
+    /// A hook for every task that sets no `--on-end`, with a 30 s limit:
+    /// `lardon policy --set on_end='echo $LARDON_TASK_ID $LARDON_TASK_STATE >> ~/ended' --set on_end_timeout=30s`
+    /// (`--set on_end=none` turns it off).
     Policy {
         /// Set KEY=VALUE (persisted by the daemon); repeat for several
         #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_key_value)]
