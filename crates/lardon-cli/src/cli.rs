@@ -79,6 +79,10 @@ pub(crate) enum Command {
     /// `lardon submit --timeout 2h -- ./render.sh` kills it (its whole
     /// process tree) after 2 hours: FAILED, reason `timeout`;
     /// `lardon submit --timeout 10m --retry-on-timeout 2 -- ./flaky.sh` runs it at most 3 times.
+    ///
+    /// A hook when it ends (run with `sh -c`, once per end, after the end is recorded):
+    /// `lardon submit --on-end 'notify-send "task $LARDON_TASK_ID $LARDON_TASK_STATE"' -- ./train.sh`;
+    /// for every task without one: `lardon policy --set on_end='echo $LARDON_TASK_ID >> ~/ended'`.
     #[command(visible_alias = "add")]
     Submit(SubmitArgs),
     /// Run a command and report its peak memory, duration and exit to a
@@ -209,6 +213,10 @@ pub(crate) enum Command {
     /// Show or change the host policy (reserves, thresholds, max running…).
     ///
     /// Example: `lardon policy --set memory_reserve=2GiB --set max_running=4`
+    ///
+    /// A hook for every task that sets no `--on-end`, with a 30 s limit:
+    /// `lardon policy --set on_end='echo $LARDON_TASK_ID $LARDON_TASK_STATE >> ~/ended' --set on_end_timeout=30s`
+    /// (`--set on_end=none` turns it off).
     Policy {
         /// Set KEY=VALUE (persisted by the daemon); repeat for several
         #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_key_value)]
@@ -774,6 +782,13 @@ pub(crate) struct SubmitArgs {
     /// Run a task killed at its timeout again, up to N times, before it fails
     #[arg(long, value_name = "N", value_parser = parse_u32, requires = "timeout")]
     pub(crate) retry_on_timeout: Option<u32>,
+    /// A command run with `sh -c CMD` once the task's end is recorded, in its working directory
+    /// and environment, with LARDON_TASK_ID, LARDON_TASK_STATE (completed, failed, cancelled),
+    /// LARDON_EXIT_CODE (empty: none), LARDON_TASK_NAME, LARDON_GROUP and LARDON_HOOK_ATTEMPT
+    /// set; limited by the policy's `on_end_timeout`. Its exit and output show in `status ID`;
+    /// it never changes the task's state. Without it: the policy's `on_end`
+    #[arg(long, value_name = "CMD")]
+    pub(crate) on_end: Option<String>,
     /// Kill it past this long from now (e.g. 10m), at the agent it ships to; needs --shippable
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms, requires = "shippable")]
     pub(crate) deadline: Option<u64>,

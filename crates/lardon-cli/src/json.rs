@@ -115,6 +115,19 @@ pub(crate) fn task(t: &pb::Task) -> Value {
         "memory_retries": t.memory_retries,
         "overrun_note": t.overrun_note,
         "learned": crate::course::learned_json(t.learned.as_ref()),
+        "on_end": spec.on_end,
+        "hook": t.hook.as_ref().map(hook),
+    })
+}
+
+/// The hook of a task's latest end (`status ID --json`).
+pub(crate) fn hook(h: &pb::HookRun) -> Value {
+    json!({
+        "command": h.command, "status": h.status, "outcome": h.outcome, "exit_code": h.exit_code,
+        "duration_ms": h.duration_ms, "attempt": h.attempt,
+        "output": String::from_utf8_lossy(&h.output), "output_dropped": h.output_dropped,
+        "task_state": h.task_state, "ended_unix_ms": h.ended_unix_ms,
+        "finished_unix_ms": h.finished_unix_ms, "error": h.error,
     })
 }
 

@@ -193,7 +193,44 @@ pub(crate) fn detail(t: &pb::Task) -> String {
     if let Some(l) = &t.learned {
         kv(&mut out, "learned", crate::course::learned_line(l));
     }
+    if !spec.on_end.is_empty() {
+        kv(&mut out, "on end", &spec.on_end);
+    }
+    if let Some(h) = &t.hook {
+        hook_lines(&mut out, h);
+    }
     out
+}
+
+/// Lines of output of a hook shown in `status ID` (the rest: `--json`).
+const HOOK_LINES_SHOWN: usize = 10;
+
+/// The hook of the task's latest end: its outcome, then the last lines of
+/// its output.
+fn hook_lines(out: &mut String, h: &pb::HookRun) {
+    let attempt = if h.attempt > 1 { format!(", attempt {}", h.attempt) } else { String::new() };
+    let line = match (h.status.as_str(), h.outcome.as_str()) {
+        ("done", "exited") => format!("exited {} after {} ms", h.exit_code.unwrap_or(-1), h.duration_ms),
+        ("done", "signalled") => {
+            format!("killed by signal {} after {} ms", h.exit_code.unwrap_or(0), h.duration_ms)
+        }
+        ("done", "timed_out") => format!("timed out after {} ms (its process group killed)", h.duration_ms),
+        ("done", _) => format!("did not start: {}", h.error),
+        (status, _) => status.to_owned(),
+    };
+    kv(out, "hook", format!("{line} (after {}{attempt}): {}", h.task_state, h.command));
+    let text = String::from_utf8_lossy(&h.output);
+    let lines: Vec<&str> = text.lines().collect();
+    let skip = lines.len().saturating_sub(HOOK_LINES_SHOWN);
+    if skip > 0 {
+        let _ = writeln!(out, "{:>14}  … {skip} earlier lines (status ID --json has them)", "");
+    }
+    for l in &lines[skip..] {
+        let _ = writeln!(out, "{:>14}  | {l}", "");
+    }
+    if h.output_dropped > 0 {
+        let _ = writeln!(out, "{:>14}  … {} bytes past the first 64 KiB not kept", "", h.output_dropped);
+    }
 }
 
 /// `lardon explain`: the decision, then needs and availability side by side.

@@ -47,6 +47,7 @@
 
 mod engine;
 pub mod handle;
+mod hooks;
 pub mod ids;
 mod kernel;
 mod local;

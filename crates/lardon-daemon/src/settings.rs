@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use lardon::{HostPolicy, parse_bytes};
 
@@ -49,7 +50,7 @@ impl FromStr for EnforceMode {
 }
 
 /// The daemon's own policy keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DaemonSettings {
     /// Per-task cgroup limits.
     pub enforce: EnforceMode,
@@ -64,7 +65,17 @@ pub struct DaemonSettings {
     /// Policy `timeout`: the wall-clock limit of a local run for a task
     /// that sets none (`submit --timeout`), milliseconds; `None`: no limit.
     pub timeout_ms: Option<u64>,
+    /// Policy `on_end`: the hook (`sh -c`) of every task that names none
+    /// (`submit --on-end`); `None`: no hook. Shared, not copied: every
+    /// run reads the settings.
+    pub on_end: Option<Arc<str>>,
+    /// Policy `on_end_timeout`: a hook's time limit, milliseconds (at it
+    /// its process group is killed and it is recorded as timed out).
+    pub on_end_timeout_ms: u64,
 }
+
+/// `on_end_timeout` by default: one minute.
+pub const DEFAULT_HOOK_TIMEOUT_MS: u64 = 60_000;
 
 impl Default for DaemonSettings {
     fn default() -> Self {
@@ -75,6 +86,8 @@ impl Default for DaemonSettings {
             slurm: SlurmSettings::default(),
             offload: OffloadSettings::default(),
             timeout_ms: None,
+            on_end: None,
+            on_end_timeout_ms: DEFAULT_HOOK_TIMEOUT_MS,
         }
     }
 }
@@ -256,6 +269,11 @@ pub const KEYS: &[(&str, &str)] = &[
     ("memory_slack", "fixed memory allowed above the contract before enforcement"),
     ("timeout", "a local run's time limit for a task that sets no --timeout (e.g. 2h; `none` = no limit)"),
     ("memory_slack_percent", "proportional memory allowed above the contract, percent"),
+    (
+        "on_end",
+        "a command run with `sh -c` after each end of a task that sets no --on-end (`none` = no hook)",
+    ),
+    ("on_end_timeout", "a hook's time limit: at it its process group is killed (e.g. 60s)"),
     ("slurm_max_jobs", "native Slurm mode: jobs submitted and not yet ended, at most"),
     ("slurm_mem_slack_percent", "native Slurm mode: --mem is the learned peak plus this percent"),
     ("slurm_max_mem", "native Slurm mode: cap on any job's --mem (`none` = no cap)"),
@@ -312,6 +330,8 @@ pub fn get(policy: &HostPolicy, settings: &DaemonSettings, key: &str) -> Option<
         "memory_slack" => exact_bytes(settings.memory_slack),
         "timeout" => opt(settings.timeout_ms.map(|ms| format!("{ms}ms"))),
         "memory_slack_percent" => settings.memory_slack_percent.to_string(),
+        "on_end" => opt(settings.on_end.as_deref().map(str::to_owned)),
+        "on_end_timeout" => format!("{}ms", settings.on_end_timeout_ms),
         "slurm_max_jobs" => settings.slurm.max_jobs.to_string(),
         "slurm_mem_slack_percent" => settings.slurm.mem_slack_percent.to_string(),
         "slurm_max_mem" => opt(settings.slurm.max_mem.map(exact_bytes)),
@@ -378,6 +398,14 @@ pub fn set(
         "memory_slack" => settings.memory_slack = bytes(key, value)?,
         "timeout" => {
             settings.timeout_ms = none_or(value, |v| parse_timeout(v).map_err(|e| format!("{key}: {e}")))?
+        }
+        "on_end" => {
+            settings.on_end = none_or(value, |v| {
+                crate::spec::check_hook(v).map(|()| Arc::from(v)).map_err(|e| format!("{key}: {e}"))
+            })?;
+        }
+        "on_end_timeout" => {
+            settings.on_end_timeout_ms = parse_timeout(value).map_err(|e| format!("{key}: {e}"))?;
         }
         "memory_slack_percent" => {
             let p: u32 = num(key, value)?;

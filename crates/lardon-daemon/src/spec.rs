@@ -245,7 +245,16 @@ pub struct TaskSpec {
     /// fails. Omitted when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub retry_on_timeout: u32,
+    /// The command (`sh -c`) run after each end of the task is durable
+    /// (docs/DESIGN.md §10 Hooks); `None`: the policy's `on_end`. Omitted
+    /// when absent (older specs read the same); the store reads it from
+    /// the spec's JSON at the end (`$.on_end`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_end: Option<String>,
 }
+
+/// The longest `on_end` command a spec or the policy takes, in bytes.
+pub const MAX_HOOK_BYTES: usize = 4096;
 
 /// The reason a task whose run was killed at its timeout fails with (the
 /// start of its failure reason; `explain --history`'s reason code).
@@ -342,6 +351,7 @@ impl TaskSpec {
             submit_env: None,
             timeout_ms: None,
             retry_on_timeout: 0,
+            on_end: None,
         }
     }
 
@@ -386,6 +396,9 @@ impl TaskSpec {
         }
         if self.timeout_ms == Some(0) {
             return Err(SpecError::ZeroTimeout);
+        }
+        if let Some(hook) = &self.on_end {
+            check_hook(hook).map_err(|e| SpecError::BadHook(format!("on_end: {e}")))?;
         }
         if let Some(offload) = &self.offload {
             lardon_cluster_core::Capability::parse(&offload.capability)
@@ -539,6 +552,28 @@ pub enum SpecError {
     /// Not a decision kind word.
     #[error("decision: `{0}` is not a decision kind")]
     BadDecision(String),
+    /// An `on_end` command that cannot be run (the message names the field).
+    #[error("{0}")]
+    BadHook(String),
+}
+
+/// What an `on_end` command (the spec's or the policy's) must be: not
+/// blank, no NUL (it becomes a C string), at most [`MAX_HOOK_BYTES`]. The
+/// error does not name the field: callers prefix theirs.
+///
+/// # Errors
+/// Why it is refused.
+pub fn check_hook(hook: &str) -> Result<(), String> {
+    if hook.trim().is_empty() {
+        return Err("the command is empty".to_owned());
+    }
+    if hook.contains('\0') {
+        return Err("contains a NUL byte".to_owned());
+    }
+    if hook.len() > MAX_HOOK_BYTES {
+        return Err(format!("longer than {MAX_HOOK_BYTES} bytes"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
     files(args, &cwd, &mut spec)?;
     spec.submit_env = Some(submit_env(args));
     timeout(args, &mut spec)?;
+    on_end(args, &mut spec)?;
     let mut client = crate::client::connect(cli).await?;
     let resp = client
         .submit(pb::SubmitRequest { spec: Some(spec), paused: args.paused, id_only: !args.json })
@@ -70,6 +71,15 @@ fn timeout(args: &SubmitArgs, spec: &mut pb::TaskSpec) -> Result<()> {
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         spec.deadline_unix_ms = now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX));
     }
+    Ok(())
+}
+
+/// `--on-end CMD`: checked here (the flag named), run by the daemon with
+/// `sh -c` after each end.
+fn on_end(args: &SubmitArgs, spec: &mut pb::TaskSpec) -> Result<()> {
+    let Some(hook) = &args.on_end else { return Ok(()) };
+    lardon_daemon::spec::check_hook(hook).map_err(|e| usage(format!("--on-end: {e}")))?;
+    spec.on_end.clone_from(hook);
     Ok(())
 }
 
@@ -183,6 +193,7 @@ pub(crate) fn each_spec(args: &SubmitArgs, parts: &SpecParts, input: &each::Inpu
     shippable(args, &mut spec)?;
     files(args, Path::new(&parts.cwd), &mut spec)?;
     timeout(args, &mut spec)?;
+    on_end(args, &mut spec)?;
     Ok(spec)
 }
 

@@ -362,7 +362,7 @@ impl Engine {
             lardon::PolicyError::DoesNotCover(_) => ActionError::Conflict(e.to_string()),
             other => ActionError::Invalid(other.to_string()),
         })?;
-        let (set, reset) = (set.to_vec(), reset.to_vec());
+        let (set, reset) = hook_none_resets(set, reset);
         self.shared.writer.call(move |s| s.set_policy_overrides(&set, &reset))?;
         self.shared.replace_settings(daemon);
         self.shared.compute.apply(&policy);
@@ -394,6 +394,25 @@ impl Engine {
     pub(crate) fn default_policy(&self) -> lardon::HostPolicy {
         self.shared.default_policy.clone()
     }
+}
+
+/// `on_end = none` is stored as no override at all (its default): an end
+/// reads the policy's hook in its own transaction from the override row
+/// (`store/hooks.rs`), which then holds a command whenever it exists.
+fn hook_none_resets(set: &[(String, String)], reset: &[String]) -> (Vec<(String, String)>, Vec<String>) {
+    let mut reset = reset.to_vec();
+    let set = set
+        .iter()
+        .filter(|(k, v)| {
+            let none = k == "on_end" && v.trim().eq_ignore_ascii_case("none");
+            if none {
+                reset.push(k.clone());
+            }
+            !none
+        })
+        .cloned()
+        .collect();
+    (set, reset)
 }
 
 /// A submission between its checks and its transaction.

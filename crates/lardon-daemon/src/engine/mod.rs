@@ -63,6 +63,8 @@ pub(crate) struct Engine {
     pub(crate) shared: Arc<Shared>,
     pub(crate) queue: Arc<TaskQueue>,
     pump: Mutex<Option<JoinHandle<()>>>,
+    /// Runs the hooks ends queue (docs/DESIGN.md §10 Hooks).
+    hooks: crate::hooks::HookRunner,
     /// The three routes; an action dispatches on the task's placement to
     /// one of them.
     routes: Routes,
@@ -106,7 +108,11 @@ impl Engine {
             lardon::QueueConfig { capacity: QUEUE_CAPACITY, ..lardon::QueueConfig::default() },
         ));
         let (pump, routes) = Self::start_routes(&cfg, &shared, &queue)?;
-        let engine = Engine { shared, queue, pump: Mutex::new(Some(pump)), routes };
+        // From the start: the hooks a crash left unfinished run first.
+        let db = cfg.state_dir.join(lardon_proto::paths::DB_FILE);
+        let hooks = crate::hooks::HookRunner::start(Arc::clone(&shared), db)
+            .map_err(|e| DaemonError::Runtime(format!("cannot start the hook runner: {e}")))?;
+        let engine = Engine { shared, queue, pump: Mutex::new(Some(pump)), hooks, routes };
         engine.requeue(tasks, out);
         Ok(engine)
     }
@@ -353,6 +359,8 @@ impl Engine {
     /// tasks resume from their cursor), then the queue closes.
     pub(crate) fn shutdown(&self) {
         self.shared.stop();
+        // A hook still running is killed and runs again at the next start.
+        self.hooks.stop();
         self.routes.slurm.stop();
         for slot in self.shared.placements.slots() {
             slot.terminate(self.shared.kill_grace.min(Duration::from_secs(2)));

@@ -20,7 +20,7 @@ use std::thread::JoinHandle;
 
 use lardon::{DecisionKind, QueueEvent, TaskQueue};
 
-use crate::kernel::{Shared, Write};
+use crate::kernel::{Applied, Shared, Write};
 use crate::spec::{TaskId, TaskState};
 use crate::store::{DecisionRecord, Grant, Outcome, Store, StoreError};
 
@@ -84,13 +84,17 @@ impl Burst {
         let watchers = Arc::clone(shared);
         shared.writer.send_background(
             move |s| {
-                let failed = apply_all(s, &writes);
-                Ok((writes, failed))
+                let (failed, hooked) = apply_all(s, &writes);
+                Ok((writes, failed, hooked))
             },
-            move |result: Result<(Vec<Write>, Failed), StoreError>| match result {
-                Ok((writes, failed)) => {
+            move |result: Result<(Vec<Write>, Failed, bool), StoreError>| match result {
+                Ok((writes, failed, hooked)) => {
                     for (id, e) in failed {
                         tracing::error!("task {id}: cannot persist a change: {e}");
+                    }
+                    if hooked {
+                        // An end queued its hook, durable now.
+                        watchers.hooks.wake();
                     }
                     for write in writes {
                         for notice in write.notices() {
@@ -112,14 +116,17 @@ type Failed = Vec<(TaskId, StoreError)>;
 /// errors, and leave nothing behind; the others stay. No savepoint of its
 /// own per write: every store method a [`Write`] calls makes its changes
 /// in its own unit (`store/unit.rs`) and rolls them back when it fails.
-fn apply_all(s: &mut Store, writes: &[Write]) -> Failed {
+/// Also says whether an end among them queued its hook.
+fn apply_all(s: &mut Store, writes: &[Write]) -> (Failed, bool) {
     let mut failed = Vec::new();
+    let mut hooked = false;
     for write in writes {
-        if let Err(e) = write.apply(s) {
-            failed.push((write.task(), e));
+        match write.apply(s) {
+            Ok(applied) => hooked |= applied == Applied::HookQueued,
+            Err(e) => failed.push((write.task(), e)),
         }
     }
-    failed
+    (failed, hooked)
 }
 
 /// The store write an event asks for, if any.
@@ -201,7 +208,7 @@ mod tests {
             Write::Finished(a, done),
         ];
         store.begin_group().unwrap();
-        let failed = apply_all(&mut store, &writes);
+        let (failed, _) = apply_all(&mut store, &writes);
         store.commit_group().unwrap();
         assert_eq!(failed.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![gone]);
         let state = |id| store.get_task(id).unwrap().unwrap().state;

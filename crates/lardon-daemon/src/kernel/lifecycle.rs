@@ -59,6 +59,14 @@ pub(crate) enum Applied {
     Retries(u32),
     /// [`Write::Restarted`]: the state it left.
     Left(TaskState),
+    /// An end ([`Write::Finished`], [`Write::RanRemotely`]) that queued
+    /// its hook in its own transaction: the hook runner is woken once it
+    /// is durable.
+    HookQueued,
+}
+
+fn ended(hooked: bool) -> Applied {
+    if hooked { Applied::HookQueued } else { Applied::Done }
 }
 
 impl Write {
@@ -94,7 +102,7 @@ impl Write {
             Write::Started(id, grant) => done(s.start_attempt_granted(*id, grant).map(drop)),
             Write::Paused(id) => done(s.pause(*id).map(drop)),
             Write::Resumed(id) => done(s.resume(*id).map(drop)),
-            Write::Finished(id, outcome) => done(s.finish(*id, outcome)),
+            Write::Finished(id, outcome) => s.finish(*id, outcome).map(ended),
             Write::RunHandle(id, handle) => done(s.set_run_handle(*id, Some(&handle.encode()))),
             Write::RunEnded { id, class, record, code } => {
                 s.record_run(class, record)?;
@@ -120,7 +128,7 @@ impl Write {
             Write::Returned { id, code, message } => done(s.return_to_queue(*id, code, message)),
             Write::RanRemotely { id, message, outcome } => {
                 s.note_offload(*id, CourseKind::Offloaded, "ran_remotely", message)?;
-                done(s.finish(*id, outcome))
+                s.finish(*id, outcome).map(ended)
             }
             Write::Restarted(id) => s.restart(*id).map(Applied::Left),
         }
@@ -151,6 +159,9 @@ impl Shared {
     /// The store's refusal; the writer's failure.
     pub(crate) fn record(&self, write: Write) -> Result<Applied, StoreError> {
         let (applied, write) = self.writer.call(move |s| write.apply(s).map(|a| (a, write)))?;
+        if applied == Applied::HookQueued {
+            self.hooks.wake();
+        }
         for notice in write.notices() {
             self.emit(notice);
         }
@@ -164,17 +175,24 @@ impl Shared {
         // sender is held for them (the hot path of a short task).
         let events =
             (!matches!(write, Write::RunHandle(..) | Write::RunEnded { .. })).then(|| self.events.clone());
+        // Only an end can queue a hook.
+        let hooks = matches!(write, Write::Finished(..) | Write::RanRemotely { .. })
+            .then(|| std::sync::Arc::clone(&self.hooks));
         let id = write.task();
         self.writer.send_background(
-            move |s| write.apply(s).map(|_| write),
+            move |s| write.apply(s).map(|a| (a, write)),
             move |result| match (result, events) {
-                (Ok(write), Some(events)) => {
-                    for notice in write.notices() {
-                        // Nobody watching is fine.
-                        let _ = events.send(notice);
+                (Ok((applied, write)), events) => {
+                    if let (Applied::HookQueued, Some(hooks)) = (applied, hooks) {
+                        hooks.wake();
+                    }
+                    if let Some(events) = events {
+                        for notice in write.notices() {
+                            // Nobody watching is fine.
+                            let _ = events.send(notice);
+                        }
                     }
                 }
-                (Ok(_), None) => {}
                 (Err(e), _) => tracing::warn!("task {id}: a change not recorded: {e}"),
             },
         );

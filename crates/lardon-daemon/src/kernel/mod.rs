@@ -13,6 +13,7 @@ mod placement;
 mod pool;
 mod route;
 mod slot;
+mod wake;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,6 +32,7 @@ pub(crate) use route::{
     Answer, ControlError, Dependency, Field, LocalOnly, Refusal, Route, RouteKind, requested,
 };
 pub(crate) use slot::Slot;
+pub(crate) use wake::HookSignal;
 
 use crate::runner::{ClassProbes, Executor, LogFiles};
 use crate::settings::{DaemonSettings, EnforceMode};
@@ -114,6 +116,9 @@ pub(crate) struct Shared {
     pub(crate) probes: ClassProbes,
     /// Task logs: runs open them here, `Log` streams register as readers.
     pub(crate) logs: Arc<LogFiles>,
+    /// Woken when an end that queued a hook is durable (the hook runner
+    /// sleeps on it).
+    pub(crate) hooks: Arc<HookSignal>,
 }
 
 impl Shared {
@@ -124,7 +129,7 @@ impl Shared {
     }
 
     pub(crate) fn settings(&self) -> DaemonSettings {
-        *lock(&self.settings)
+        lock(&self.settings).clone()
     }
 
     pub(crate) fn replace_settings(&self, mut settings: DaemonSettings) {
@@ -216,6 +221,7 @@ impl Shared {
             compute: p.compute,
             probes: ClassProbes::default(),
             logs: p.logs,
+            hooks: Arc::default(),
         }
     }
 

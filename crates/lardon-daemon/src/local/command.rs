@@ -204,7 +204,7 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
             let applied = shared.record(Write::MemoryRetry(id, note)).map_err(store_err)?;
             retries = Some(match applied {
                 Applied::Retries(n) => n,
-                Applied::Done | Applied::Left(_) => 0,
+                Applied::Done | Applied::Left(_) | Applied::HookQueued => 0,
             });
             // A new admission sized from the kill: smaller batch or larger
             // grant; a REJECT (even batch_min can never fit) fails the task

@@ -134,6 +134,7 @@ pub(crate) fn spec_from_pb(spec: Option<pb::TaskSpec>) -> Result<TaskSpec, Statu
             .map_err(|e| Status::invalid_argument(e.to_string()))?,
         timeout_ms: spec.timeout_ms,
         retry_on_timeout: spec.retry_on_timeout,
+        on_end: (!spec.on_end.is_empty()).then_some(spec.on_end),
     };
     // Validated once, by the engine's submit (`Engine::submit_many`).
     Ok(out)
@@ -214,6 +215,7 @@ pub(crate) fn spec_to_pb(s: &TaskSpec) -> pb::TaskSpec {
         submit_env: None,
         timeout_ms: s.timeout_ms,
         retry_on_timeout: s.retry_on_timeout,
+        on_end: s.on_end.clone().unwrap_or_default(),
     }
 }
 
@@ -295,6 +297,8 @@ pub(crate) fn task_to_pb(rec: &TaskRecord, live: Option<&TaskView>, host: &str) 
         overrun_note: rec.overrun_note.clone().unwrap_or_default(),
         // Filled by the engine's view (it needs the Governor).
         learned: None,
+        // Filled by Get and Explain (a read of the task's hook rows).
+        hook: None,
     }
 }
 

@@ -47,11 +47,9 @@ pub(super) fn get(engine: &Engine, req: pb::GetRequest) -> Result<pb::GetRespons
             })
             .collect()
     });
-    Ok(pb::GetResponse {
-        task: Some(views::task_pb(engine, &rec)),
-        env_differs,
-        submit_env: rec.spec.submit_env.is_some(),
-    })
+    let mut task = views::task_pb(engine, &rec);
+    task.hook = engine.shared.reader().hook_runs(id).map_err(store_status)?.last().map(views::hook_pb);
+    Ok(pb::GetResponse { task: Some(task), env_differs, submit_env: rec.spec.submit_env.is_some() })
 }
 
 /// Why a task is where it is: its course, its needs (with the batch
@@ -77,7 +75,16 @@ pub(super) fn explain(engine: &Engine, req: pb::ExplainRequest) -> Result<pb::Ex
             ..Default::default()
         });
     }
-    let task = views::task_pb(engine, &rec);
+    let hooks = engine.shared.reader().hook_runs(id).map_err(store_status)?;
+    if req.history {
+        // Each after the entries of its end (a restarted task has several).
+        for row in &hooks {
+            let at = history.iter().rposition(|e| e.from_unix_ms <= row.ended_ms).map_or(0, |i| i + 1);
+            history.insert(at, views::hook_entry(row));
+        }
+    }
+    let mut task = views::task_pb(engine, &rec);
+    task.hook = hooks.last().map(views::hook_pb);
     Ok(pb::ExplainResponse {
         history,
         last_decision: task.last_decision.clone(),

@@ -9,7 +9,7 @@ use super::convert::{pressure_to_pb, task_to_pb};
 use crate::engine::Engine;
 use crate::kernel::qid;
 use crate::spec::{TaskSpec, TaskState};
-use crate::store::{CourseEntry, StoreError, TaskRecord};
+use crate::store::{CourseEntry, HookRow, StoreError, TaskRecord};
 
 /// A task with its live view.
 pub(crate) fn task_pb(engine: &Engine, rec: &TaskRecord) -> pb::Task {
@@ -17,6 +17,58 @@ pub(crate) fn task_pb(engine: &Engine, rec: &TaskRecord) -> pb::Task {
     let mut task = task_to_pb(rec, live.as_ref(), &engine.shared.info.host);
     task.learned = learned(&rec.spec, engine);
     task
+}
+
+/// One hook row as the API shows it: `pending` (not started), `running`
+/// (started, no outcome yet; after a crash, until it runs again) or `done`.
+pub(crate) fn hook_pb(row: &HookRow) -> pb::HookRun {
+    let status = match (&row.result, row.tries) {
+        (Some(_), _) => "done",
+        (None, 0) => "pending",
+        (None, _) => "running",
+    };
+    let r = row.result.as_ref();
+    pb::HookRun {
+        command: row.command.clone(),
+        status: status.to_owned(),
+        outcome: r.map(|r| r.end.as_str().to_owned()).unwrap_or_default(),
+        exit_code: r.and_then(|r| r.end.code()),
+        duration_ms: r.map_or(0, |r| r.duration_ms),
+        attempt: row.tries,
+        output: r.map(|r| r.output.clone()).unwrap_or_default(),
+        output_dropped: r.map_or(0, |r| r.output_dropped),
+        task_state: row.task_state.as_str().to_owned(),
+        ended_unix_ms: row.ended_ms,
+        finished_unix_ms: row.finished_ms,
+        error: match r.map(|r| &r.end) {
+            Some(crate::store::HookEnd::FailedToStart(why)) => why.clone(),
+            _ => String::new(),
+        },
+    }
+}
+
+/// A hook's run as a history entry (`explain --history`): kind `hook`,
+/// at the task's end, its outcome as the reason code.
+pub(crate) fn hook_entry(row: &HookRow) -> pb::HistoryEntry {
+    let h = hook_pb(row);
+    let what = match (h.status.as_str(), h.outcome.as_str()) {
+        ("done", "exited") => format!("exited {} after {} ms", h.exit_code.unwrap_or(-1), h.duration_ms),
+        ("done", "signalled") => {
+            format!("killed by signal {} after {} ms", h.exit_code.unwrap_or(0), h.duration_ms)
+        }
+        ("done", "timed_out") => format!("timed out after {} ms (its process group killed)", h.duration_ms),
+        ("done", _) => format!("did not start: {}", h.error),
+        (status, _) => status.to_owned(),
+    };
+    let again = if h.attempt > 1 { format!(", attempt {}", h.attempt) } else { String::new() };
+    pb::HistoryEntry {
+        kind: "hook".to_owned(),
+        from_unix_ms: row.ended_ms,
+        to_unix_ms: row.finished_ms,
+        reason_code: if h.outcome.is_empty() { h.status.clone() } else { h.outcome.clone() },
+        message: format!("on_end after {}: `{}` {what}{again}", h.task_state, h.command),
+        ..Default::default()
+    }
 }
 
 /// The Governor's availability as the API shows it (exportable as is

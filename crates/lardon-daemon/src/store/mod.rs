@@ -18,13 +18,14 @@
 //!
 //! Table groups: `tasks` (insert, read, remove), `transitions` (state
 //! changes, cursor, progress, decisions, recovery), `course` (each task's
-//! bounded decision history), `events`, `learning` (class history,
+//! bounded decision history), `hooks` (each end's hook), `events`, `learning` (class history,
 //! capability feedback), `config` (policy overrides, scratch volumes).
 
 mod config;
 mod course;
 mod error;
 mod events;
+mod hooks;
 mod learning;
 pub mod schema;
 mod tasks;
@@ -42,6 +43,7 @@ pub use config::ScratchVolumeRow;
 pub use course::{COURSE_PER_TASK, CourseEntry, CourseKind, Grant};
 pub use error::StoreError;
 pub use events::{EventKind, EventRow};
+pub use hooks::{HOOK_OUTPUT_MAX, HOOKS_PER_TASK, HookEnd, HookResult, HookRow, PendingHook};
 pub use learning::{FeedbackRow, HISTORY_PER_CLASS, HistorySample, MAX_FEEDBACK_ROWS};
 pub use schema::SCHEMA_VERSION;
 pub use tasks::{Inserted, NewTask, StoredDep, TaskFilter};
@@ -310,6 +312,8 @@ fn to_i64(v: u64, what: &'static str) -> Result<i64, StoreError> {
     i64::try_from(v).map_err(|_| StoreError::OutOfRange { what, value: v })
 }
 
+#[cfg(test)]
+mod hooks_tests;
 #[cfg(test)]
 mod order_tests;
 #[cfg(test)]

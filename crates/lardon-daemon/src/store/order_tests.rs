@@ -36,7 +36,7 @@ fn apply(store: &mut Store, id: TaskId, op: Op) {
         Op::Started => store.start_attempt_granted(id, &grant).map(drop),
         Op::Paused => store.pause(id).map(drop),
         Op::Resumed => store.resume(id).map(drop),
-        Op::Finished => store.finish(id, &done),
+        Op::Finished => store.finish(id, &done).map(drop),
         Op::Handle(h) => store.set_run_handle(id, Some(h)),
         Op::Exit(code) => store.set_exit_code(id, code),
         Op::MemoryRetry => store.note_memory_retry(id, "killed").map(drop),

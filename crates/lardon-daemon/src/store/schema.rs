@@ -11,7 +11,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use super::error::{Ctx, StoreError};
 
 /// Migration `i` (0-based) brings the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -221,6 +221,39 @@ const V7: &str = "-- tasks.spec: offload.inputs and offload.outputs";
 /// the bump also makes an older build, whose spec reader refuses unknown
 /// fields, refuse this database as too new.
 const V8: &str = "ALTER TABLE tasks ADD COLUMN env BLOB;";
+
+/// Version 9: each end's hook (docs/DESIGN.md §10 Hooks). A task's end
+/// inserts its row in the end's own transaction when the task (its spec's
+/// JSON `on_end`) or the policy (`policy_overrides.on_end`) names a
+/// command, one row per end (`attempt`: the task's attempts at that end);
+/// the hook runner starts it (`tries` + 1, durable before the command
+/// starts) and records its outcome, bounded output included
+/// (`finished_ms` set). A row left unfinished by a crash runs again at the
+/// next start. The spec's JSON may carry `on_end` (absent when unset): the
+/// bump also makes an older build refuse this database as too new.
+const V9: &str = r"
+CREATE TABLE task_hooks (
+    seq            INTEGER PRIMARY KEY AUTOINCREMENT,   -- run order: the ends' commit order
+    task_id        INTEGER NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    attempt        INTEGER NOT NULL,                    -- the task's attempts at the end
+    command        TEXT NOT NULL,
+    task_state     TEXT NOT NULL CHECK (task_state IN ('completed', 'failed', 'cancelled')),
+    exit_code      INTEGER,                             -- the task's, at the end
+    ended_ms       INTEGER NOT NULL,
+    tries          INTEGER NOT NULL DEFAULT 0,          -- starts so far (LARDON_HOOK_ATTEMPT)
+    started_ms     INTEGER,
+    finished_ms    INTEGER,                             -- NULL: not yet run to its end
+    outcome        TEXT CHECK (outcome IN ('exited', 'signalled', 'timed_out', 'failed_to_start')),
+    code           INTEGER,                             -- exited: exit code; signalled: signal
+    error          TEXT,                                -- failed_to_start: why
+    duration_ms    INTEGER,
+    output         BLOB,                                -- stdout and stderr, the first 64 KiB
+    output_dropped INTEGER NOT NULL DEFAULT 0,          -- bytes past those
+    UNIQUE (task_id, attempt),
+    CHECK ((finished_ms IS NULL) = (outcome IS NULL))
+) STRICT;
+CREATE INDEX task_hooks_pending ON task_hooks (seq) WHERE finished_ms IS NULL;
+";
 
 /// The database's `user_version`.
 pub(crate) fn version(conn: &Connection) -> Result<u32, StoreError> {

@@ -7,6 +7,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::course::{self, CourseKind, Grant};
 use super::error::{Ctx, StoreError};
 use super::events::{EventKind, push_event};
+use super::hooks;
 use super::{Store, to_i64, to_u64};
 use crate::spec::{DecisionKind, TaskId, TaskState};
 
@@ -97,11 +98,13 @@ impl Store {
         exit_code: Option<i32>,
         expect: Option<TaskState>,
     ) -> Result<(TaskState, u32), StoreError> {
-        self.transition_with(id, to, reason, exit_code, expect, |_, _| Ok(()))
+        self.transition_with(id, to, reason, exit_code, expect, |_, _| Ok(())).map(|(from, n, _)| (from, n))
     }
 
     /// [`Store::transition`], with `also` written in the same transaction
-    /// (given it and the time) when the state changes.
+    /// (given it and the time) when the state changes. An end queues its
+    /// hook in that transaction too (`hooks::queue`); the third value says
+    /// whether it did.
     fn transition_with(
         &mut self,
         id: TaskId,
@@ -110,7 +113,7 @@ impl Store {
         exit_code: Option<i32>,
         expect: Option<TaskState>,
         also: impl FnOnce(&rusqlite::Connection, i64) -> Result<(), StoreError>,
-    ) -> Result<(TaskState, u32), StoreError> {
+    ) -> Result<(TaskState, u32, bool), StoreError> {
         const OP: &str = "change task state";
         let now = self.now_ms();
         let max_events = self.max_events;
@@ -121,7 +124,7 @@ impl Store {
             return Err(illegal);
         }
         if from == to {
-            return Ok((from, attempts));
+            return Ok((from, attempts, false));
         }
         let key = to_i64(id.0, "task id")?;
         let exec = |sql: &str, args: &[&dyn rusqlite::ToSql]| -> Result<(), StoreError> {
@@ -159,10 +162,12 @@ impl Store {
             )?,
             TaskState::Running | TaskState::Pending => return Err(illegal),
         }
+        // After the update: the row holds the end's state and exit code.
+        let hooked = to.is_terminal() && hooks::queue(&tx, id, now)?;
         push_event(&tx, Some(id), EventKind::State, &state_event(from, to, reason), now, max_events)?;
         also(&tx, now)?;
         tx.commit().ctx("commit state change")?;
-        Ok((from, attempts))
+        Ok((from, attempts, hooked))
     }
 
     /// PENDING → RUNNING for a new attempt; returns its number (1 for the
@@ -187,7 +192,7 @@ impl Store {
             course::show_grant(conn, id, grant)?;
             course::push(conn, id, CourseKind::Admitted, now, Some(grant), "", &grant.describe())
         };
-        let (_, attempts) =
+        let (_, attempts, _) =
             self.transition_with(id, TaskState::Running, None, None, Some(TaskState::Pending), also)?;
         Ok(attempts.saturating_add(1))
     }
@@ -350,20 +355,29 @@ impl Store {
         tx.commit().ctx("commit return to queue")
     }
 
-    /// Ends a live task with `outcome` (one transaction).
+    /// Ends a live task with `outcome` (one transaction, which also queues
+    /// the end's hook when the task or the policy names one: returns
+    /// whether it did).
     ///
     /// # Errors
     /// [`StoreError::IllegalTransition`] if the task already ended or the
     /// outcome's state is not terminal.
-    pub fn finish(&mut self, id: TaskId, outcome: &Outcome) -> Result<(), StoreError> {
+    pub fn finish(&mut self, id: TaskId, outcome: &Outcome) -> Result<bool, StoreError> {
         if !outcome.state.is_terminal() {
             let from = self.get_task(id)?.ok_or(StoreError::NotFound(id))?.state;
             return Err(StoreError::IllegalTransition { id, from, to: outcome.state });
         }
         // A task cancelled while it waited: its wait period ends here.
         let also = |conn: &rusqlite::Connection, now: i64| course::close_wait(conn, id, now);
-        self.transition_with(id, outcome.state, outcome.reason.as_deref(), outcome.exit_code, None, also)?;
-        Ok(())
+        let (_, _, hooked) = self.transition_with(
+            id,
+            outcome.state,
+            outcome.reason.as_deref(),
+            outcome.exit_code,
+            None,
+            also,
+        )?;
+        Ok(hooked)
     }
 
     /// Moves a batched task's durable cursor to `cursor` (items done). Only
@@ -553,6 +567,10 @@ impl Store {
             ),
             &[&INTERRUPTED],
         )?;
+        // Ended here: their hooks queue with the end, like any other end's.
+        for id in &failed {
+            hooks::queue(&tx, *id, now)?;
+        }
         for (ids, what) in [(&failed, "failed"), (&requeued, "pending"), (&still_paused, "paused")] {
             for id in ids {
                 push_event(&tx, Some(*id), EventKind::Recovered, what, now, max_events)?;
