@@ -7,6 +7,8 @@ use std::str::FromStr;
 
 use lardon::{HostPolicy, parse_bytes};
 
+use crate::runner::logcap::LogCap;
+
 /// How hard a task's cgroup holds it to its contract (policy `enforce`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum EnforceMode {
@@ -64,6 +66,9 @@ pub struct DaemonSettings {
     /// Policy `timeout`: the wall-clock limit of a local run for a task
     /// that sets none (`submit --timeout`), milliseconds; `None`: no limit.
     pub timeout_ms: Option<u64>,
+    /// Policy `log_max`: a task's log past this keeps its head and tail
+    /// and drops its middle (docs/DESIGN.md §10, log caps); `None`: no cap.
+    pub log_max: Option<LogCap>,
 }
 
 impl Default for DaemonSettings {
@@ -75,6 +80,7 @@ impl Default for DaemonSettings {
             slurm: SlurmSettings::default(),
             offload: OffloadSettings::default(),
             timeout_ms: None,
+            log_max: Some(LogCap::default()),
         }
     }
 }
@@ -255,6 +261,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ("enforce", "per-task cgroup limit: off, soft or hard"),
     ("memory_slack", "fixed memory allowed above the contract before enforcement"),
     ("timeout", "a local run's time limit for a task that sets no --timeout (e.g. 2h; `none` = no limit)"),
+    (
+        "log_max",
+        "a task's log past this keeps its first and last halves and drops the middle with a marker line (at least 64KiB; `none` = no cap)",
+    ),
     ("memory_slack_percent", "proportional memory allowed above the contract, percent"),
     ("slurm_max_jobs", "native Slurm mode: jobs submitted and not yet ended, at most"),
     ("slurm_mem_slack_percent", "native Slurm mode: --mem is the learned peak plus this percent"),
@@ -311,6 +321,7 @@ pub fn get(policy: &HostPolicy, settings: &DaemonSettings, key: &str) -> Option<
         "enforce" => settings.enforce.to_string(),
         "memory_slack" => exact_bytes(settings.memory_slack),
         "timeout" => opt(settings.timeout_ms.map(|ms| format!("{ms}ms"))),
+        "log_max" => opt(settings.log_max.map(|c| exact_bytes(c.bytes()))),
         "memory_slack_percent" => settings.memory_slack_percent.to_string(),
         "slurm_max_jobs" => settings.slurm.max_jobs.to_string(),
         "slurm_mem_slack_percent" => settings.slurm.mem_slack_percent.to_string(),
@@ -378,6 +389,11 @@ pub fn set(
         "memory_slack" => settings.memory_slack = bytes(key, value)?,
         "timeout" => {
             settings.timeout_ms = none_or(value, |v| parse_timeout(v).map_err(|e| format!("{key}: {e}")))?
+        }
+        "log_max" => {
+            settings.log_max = none_or(value, |v| {
+                LogCap::new(bytes(key, v)?).map_err(|e| format!("{key}: {e}"))
+            })?
         }
         "memory_slack_percent" => {
             let p: u32 = num(key, value)?;
@@ -541,5 +557,21 @@ mod tests {
         let s = DaemonSettings::default();
         assert_eq!(s.memory_limit(0), None);
         assert_eq!(s.memory_limit(1000 << 20), Some((1000 << 20) + (64 << 20) + (100 << 20)));
+    }
+
+    #[test]
+    fn log_max_takes_whole_sizes_above_the_minimum_and_none() {
+        let mut policy = HostPolicy::default_for(&HostProfile::new(16 << 30, 8));
+        let mut settings = DaemonSettings::default();
+        assert_eq!(get(&policy, &settings, "log_max").unwrap(), "256MiB");
+        set(&mut policy, &mut settings, "log_max", "1MiB").unwrap();
+        assert_eq!(settings.log_max.map(LogCap::bytes), Some(1 << 20));
+        set(&mut policy, &mut settings, "log_max", "none").unwrap();
+        assert_eq!(settings.log_max, None);
+        for bad in ["0", "1KiB", "0.5B", "lots"] {
+            let e = set(&mut policy, &mut settings, "log_max", bad).unwrap_err();
+            assert!(e.starts_with("log_max:"), "{bad}: {e}");
+        }
+        assert_eq!(settings.log_max, None, "a refused value changes nothing");
     }
 }
