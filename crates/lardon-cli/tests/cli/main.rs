@@ -16,6 +16,7 @@ mod deploy;
 mod e2e;
 mod errors;
 mod log_reuse;
+mod logcap;
 mod one_owner;
 mod policy;
 mod progress_pty;
