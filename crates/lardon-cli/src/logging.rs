@@ -27,8 +27,8 @@ use tracing_subscriber::{EnvFilter, Layer};
 
 mod rotate;
 
-pub(crate) use rotate::{DEFAULT_KEEP, Rotation};
 use rotate::RotatingFile;
+pub(crate) use rotate::{DEFAULT_KEEP, Rotation};
 
 /// The default level when neither `--log-level` nor `RUST_LOG` is set.
 const DEFAULT_LEVEL: &str = "info";

@@ -391,9 +391,8 @@ pub fn set(
             settings.timeout_ms = none_or(value, |v| parse_timeout(v).map_err(|e| format!("{key}: {e}")))?
         }
         "log_max" => {
-            settings.log_max = none_or(value, |v| {
-                LogCap::new(bytes(key, v)?).map_err(|e| format!("{key}: {e}"))
-            })?
+            settings.log_max =
+                none_or(value, |v| LogCap::new(bytes(key, v)?).map_err(|e| format!("{key}: {e}")))?
         }
         "memory_slack_percent" => {
             let p: u32 = num(key, value)?;

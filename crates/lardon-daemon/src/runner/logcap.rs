@@ -396,7 +396,9 @@ mod tests {
             "got {} bytes, want {}; first difference at {at:?}: got {:?}",
             got.len(),
             want.len(),
-            at.map(|i| String::from_utf8_lossy(&got[i.saturating_sub(20)..(i + 40).min(got.len())]).into_owned())
+            at.map(
+                |i| String::from_utf8_lossy(&got[i.saturating_sub(20)..(i + 40).min(got.len())]).into_owned()
+            )
         );
     }
 
