@@ -68,6 +68,13 @@ impl LogFiles {
     pub fn new(logs_dir: &Path) -> io::Result<LogFiles> {
         let spare_dir = logs_dir.join(SPARE_DIR);
         std::fs::create_dir_all(&spare_dir)?;
+        // A log compaction a crash interrupted left its new file; the log
+        // it was made from is intact (the rename never happened).
+        for entry in std::fs::read_dir(logs_dir)?.flatten() {
+            if super::logcap::is_temp(&entry.file_name().to_string_lossy()) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
         let files: Vec<PathBuf> = std::fs::read_dir(&spare_dir)?
             .filter_map(Result::ok)
             .filter(|e| e.metadata().is_ok_and(|m| m.is_file() && m.len() == 0))
@@ -213,6 +220,16 @@ mod tests {
         file.write_all(b"run 2\n").unwrap();
         assert_eq!(std::fs::read_to_string(&b).unwrap(), "run 2\n");
         assert!(logs.lock().files.is_empty(), "the written spare left the pool");
+    }
+
+    #[test]
+    fn a_compaction_left_by_a_crash_is_removed_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".7.log.capping"), "half").unwrap();
+        std::fs::write(dir.path().join("7.log"), "whole").unwrap();
+        LogFiles::new(dir.path()).unwrap();
+        assert!(!dir.path().join(".7.log.capping").exists());
+        assert_eq!(std::fs::read_to_string(dir.path().join("7.log")).unwrap(), "whole");
     }
 
     #[test]
