@@ -54,7 +54,11 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Run the daemon in the foreground (Ctrl-C or SIGTERM stops it cleanly).
     ///
+    /// Its log goes to standard error and `<state dir>/daemon.log`, rotated
+    /// past 16 MiB with 4 older files kept (`--log-max-size`, `--log-keep`).
+    ///
     /// Example: `lardon daemon &` or `lardon daemon --metrics-addr 127.0.0.1:9184`
+    /// or `lardon daemon --log-max-size 64MiB --log-keep 8`
     Daemon(DaemonArgs),
     /// Queue a command with its resource needs; prints the task id.
     ///
@@ -130,7 +134,11 @@ pub(crate) enum Command {
     },
     /// Print a task's output (stdout and stderr as written).
     ///
-    /// Example: `lardon log 7 --follow`
+    /// A log past the policy's `log_max` (default 256MiB) keeps its first and
+    /// last halves; the middle is shown as one line, `[lardon: N bytes dropped]`.
+    ///
+    /// Examples: `lardon log 7 --follow`, `lardon log 7 --tail 20 --follow`,
+    /// `lardon log 7 --head 5`
     Log {
         /// Task id
         id: String,
@@ -143,9 +151,15 @@ pub(crate) enum Command {
         /// Only standard output
         #[arg(long)]
         stdout: bool,
+        /// Only the last N lines (with --follow: then what is written after them)
+        #[arg(long, value_name = "N", value_parser = parse_count, conflicts_with_all = ["head", "tail_bytes"])]
+        tail: Option<u64>,
+        /// Only the first N lines (with --follow: waits for them, then ends)
+        #[arg(long, value_name = "N", value_parser = parse_count, conflicts_with = "tail_bytes")]
+        head: Option<u64>,
         /// Start this many bytes before the end (e.g. 4KiB)
         #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true)]
-        tail: Option<u64>,
+        tail_bytes: Option<u64>,
     },
     /// Pause tasks: pending ones are skipped, running ones are stopped (SIGSTOP) and keep their resources.
     ///
@@ -669,6 +683,13 @@ pub(crate) struct DaemonArgs {
     /// <state dir>/daemon.log; `-` for standard error only (systemd)
     #[arg(long, value_name = "FILE")]
     pub(crate) log_file: Option<PathBuf>,
+    /// Rotate the log file past this size (e.g. 64MiB; 0: never): it
+    /// becomes FILE.1, the older ones FILE.2 … up to --log-keep
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "16MiB")]
+    pub(crate) log_max_size: u64,
+    /// Rotated log files kept (FILE.1 … FILE.N; 0: the file is emptied instead)
+    #[arg(long, value_name = "N", value_parser = parse_u32, default_value_t = crate::logging::DEFAULT_KEEP)]
+    pub(crate) log_keep: u32,
     /// Testing aid: govern a simulated host of MEMORY,CPUS (e.g. 4GiB,2)
     /// instead of the real one. Budgets and pressure are fixed; commands
     /// still really run. For the demo and tests that need a scripted host,

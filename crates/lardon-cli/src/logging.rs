@@ -9,21 +9,26 @@
 //!   (appended), so `lardon daemon &` leaves a log behind; `--log-file PATH`
 //!   writes that file instead, and `--log-file -` writes standard error only
 //!   (what a systemd unit wants: journald keeps it).
+//! * **Rotation**: the file is size-bounded ([`rotate`]): past
+//!   `--log-max-size` (16 MiB) it becomes `daemon.log.1`, the older ones
+//!   move up to `--log-keep` (4) and the oldest is removed.
 //! * **Shape**: on a terminal, coloured human lines with local timestamps;
 //!   under journald (`JOURNAL_STREAM` set) plain lines without a timestamp,
 //!   since journald stamps each line itself; otherwise, and always in the
 //!   file, plain lines with timestamps and no colour codes.
 
-use std::fs::{File, OpenOptions};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
+
+mod rotate;
+
+use rotate::RotatingFile;
+pub(crate) use rotate::{DEFAULT_KEEP, Rotation};
 
 /// The default level when neither `--log-level` nor `RUST_LOG` is set.
 const DEFAULT_LEVEL: &str = "info";
@@ -110,25 +115,13 @@ fn lardon_directives(text: &str) -> String {
     format!("{others},{}", own.join(","))
 }
 
-/// A cloneable handle on the appended log file.
-#[derive(Debug, Clone)]
-struct SharedFile(Arc<File>);
-
-impl<'a> MakeWriter<'a> for SharedFile {
-    type Writer = &'a File;
-
-    fn make_writer(&'a self) -> Self::Writer {
-        &self.0
-    }
-}
-
 /// Installs the global subscriber for the daemon. Call once, before the
 /// daemon starts.
 ///
 /// # Errors
 /// A bad level (usage error) or a log file that cannot be opened (the
 /// error names the path).
-pub(crate) fn init_daemon(level: Option<&str>, sink: &LogSink) -> Result<()> {
+pub(crate) fn init_daemon(level: Option<&str>, sink: &LogSink, rotation: Rotation) -> Result<()> {
     let rust_log = std::env::var("RUST_LOG").ok();
     let filter = filter(level, rust_log.as_deref())?;
     let file = match sink.file() {
@@ -137,12 +130,9 @@ pub(crate) fn init_daemon(level: Option<&str>, sink: &LogSink) -> Result<()> {
                 std::fs::create_dir_all(dir)
                     .with_context(|| format!("--log-file: cannot create {}", dir.display()))?;
             }
-            let file = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
+            let file = RotatingFile::open(path, rotation)
                 .with_context(|| format!("--log-file: cannot open {}", path.display()))?;
-            Some(SharedFile(Arc::new(file)))
+            Some(file)
         }
         None => None,
     };

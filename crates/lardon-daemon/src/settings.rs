@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use lardon::{HostPolicy, parse_bytes};
 
+use crate::runner::logcap::LogCap;
+
 /// How hard a task's cgroup holds it to its contract (policy `enforce`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum EnforceMode {
@@ -72,6 +74,9 @@ pub struct DaemonSettings {
     /// Policy `on_end_timeout`: a hook's time limit, milliseconds (at it
     /// its process group is killed and it is recorded as timed out).
     pub on_end_timeout_ms: u64,
+    /// Policy `log_max`: a task's log past this keeps its head and tail
+    /// and drops its middle (docs/DESIGN.md §10, log caps); `None`: no cap.
+    pub log_max: Option<LogCap>,
 }
 
 /// `on_end_timeout` by default: one minute.
@@ -88,6 +93,7 @@ impl Default for DaemonSettings {
             timeout_ms: None,
             on_end: None,
             on_end_timeout_ms: DEFAULT_HOOK_TIMEOUT_MS,
+            log_max: Some(LogCap::default()),
         }
     }
 }
@@ -268,6 +274,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ("enforce", "per-task cgroup limit: off, soft or hard"),
     ("memory_slack", "fixed memory allowed above the contract before enforcement"),
     ("timeout", "a local run's time limit for a task that sets no --timeout (e.g. 2h; `none` = no limit)"),
+    (
+        "log_max",
+        "a task's log past this keeps its first and last halves and drops the middle with a marker line (at least 64KiB; `none` = no cap)",
+    ),
     ("memory_slack_percent", "proportional memory allowed above the contract, percent"),
     (
         "on_end",
@@ -329,6 +339,7 @@ pub fn get(policy: &HostPolicy, settings: &DaemonSettings, key: &str) -> Option<
         "enforce" => settings.enforce.to_string(),
         "memory_slack" => exact_bytes(settings.memory_slack),
         "timeout" => opt(settings.timeout_ms.map(|ms| format!("{ms}ms"))),
+        "log_max" => opt(settings.log_max.map(|c| exact_bytes(c.bytes()))),
         "memory_slack_percent" => settings.memory_slack_percent.to_string(),
         "on_end" => opt(settings.on_end.as_deref().map(str::to_owned)),
         "on_end_timeout" => format!("{}ms", settings.on_end_timeout_ms),
@@ -406,6 +417,10 @@ pub fn set(
         }
         "on_end_timeout" => {
             settings.on_end_timeout_ms = parse_timeout(value).map_err(|e| format!("{key}: {e}"))?;
+        }
+        "log_max" => {
+            settings.log_max =
+                none_or(value, |v| LogCap::new(bytes(key, v)?).map_err(|e| format!("{key}: {e}")))?
         }
         "memory_slack_percent" => {
             let p: u32 = num(key, value)?;
@@ -569,5 +584,21 @@ mod tests {
         let s = DaemonSettings::default();
         assert_eq!(s.memory_limit(0), None);
         assert_eq!(s.memory_limit(1000 << 20), Some((1000 << 20) + (64 << 20) + (100 << 20)));
+    }
+
+    #[test]
+    fn log_max_takes_whole_sizes_above_the_minimum_and_none() {
+        let mut policy = HostPolicy::default_for(&HostProfile::new(16 << 30, 8));
+        let mut settings = DaemonSettings::default();
+        assert_eq!(get(&policy, &settings, "log_max").unwrap(), "256MiB");
+        set(&mut policy, &mut settings, "log_max", "1MiB").unwrap();
+        assert_eq!(settings.log_max.map(LogCap::bytes), Some(1 << 20));
+        set(&mut policy, &mut settings, "log_max", "none").unwrap();
+        assert_eq!(settings.log_max, None);
+        for bad in ["0", "1KiB", "0.5B", "lots"] {
+            let e = set(&mut policy, &mut settings, "log_max", bad).unwrap_err();
+            assert!(e.starts_with("log_max:"), "{bad}: {e}");
+        }
+        assert_eq!(settings.log_max, None, "a refused value changes nothing");
     }
 }

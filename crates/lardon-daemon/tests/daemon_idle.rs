@@ -93,7 +93,13 @@ async fn log_follow_sends_new_output_without_polling_and_ends_with_the_task() {
     let script = format!("echo first; read line < '{}'; echo second", fifo.display());
     let id = submit(&mut c, sh(&script)).await;
     let mut stream = c
-        .log(pb::LogRequest { id: id.clone(), follow: true, stream: 0, tail_bytes: None })
+        .log(pb::LogRequest {
+            id: id.clone(),
+            follow: true,
+            stream: 0,
+            tail_bytes: None,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();

@@ -40,7 +40,13 @@ async fn garbage_and_dropped_streams_lose_nothing() {
     }
     drop(watch);
     let mut log = c
-        .log(pb::LogRequest { id: long.clone(), follow: true, stream: 0, tail_bytes: None })
+        .log(pb::LogRequest {
+            id: long.clone(),
+            follow: true,
+            stream: 0,
+            tail_bytes: None,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
@@ -54,7 +60,13 @@ async fn garbage_and_dropped_streams_lose_nothing() {
     assert_eq!(state(&wait_end(&mut c, &queued).await), TaskState::Completed);
     // A followed log ends with the task.
     let mut log = c
-        .log(pb::LogRequest { id: long.clone(), follow: true, stream: 0, tail_bytes: Some(4) })
+        .log(pb::LogRequest {
+            id: long.clone(),
+            follow: true,
+            stream: 0,
+            tail_bytes: Some(4),
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();

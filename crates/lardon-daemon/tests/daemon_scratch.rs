@@ -140,7 +140,13 @@ async fn volumes_are_durable_and_bad_paths_are_refused() {
 /// read from the follow stream as it is written; fails at [`DEADLINE`].
 async fn first_line_with(c: &mut Client, id: &str, prefix: &str) -> String {
     let mut stream = c
-        .log(pb::LogRequest { id: id.to_owned(), follow: true, stream: 0, tail_bytes: None })
+        .log(pb::LogRequest {
+            id: id.to_owned(),
+            follow: true,
+            stream: 0,
+            tail_bytes: None,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();

@@ -18,7 +18,7 @@ use crate::error::usage;
 use crate::logging::{self, LogSink};
 
 pub(crate) fn run(args: &AgentArgs) -> Result<u8> {
-    logging::init_daemon(args.log_level.as_deref(), &LogSink::Stderr)?;
+    logging::init_daemon(args.log_level.as_deref(), &LogSink::Stderr, logging::Rotation::default())?;
     let capabilities = args
         .capability
         .iter()

@@ -11,7 +11,7 @@ use crate::error::usage;
 use crate::logging::{self, LogSink};
 
 pub(crate) fn run(args: &BrokerArgs) -> Result<u8> {
-    logging::init_daemon(args.log_level.as_deref(), &LogSink::Stderr)?;
+    logging::init_daemon(args.log_level.as_deref(), &LogSink::Stderr, logging::Rotation::default())?;
     if args.heartbeat == 0 {
         return Err(usage("--heartbeat: must be more than 0"));
     }

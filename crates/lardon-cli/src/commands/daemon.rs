@@ -10,7 +10,8 @@ pub(crate) fn run(cli: &Cli, args: &DaemonArgs) -> Result<u8> {
     let paths = lardon_proto::Paths::resolve(cli.state_dir.as_deref())
         .map_err(|e| crate::error::usage(e.to_string()))?;
     let sink = logging::LogSink::choose(args.log_file.as_deref(), &paths.state_dir);
-    logging::init_daemon(args.log_level.as_deref(), &sink)?;
+    let rotation = logging::Rotation { max_bytes: args.log_max_size, keep: args.log_keep };
+    logging::init_daemon(args.log_level.as_deref(), &sink, rotation)?;
     let mut config = DaemonConfig::new(paths.state_dir);
     config.socket = Some(cli.socket.clone().unwrap_or(paths.socket));
     config.metrics_addr = args.metrics_addr;

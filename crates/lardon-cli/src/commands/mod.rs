@@ -50,9 +50,13 @@ pub(crate) fn dispatch(cli: Cli) -> Result<u8> {
         }
         Command::Explain { id, history, json } => block_on(status::explain(&cli, id, *history, *json)),
         Command::Resources { json } => block_on(status::resources(&cli, *json)),
-        Command::Log { id, follow, stderr, stdout, tail } => {
-            block_on(log::run(&cli, id, *follow, (*stdout, *stderr), *tail))
-        }
+        Command::Log { id, follow, stderr, stdout, tail, head, tail_bytes } => block_on(log::run(
+            &cli,
+            id,
+            *follow,
+            (*stdout, *stderr),
+            log::Lines { tail: *tail, head: *head, tail_bytes: *tail_bytes },
+        )),
         Command::Pause(a) => block_on(control::pause(&cli, &a.ids, a.json)),
         Command::Resume(a) => block_on(control::resume(&cli, &a.ids, a.json)),
         Command::Cancel { ids, grace, json } => block_on(control::cancel(&cli, ids, *grace, *json)),

@@ -81,3 +81,24 @@ fn a_bad_log_level_is_a_usage_error_naming_the_flag() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--log-level"), "{}", stderr(&o));
 }
+
+#[test]
+fn the_log_file_rotates_past_its_size_and_keeps_that_many_files() {
+    let dir = tempfile::tempdir().unwrap();
+    run_daemon(dir.path(), &["--log-level", "debug", "--log-max-size", "1KiB", "--log-keep", "2"]);
+    let state = dir.path().join("state");
+    let names: Vec<String> = std::fs::read_dir(&state)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("daemon.log"))
+        .collect();
+    assert!(names.contains(&"daemon.log.1".to_owned()), "rotated at least once: {names:?}");
+    assert!(!names.iter().any(|n| n == "daemon.log.3"), "only two rotated files kept: {names:?}");
+    for name in &names {
+        let text = read(&state.join(name));
+        // A line is never split; a file is over the size only by holding one line.
+        assert!(text.len() <= 1024 || text.lines().count() == 1, "{name}: {} bytes", text.len());
+    }
+    assert!(read(&state.join("daemon.log")).contains("the daemon stopped"), "the newest lines last");
+}

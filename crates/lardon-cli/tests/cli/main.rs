@@ -17,6 +17,7 @@ mod e2e;
 mod errors;
 mod hooks;
 mod log_reuse;
+mod logcap;
 mod one_owner;
 mod policy;
 mod progress_pty;

@@ -15,7 +15,7 @@
 //! on the task and learned. The first task of an unproven class goes
 //! first ([`crate::runner::ClassProbes`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{RecvTimeoutError, channel};
 use std::time::Duration;
@@ -24,12 +24,21 @@ use lardon::{RunOutcome, RunRecord, TaskContext, TaskError, TaskResult, format_b
 
 use crate::ids::format_id;
 use crate::kernel::{Applied, DaemonEvent, Shared, Slot, Write};
+use crate::runner::logcap::LiveCap;
 use crate::runner::{Run, RunError, RunExit, RunRequest, RunSignal, task_env};
 use crate::settings::EnforceMode;
 use crate::spec::{TIMEOUT, TaskId, TaskSpec};
 
 /// How often a running command's memory use is fed to its reservation.
 const USAGE_EVERY: Duration = Duration::from_millis(500);
+
+/// How often a running command's log is checked against its cap; the
+/// wait wakes this often (a run shorter than this is never woken).
+const LOG_EVERY: Duration = Duration::from_millis(250);
+
+/// The next check after one that dropped bytes: the writer is fast, and a
+/// check is two system calls.
+const LOG_SOON: Duration = Duration::from_millis(25);
 
 /// Runs of one task killed at their memory limit that are run again before
 /// the task fails.
@@ -43,7 +52,14 @@ pub(crate) fn command_callback(
 ) -> impl FnOnce(&mut TaskContext) -> TaskResult + Send + 'static {
     move |ctx| {
         let slot = shared.placements.slot(id);
-        let result = run_all(&shared, id, &spec, ctx, &slot);
+        // One cap across the task's runs: a batched task's runs share one
+        // log file (docs/DESIGN.md §10, log caps).
+        let mut log = shared.settings().log_max.map(LiveCap::new);
+        let result = run_all(&shared, id, &spec, ctx, &slot, log.as_mut());
+        // Every run of this attempt has been cleaned up: no writer is left.
+        if let Some(log) = log {
+            log.finish(&shared.log_path(id));
+        }
         shared.placements.ran_here(id);
         result
     }
@@ -53,7 +69,14 @@ fn store_err(e: impl std::fmt::Display) -> TaskError {
     TaskError::failed(format!("the daemon's store failed: {e}"))
 }
 
-fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, slot: &Slot) -> TaskResult {
+fn run_all(
+    shared: &Shared,
+    id: TaskId,
+    spec: &TaskSpec,
+    ctx: &mut TaskContext,
+    slot: &Slot,
+    mut log: Option<&mut LiveCap>,
+) -> TaskResult {
     // The row is read only when needed: a batched task's durable cursor
     // now, the memory retries (kept across restarts) at the first kill.
     // A plain run reads nothing from the store.
@@ -132,10 +155,14 @@ fn run_all(shared: &Shared, id: TaskId, spec: &TaskSpec, ctx: &mut TaskContext, 
         // exists from the spawn on either way); it would only hold this
         // worker for an fsync per run (docs/DESIGN.md §10, crash recovery).
         shared.record_background(Write::RunHandle(id, run.handle()));
-        let (exit, past_deadline) = wait_reporting_usage(&*run, ctx, deadline);
+        let tend = log.as_deref_mut().map(|cap| (cap, req.log.as_path()));
+        let (exit, past_deadline) = wait_reporting_usage(&*run, ctx, deadline, tend);
         let peak = run.peak();
         let oom = run.oom_killed();
         run.cleanup();
+        if let Some(log) = log.as_deref_mut() {
+            log.note_len(run.log_len());
+        }
         drop(cpus);
         slot.lock().run = None;
         // The handle is not cleared here (one fsync saved per run): the end
@@ -272,6 +299,49 @@ fn note_soft_overrun(shared: &Shared, id: TaskId, contract: &lardon::Contract, l
 /// Why a run past its task's deadline failed (the agent's words too).
 const DEADLINE_PASSED: &str = "deadline passed";
 
+/// A task's log cap and its run's log, checked from the run's wait.
+type Tend<'a> = Option<(&'a mut LiveCap, &'a Path)>;
+
+/// The periodic part of a run's wait: its memory use every
+/// [`USAGE_EVERY`], its log every [`LOG_EVERY`] (sooner after a check that
+/// dropped bytes). Counts the time by the steps it was woken after, so a
+/// run pays no clock reads before its first wake.
+struct Periodic<'a> {
+    tend: Tend<'a>,
+    since_usage: Duration,
+    step: Duration,
+}
+
+impl<'a> Periodic<'a> {
+    fn new(tend: Tend<'a>) -> Self {
+        let step = if tend.is_some() { LOG_EVERY } else { USAGE_EVERY };
+        Periodic { tend, since_usage: Duration::ZERO, step }
+    }
+
+    /// How long to wait before the next wake, given the time `left` to
+    /// the deadline (ms).
+    fn step(&self, left: Option<i64>) -> Duration {
+        match left {
+            Some(ms) if ms > 0 => self.step.min(Duration::from_millis(ms.unsigned_abs())),
+            _ => self.step,
+        }
+    }
+
+    /// After a wake `waited` after the last.
+    fn woke(&mut self, waited: Duration, run: &dyn Run, ctx: &TaskContext) {
+        self.since_usage += waited;
+        if self.since_usage >= USAGE_EVERY || self.tend.is_none() {
+            self.since_usage = Duration::ZERO;
+            if let Some(bytes) = run.usage() {
+                ctx.report_usage(bytes);
+            }
+        }
+        if let Some((cap, path)) = self.tend.as_mut() {
+            self.step = if cap.tend(path) { LOG_SOON } else { LOG_EVERY };
+        }
+    }
+}
+
 /// Waits for the run while feeding its memory use to the reservation, so
 /// admission counts only what the task has not yet materialised; kills its
 /// group at `deadline` (Unix ms; a shippable task's, which holds here as
@@ -284,27 +354,22 @@ fn wait_reporting_usage(
     run: &dyn Run,
     ctx: &TaskContext,
     deadline: Option<i64>,
+    tend: Tend<'_>,
 ) -> (Result<RunExit, RunError>, bool) {
     let mut killed = false;
+    let mut periodic = Periodic::new(tend);
     loop {
         let left = deadline.map(|d| d.saturating_sub(crate::now_ms()));
         if left.is_some_and(|ms| ms <= 0) && !killed {
             killed = true;
             let _ = run.signal(RunSignal::Kill);
         }
-        // Wakes at the next usage sample or at the deadline, whichever is first.
-        let step = match left {
-            Some(ms) if ms > 0 => USAGE_EVERY.min(Duration::from_millis(ms.unsigned_abs())),
-            _ => USAGE_EVERY,
-        };
+        // Wakes at the next periodic check or at the deadline, whichever is first.
+        let step = periodic.step(left);
         match run.ended_within(step) {
             Some(true) => return (run.wait(), killed),
-            Some(false) => {
-                if let Some(bytes) = run.usage() {
-                    ctx.report_usage(bytes);
-                }
-            }
-            None => return wait_with_sampler(run, ctx, deadline),
+            Some(false) => periodic.woke(step, run, ctx),
+            None => return wait_with_sampler(run, ctx, deadline, periodic),
         }
     }
 }
@@ -315,6 +380,7 @@ fn wait_with_sampler(
     run: &dyn Run,
     ctx: &TaskContext,
     deadline: Option<i64>,
+    mut periodic: Periodic<'_>,
 ) -> (Result<RunExit, RunError>, bool) {
     let (stop, stopped) = channel::<()>();
     let killed = std::sync::atomic::AtomicBool::new(false);
@@ -326,18 +392,13 @@ fn wait_with_sampler(
                 if left.is_some_and(|ms| ms <= 0) && !hit.swap(true, std::sync::atomic::Ordering::SeqCst) {
                     let _ = run.signal(RunSignal::Kill);
                 }
-                // Wakes at the next usage sample or at the deadline, whichever is first.
-                let step = match left {
-                    Some(ms) if ms > 0 => USAGE_EVERY.min(Duration::from_millis(ms.unsigned_abs())),
-                    _ => USAGE_EVERY,
-                };
+                // Wakes at the next periodic check or at the deadline, whichever is first.
+                let step = periodic.step(left);
                 match stopped.recv_timeout(step) {
                     Err(RecvTimeoutError::Timeout) => {}
                     _ => return,
                 }
-                if let Some(bytes) = run.usage() {
-                    ctx.report_usage(bytes);
-                }
+                periodic.woke(step, run, ctx);
             }
         });
         let exit = run.wait();

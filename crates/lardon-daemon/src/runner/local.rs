@@ -140,9 +140,7 @@ impl Executor for LocalExecutor {
         // Only a run in a real cgroup can give its log back: its removal
         // proves no process of the run is left to write there.
         let give_back = match (&self.logs, cgroup.as_deref()) {
-            (Some(logs), Some(cg)) if !cg.procs_files().is_empty() => {
-                Some((Arc::clone(logs), req.log.clone()))
-            }
+            (Some(logs), Some(cg)) if !cg.procs_files().is_empty() => Some(Arc::clone(logs)),
             _ => None,
         };
         // Registered: the orphan reaper must not take this child's status.
@@ -172,7 +170,9 @@ impl Executor for LocalExecutor {
             exit: Mutex::new(None),
             started: Instant::now(),
             done: AtomicBool::new(false),
+            log: req.log.clone(),
             give_back,
+            log_len: Mutex::new(None),
         }))
     }
 }
@@ -193,9 +193,13 @@ struct LocalRun {
     /// Set once cleaned up: later signals (a grace timer) must not reach
     /// a process group id the kernel may have recycled.
     done: AtomicBool,
-    /// The pool and the log to give back after a clean removal of the
+    /// The run's log.
+    log: PathBuf,
+    /// The pool to give the log back to after a clean removal of the
     /// run's cgroup (when the log stayed empty).
-    give_back: Option<(Arc<LogFiles>, PathBuf)>,
+    give_back: Option<Arc<LogFiles>>,
+    /// The log's length seen by `cleanup` (for its cap).
+    log_len: Mutex<Option<u64>>,
 }
 
 impl LocalRun {
@@ -267,19 +271,27 @@ impl Run for LocalRun {
         }
         self.group.kill_and_reap();
         let cgroup = self.cgroup().take();
+        let mut len = None;
         if let Some(cg) = cgroup {
             let name = cg.name().to_owned();
             match cg.remove() {
                 // Emptied and removed: nothing of the run can write to its
                 // log any more.
                 Ok(()) => {
-                    if let Some((logs, path)) = &self.give_back {
-                        logs.give_back(path);
+                    if let Some(logs) = &self.give_back {
+                        // Its look at the log's length serves the cap too.
+                        len = Some(logs.give_back(&self.log));
                     }
                 }
                 Err(e) => tracing::warn!("task cgroup {name} not removed: {e}"),
             }
         }
+        let len = len.unwrap_or_else(|| std::fs::metadata(&self.log).ok().map(|m| m.len()));
+        *self.log_len.lock().unwrap_or_else(PoisonError::into_inner) = len;
+    }
+
+    fn log_len(&self) -> Option<u64> {
+        *self.log_len.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

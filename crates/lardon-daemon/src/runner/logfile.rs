@@ -68,6 +68,13 @@ impl LogFiles {
     pub fn new(logs_dir: &Path) -> io::Result<LogFiles> {
         let spare_dir = logs_dir.join(SPARE_DIR);
         std::fs::create_dir_all(&spare_dir)?;
+        // A log compaction a crash interrupted left its new file; the log
+        // it was made from is intact (the rename never happened).
+        for entry in std::fs::read_dir(logs_dir)?.flatten() {
+            if super::logcap::is_temp(&entry.file_name().to_string_lossy()) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
         let files: Vec<PathBuf> = std::fs::read_dir(&spare_dir)?
             .filter_map(Result::ok)
             .filter(|e| e.metadata().is_ok_and(|m| m.is_file() && m.len() == 0))
@@ -119,15 +126,17 @@ impl LogFiles {
     /// Gives `path` back as a spare when it is empty, no `Log` stream is
     /// open and the pool is not full. Call only once no process of the run
     /// that wrote it can still hold it open. Best effort: a log that is
-    /// not given back stays where it is, as before.
-    pub fn give_back(&self, path: &Path) {
-        let Ok(meta) = std::fs::symlink_metadata(path) else { return };
+    /// not given back stays where it is, as before. Returns the log's
+    /// length as seen (`None`: no log), so a caller capping it needs no
+    /// look of its own.
+    pub fn give_back(&self, path: &Path) -> Option<u64> {
+        let meta = std::fs::symlink_metadata(path).ok()?;
         if !meta.is_file() || meta.len() > 0 {
-            return;
+            return Some(meta.len());
         }
         let mut state = self.lock();
         if state.readers > 0 || state.files.len() >= MAX_SPARES {
-            return;
+            return Some(0);
         }
         let n = self.next_name.fetch_add(1, Ordering::Relaxed);
         let spare = self.spare_dir.join(format!("{}-{n}", std::process::id()));
@@ -136,6 +145,7 @@ impl LogFiles {
         if renameat2(AT_FDCWD, path, AT_FDCWD, &spare, RenameFlags::RENAME_NOREPLACE).is_ok() {
             state.files.push(spare);
         }
+        Some(0)
     }
 
     /// Registers a reader of logs: while the guard lives, no log is given
@@ -177,12 +187,12 @@ mod tests {
         let (dir, logs) = pool();
         let (a, b, c) = (dir.path().join("1.log"), dir.path().join("2.log"), dir.path().join("3.log"));
         let ino = logs.open(&a).unwrap().metadata().unwrap().ino();
-        logs.give_back(&a);
+        let _ = logs.give_back(&a);
         assert!(!a.exists(), "an empty log is taken away");
         let mut file = logs.open(&b).unwrap();
         assert_eq!(file.metadata().unwrap().ino(), ino, "the next run gets the same inode");
         file.write_all(b"out\n").unwrap();
-        logs.give_back(&b);
+        let _ = logs.give_back(&b);
         assert_eq!(std::fs::read_to_string(&b).unwrap(), "out\n", "a log with output stays");
         assert_ne!(logs.open(&c).unwrap().metadata().unwrap().ino(), ino);
     }
@@ -192,7 +202,7 @@ mod tests {
         let (dir, logs) = pool();
         let (a, b) = (dir.path().join("1.log"), dir.path().join("2.log"));
         logs.open(&a).unwrap();
-        logs.give_back(&a);
+        let _ = logs.give_back(&a);
         std::fs::write(&b, "first attempt\n").unwrap();
         logs.open(&b).unwrap().write_all(b"second\n").unwrap();
         assert_eq!(std::fs::read_to_string(&b).unwrap(), "first attempt\nsecond\n");
@@ -204,7 +214,7 @@ mod tests {
         let (dir, logs) = pool();
         let (a, b) = (dir.path().join("1.log"), dir.path().join("2.log"));
         let mut stray = logs.open(&a).unwrap();
-        logs.give_back(&a);
+        let _ = logs.give_back(&a);
         stray.write_all(b"late output of run 1\n").unwrap();
         let mut file = logs.open(&b).unwrap();
         file.write_all(b"run 2\n").unwrap();
@@ -213,15 +223,25 @@ mod tests {
     }
 
     #[test]
+    fn a_compaction_left_by_a_crash_is_removed_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".7.log.capping"), "half").unwrap();
+        std::fs::write(dir.path().join("7.log"), "whole").unwrap();
+        LogFiles::new(dir.path()).unwrap();
+        assert!(!dir.path().join(".7.log.capping").exists());
+        assert_eq!(std::fs::read_to_string(dir.path().join("7.log")).unwrap(), "whole");
+    }
+
+    #[test]
     fn nothing_is_given_back_while_a_reader_is_open() {
         let (dir, logs) = pool();
         let a = dir.path().join("1.log");
         logs.open(&a).unwrap();
         let reader = logs.reader();
-        logs.give_back(&a);
+        let _ = logs.give_back(&a);
         assert!(a.exists(), "a reader may have it open");
         drop(reader);
-        logs.give_back(&a);
+        let _ = logs.give_back(&a);
         assert!(!a.exists());
     }
 
@@ -231,7 +251,7 @@ mod tests {
         for i in 0..(MAX_SPARES + 3) {
             let p = dir.path().join(format!("{i}.log"));
             File::create(&p).unwrap();
-            logs.give_back(&p);
+            let _ = logs.give_back(&p);
         }
         assert_eq!(logs.lock().files.len(), MAX_SPARES);
         assert!(dir.path().join(format!("{}.log", MAX_SPARES)).exists(), "past the bound it stays");

@@ -5,6 +5,7 @@
 
 mod env;
 mod local;
+pub mod logcap;
 mod logfile;
 pub mod orphans;
 mod probe;
@@ -141,4 +142,9 @@ pub trait Run: Send + Sync + fmt::Debug {
     fn oom_killed(&self) -> bool;
     /// Kills whatever is left of the run and releases its resources.
     fn cleanup(&self);
+    /// The length of the run's log as [`Run::cleanup`] saw it (`None`:
+    /// not known, or no log), so its cap is checked without another look.
+    fn log_len(&self) -> Option<u64> {
+        None
+    }
 }

@@ -8,6 +8,7 @@
 
 mod control;
 mod convert;
+mod logread;
 mod logwatch;
 mod policy;
 mod query;

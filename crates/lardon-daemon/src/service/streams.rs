@@ -3,17 +3,16 @@
 //! stream (the send fails), and shutdown ends them all.
 
 use std::collections::BTreeSet;
-use std::io::SeekFrom;
 use std::sync::Arc;
 use std::time::Duration;
 
 use lardon_proto::pb;
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Response, Status};
 
 use super::convert::{decision_to_pb, id_arg};
+use super::logread::{LogCursor, Start};
 use super::logwatch::LogWatch;
 use super::{BoxStream, store_status, views};
 use crate::engine::Engine;
@@ -167,7 +166,18 @@ pub(crate) async fn log(
     let reading = engine.shared.logs.reader();
     let (tx, rx) = mpsc::channel(CHANNEL);
     let follow = req.follow;
-    let tail = req.tail_bytes;
+    let start = match (req.tail_lines, req.tail_bytes) {
+        (Some(_), Some(_)) => {
+            return Err(Status::invalid_argument("tail_lines and tail_bytes: give one, not both"));
+        }
+        (Some(n), None) => Start::TailLines(n),
+        (None, Some(n)) => Start::TailBytes(n),
+        (None, None) => Start::Beginning,
+    };
+    let head = req.head_lines;
+    if head.is_some() && !matches!(start, Start::Beginning) {
+        return Err(Status::invalid_argument("head_lines: not with a tail"));
+    }
     // Subscribed and watching before the first read: neither the task's
     // end nor a write after that read can slip by unnoticed.
     let mut events = engine.shared.events.subscribe();
@@ -185,23 +195,12 @@ pub(crate) async fn log(
     };
     tokio::spawn(async move {
         let _reading = reading;
-        let mut file: Option<tokio::fs::File> = None;
-        let mut offset = 0u64;
-        let mut buf = vec![0u8; LOG_CHUNK];
+        // Read on a blocking thread: holes are skipped and lines counted
+        // with plain system calls (logread).
+        let mut cursor: Option<LogCursor> = None;
         loop {
             if follow {
                 engine.shared.wakeups.log_follow.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            if file.is_none()
-                && let Ok(mut f) = tokio::fs::File::open(&path).await
-            {
-                if let (Some(tail), Ok(meta)) = (tail, f.metadata().await) {
-                    offset = meta.len().saturating_sub(tail);
-                    if f.seek(SeekFrom::Start(offset)).await.is_err() {
-                        offset = 0;
-                    }
-                }
-                file = Some(f);
             }
             // Whether the task has ended, read before draining the file so
             // the last bytes written before the end are always sent.
@@ -210,26 +209,51 @@ pub(crate) async fn log(
             })
             .await
             .unwrap_or(true);
-            if let Some(f) = file.as_mut() {
-                loop {
-                    match f.read(&mut buf).await {
-                        Ok(0) => break,
-                        Ok(n) => {
-                            let chunk = pb::LogChunk {
-                                stream: pb::LogStream::Unspecified as i32,
-                                offset,
-                                data: buf[..n].to_vec(),
-                            };
-                            offset += n as u64;
-                            if tx.send(Ok(chunk)).await.is_err() {
-                                return;
-                            }
-                        }
-                        Err(e) => {
-                            let _ = tx.send(Err(Status::internal(format!("reading the log: {e}")))).await;
-                            return;
-                        }
+            // Drained to its current end, a few chunks per hop (a slow
+            // client holds back only these).
+            loop {
+                let p = path.clone();
+                let read = tokio::task::spawn_blocking(move || {
+                    let mut cursor = match cursor {
+                        Some(c) => c,
+                        None => match LogCursor::open(&p, start, head)? {
+                            Some(c) => c,
+                            None => return Ok((None, Vec::new(), false)),
+                        },
+                    };
+                    let mut chunks = Vec::new();
+                    let mut size = 0;
+                    while size < 4 * LOG_CHUNK {
+                        let Some(chunk) = cursor.next(LOG_CHUNK)? else {
+                            return Ok((Some(cursor), chunks, false));
+                        };
+                        size += chunk.1.len();
+                        chunks.push(chunk);
                     }
+                    Ok::<_, std::io::Error>((Some(cursor), chunks, true))
+                })
+                .await
+                .map_err(std::io::Error::other)
+                .and_then(|r| r);
+                let (back, chunks, more) = match read {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = tx.send(Err(Status::internal(format!("reading the log: {e}")))).await;
+                        return;
+                    }
+                };
+                cursor = back;
+                for (offset, data) in chunks {
+                    let chunk = pb::LogChunk { stream: pb::LogStream::Unspecified as i32, offset, data };
+                    if tx.send(Ok(chunk)).await.is_err() {
+                        return;
+                    }
+                }
+                if cursor.as_ref().is_some_and(LogCursor::done) {
+                    return;
+                }
+                if !more {
+                    break;
                 }
             }
             if !follow || ended {

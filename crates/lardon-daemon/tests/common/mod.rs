@@ -109,7 +109,13 @@ pub async fn wait_end(c: &mut Client, id: &str) -> pb::Task {
 
 pub async fn log_text(c: &mut Client, id: &str) -> String {
     let mut s = c
-        .log(pb::LogRequest { id: id.to_owned(), follow: false, stream: 0, tail_bytes: None })
+        .log(pb::LogRequest {
+            id: id.to_owned(),
+            follow: false,
+            stream: 0,
+            tail_bytes: None,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
