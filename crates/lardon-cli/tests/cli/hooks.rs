@@ -219,11 +219,17 @@ fn a_durable_end_whose_hook_had_not_run_runs_after_the_restart() {
     wait_until("the fifth task ended", LONG, || task_json(dir, &fifth)["state"] == "completed");
     assert_eq!(task_json(dir, &fifth)["hook"]["status"], "pending");
     d.kill9();
-    for pid in lines(&pids) {
-        let group = nix::unistd::Pid::from_raw(-pid.parse::<i32>().unwrap());
-        let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL);
-    }
+    // The four hooks outlive the daemon; the next one kills them (their
+    // process groups are in their rows) before it runs them again, so
+    // none of the first runs can still write once the gate opens.
+    let old: Vec<String> = lines(&pids);
     let _d = Daemon::start(dir, "8GiB,4");
+    wait_until("the restart to kill the hooks left running", LONG, || {
+        old.iter().all(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            stat.rsplit_once(") ").is_none_or(|(_, rest)| rest.starts_with('Z'))
+        })
+    });
     std::fs::write(&gate, "").unwrap();
     wait_until("all five hooks recorded", LONG, || {
         blocked.iter().chain([&fifth]).all(|id| hook_done(dir, id))

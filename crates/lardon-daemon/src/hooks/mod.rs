@@ -65,6 +65,7 @@ impl HookRunner {
     /// The store cannot be opened for reading; a thread cannot start.
     pub(crate) fn start(shared: Arc<Shared>, db: PathBuf) -> Result<HookRunner, String> {
         let reader = Store::open_reader(&db).map_err(|e| e.to_string())?;
+        kill_left_running(&reader);
         let inner = Arc::new(Inner {
             shared,
             next: Mutex::new((reader, 0)),
@@ -95,6 +96,27 @@ impl HookRunner {
         for t in lock(&self.threads).drain(..) {
             let _ = t.join();
         }
+    }
+}
+
+/// Kills the hooks a dead daemon left running (their process group is in
+/// their unfinished row), before any of them runs again: a hook never
+/// overlaps its own rerun. One whose group was not yet recorded when the
+/// daemon died is not found (the window between its spawn and that
+/// background write).
+fn kill_left_running(reader: &Store) {
+    match reader.unfinished_hook_processes() {
+        Ok(groups) => {
+            for (seq, group) in groups {
+                if crate::runner::orphans::kill_orphan(&group) {
+                    tracing::info!(
+                        "hooks: killed hook {seq}, left running by a previous daemon (group {})",
+                        group.pgid
+                    );
+                }
+            }
+        }
+        Err(e) => tracing::warn!("hooks: cannot read the hooks left running: {e}"),
     }
 }
 
@@ -168,7 +190,12 @@ fn run_one(inner: &Inner, hook: PendingHook) {
         env,
         timeout: Duration::from_millis(shared.settings().on_end_timeout_ms),
     };
-    let result = run::run(command, |group| lock(&inner.running).push((seq, group)));
+    let result = run::run(command, |group| {
+        lock(&inner.running).push((seq, group));
+        let Ok(pgid) = u32::try_from(group) else { return };
+        let process = crate::handle::ProcessGroup { pgid, start: crate::runner::orphans::start_time(pgid) };
+        shared.writer.send_background(move |s| s.set_hook_process(seq, &process), |_| {});
+    });
     lock(&inner.running).retain(|(s, _)| *s != seq);
     // Killed by the daemon's stop, not by itself: not an outcome; it runs
     // again at the next start.

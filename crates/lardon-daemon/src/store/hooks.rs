@@ -202,6 +202,54 @@ impl Store {
             .ctx(OP)
     }
 
+    /// Records the process group hook `seq` runs in, so that a daemon
+    /// started after a crash can kill it before running it again; `false`
+    /// when the row is gone or already finished.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn set_hook_process(
+        &mut self,
+        seq: u64,
+        group: &crate::handle::ProcessGroup,
+    ) -> Result<bool, StoreError> {
+        const OP: &str = "record a hook's process group";
+        let n = self
+            .conn
+            .prepare_cached("UPDATE task_hooks SET process = ?2 WHERE seq = ?1 AND finished_ms IS NULL")
+            .ctx(OP)?
+            .execute(params![to_i64(seq, "hook row")?, group.encode()])
+            .ctx(OP)?;
+        Ok(n == 1)
+    }
+
+    /// The process groups of unfinished hooks that had started: what a
+    /// crash left running.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn unfinished_hook_processes(&self) -> Result<Vec<(u64, crate::handle::ProcessGroup)>, StoreError> {
+        const OP: &str = "read the hooks left running";
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT seq, process FROM task_hooks WHERE finished_ms IS NULL AND process IS NOT NULL ORDER BY seq",
+            )
+            .ctx(OP)?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+            .ctx(OP)?
+            .collect::<Result<Vec<_>, _>>()
+            .ctx(OP)?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(seq, text)| match crate::handle::RunHandle::parse(&text) {
+                Some(crate::handle::RunHandle::Local(group)) => Some((u64::try_from(seq).ok()?, group)),
+                _ => None,
+            })
+            .collect())
+    }
+
     /// Records hook `seq`'s outcome (its output cut to [`HOOK_OUTPUT_MAX`]);
     /// `false` when the row is gone or already finished.
     ///

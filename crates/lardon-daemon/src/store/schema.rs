@@ -242,6 +242,7 @@ CREATE TABLE task_hooks (
     ended_ms       INTEGER NOT NULL,
     tries          INTEGER NOT NULL DEFAULT 0,          -- starts so far (LARDON_HOOK_ATTEMPT)
     started_ms     INTEGER,
+    process        TEXT,                                -- the running hook's process group (a run handle's text)
     finished_ms    INTEGER,                             -- NULL: not yet run to its end
     outcome        TEXT CHECK (outcome IN ('exited', 'signalled', 'timed_out', 'failed_to_start')),
     code           INTEGER,                             -- exited: exit code; signalled: signal
