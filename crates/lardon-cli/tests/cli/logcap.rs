@@ -125,3 +125,42 @@ fn log_max_below_the_minimum_is_refused_naming_the_field() {
     let o = lardon(dir, &["policy"]);
     assert!(stdout(&o).contains("256MiB"), "the default stays: {}", stdout(&o));
 }
+
+/// `log ID --tail N --follow` prints the last N lines written so far, then
+/// what the task writes after, and ends with the task.
+#[test]
+fn tail_with_follow_starts_at_the_last_lines_and_follows_to_the_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let _d = Daemon::start(dir, "8GiB,2");
+    let gate = dir.join("gate");
+    let script = format!(
+        "for i in 1 2 3 4 5; do echo line$i; done; while [ ! -e '{}' ]; do sleep 0.02; done; echo line6; echo line7",
+        gate.display()
+    );
+    let id = submit(dir, &["--", "sh", "-c", &script]);
+    wait_until("five lines written", WAIT, || {
+        std::fs::read_to_string(log_file(dir, &id)).is_ok_and(|t| t.lines().count() == 5)
+    });
+    let mut follow = Command::new(crate::support::bin())
+        .args(["--state-dir", dir.to_str().unwrap(), "log", &id, "--tail", "2", "--follow"])
+        .env_remove("LARDON_SOCKET")
+        .env_remove("LARDON_STATE_DIR")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(follow.stdout.take().unwrap());
+    let mut first = Vec::new();
+    for _ in 0..2 {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        first.push(line);
+    }
+    assert_eq!(first, ["line4\n", "line5\n"], "--tail 2 starts at the last two lines");
+    std::fs::write(&gate, b"").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert_eq!(rest, "line6\nline7\n", "--follow prints what came after, then ends with the task");
+    assert!(follow.wait().unwrap().success());
+    assert_eq!(state(dir, &id), "completed");
+}
