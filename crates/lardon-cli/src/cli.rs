@@ -948,6 +948,32 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// Every verb and sub-verb (`group add`, `scratch drain`, …) teaches by
+    /// an example in its `--help`: a verb added without one fails here.
+    #[test]
+    fn every_verb_has_an_example_in_its_help() {
+        fn walk(cmd: &mut clap::Command, path: &str, missing: &mut Vec<String>, seen: &mut usize) {
+            for sub in cmd.get_subcommands_mut() {
+                if sub.get_name() == "help" {
+                    continue;
+                }
+                let name = format!("{path} {}", sub.get_name()).trim().to_owned();
+                *seen += 1;
+                sub.build();
+                if !sub.render_long_help().to_string().contains("Example") {
+                    missing.push(name.clone());
+                }
+                walk(sub, &name, missing, seen);
+            }
+        }
+        let mut cmd = Cli::command();
+        cmd.build();
+        let (mut missing, mut seen) = (Vec::new(), 0);
+        walk(&mut cmd, "", &mut missing, &mut seen);
+        assert!(seen > 30, "only {seen} verbs walked");
+        assert!(missing.is_empty(), "no example in the --help of: {missing:?}");
+    }
+
     /// The subcommands' arguments are built lazily (`defer`), after each
     /// subcommand's own help text was set: a doc comment on an `Args`
     /// struct they flatten would then replace that text. Every subcommand
