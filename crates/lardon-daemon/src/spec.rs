@@ -245,6 +245,30 @@ pub struct TaskSpec {
     /// fails. Omitted when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub retry_on_timeout: u32,
+    /// The group the task belongs to (`--group`, an `--each` call's own,
+    /// or a submitting task's): its limits hold the task back (Governor,
+    /// `group_limit`) and the group's verbs select it. Omitted when none
+    /// (older specs read the same); copied to `tasks.group_name`.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "group_serde")]
+    pub group: Option<lardon::GroupName>,
+}
+
+/// A [`lardon::GroupName`] in the spec's JSON: a string, checked when read.
+mod group_serde {
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(g: &Option<lardon::GroupName>, s: S) -> Result<S::Ok, S::Error> {
+        match g {
+            Some(g) => s.serialize_some(g.as_str()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<lardon::GroupName>, D::Error> {
+        let text: Option<String> = Option::deserialize(d)?;
+        text.map(|t| lardon::GroupName::new(&t).map_err(D::Error::custom)).transpose()
+    }
 }
 
 /// The reason a task whose run was killed at its timeout fails with (the
@@ -342,6 +366,7 @@ impl TaskSpec {
             submit_env: None,
             timeout_ms: None,
             retry_on_timeout: 0,
+            group: None,
         }
     }
 
@@ -539,6 +564,9 @@ pub enum SpecError {
     /// Not a decision kind word.
     #[error("decision: `{0}` is not a decision kind")]
     BadDecision(String),
+    /// A group name outside 1-64 characters of `[A-Za-z0-9._-]`.
+    #[error("group: {0}")]
+    BadGroup(lardon::GroupNameError),
 }
 
 #[cfg(test)]

@@ -190,12 +190,13 @@ fn admit_steps(
     let sizing = gpu_and_sizing(ledger, est)?;
     never_fits(ledger, est, &sizing)?;
     host_gates(ledger, est, snap)?;
-    let fit = memory_fit(ledger, est, snap, &sizing, hold)?;
+    let room = group_room(ledger, est, &sizing)?;
+    let fit = memory_fit(ledger, est, snap, &sizing, hold, &room)?;
     // Capped while memory is contended, then pressure, then the critical
     // floor (packing.rs).
     let target = step9_target(ledger, est, &sizing, now);
     let batch = batch_within_target(ledger, est, &sizing, &fit, target)?;
-    let slots = slots(ledger, est, hold, running)?;
+    let slots = slots(ledger, est, hold, running, &room)?;
     Ok(Granted { sizing, fit, batch, target, slots })
 }
 
@@ -315,6 +316,69 @@ fn host_gates(ledger: &Ledger, est: &Estimate, snap: &Snapshot) -> Result<(), De
     Ok(())
 }
 
+/// What a task's group leaves it (its limits minus what the group's
+/// reservations hold); unlimited without a group or limits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GroupRoom {
+    pub(crate) memory: u64,
+    pub(crate) cpu_millis: u64,
+}
+
+impl GroupRoom {
+    pub(crate) const UNLIMITED: GroupRoom = GroupRoom { memory: u64::MAX, cpu_millis: u64::MAX };
+}
+
+/// Step 7b, group limits (docs/DESIGN.md §4): a task of a group at its
+/// running limit, or whose group lacks the memory for its `batch_min` or
+/// the CPUs it needs at least, → WAIT `group_limit` with the figures;
+/// otherwise the room the group leaves, which caps steps 8 and 10 so no
+/// grant takes the group past a limit.
+pub(crate) fn group_room(ledger: &Ledger, est: &Estimate, sizing: &Learned) -> Result<GroupRoom, Decision> {
+    let Some((name, book)) = ledger.limited_group(est) else { return Ok(GroupRoom::UNLIMITED) };
+    let limits = book.limits;
+    if let Some(cap) = limits.max_running
+        && book.running >= cap
+    {
+        return Err(Decision::wait(
+            ReasonCode::GroupLimit,
+            format!("group {name} holds {} of its {cap} running tasks", book.running),
+        ));
+    }
+    let mut room = GroupRoom::UNLIMITED;
+    if let Some(cap) = limits.memory {
+        room.memory = cap.saturating_sub(book.memory);
+        let need = sizing.memory_for(est.batch_min);
+        if need > room.memory {
+            return Err(Decision::wait(
+                ReasonCode::GroupLimit,
+                format!(
+                    "group {name} holds {} of its {} memory; needs {} for {} item(s)",
+                    format_bytes(book.memory),
+                    format_bytes(cap),
+                    format_bytes(need),
+                    est.batch_min
+                ),
+            ));
+        }
+    }
+    if let Some(cap) = limits.cpu_millis {
+        room.cpu_millis = cap.saturating_sub(book.cpu_millis);
+        let need = if est.cpus_reducible { u64::from(est.cpus.min(1000)) } else { u64::from(est.cpus) };
+        if need > room.cpu_millis {
+            return Err(Decision::wait(
+                ReasonCode::GroupLimit,
+                format!(
+                    "group {name} holds {} of its {} CPUs; needs {}",
+                    format_cpus(u32::try_from(book.cpu_millis).unwrap_or(u32::MAX)),
+                    format_cpus(u32::try_from(cap).unwrap_or(u32::MAX)),
+                    format_cpus(u32::try_from(need).unwrap_or(u32::MAX))
+                ),
+            ));
+        }
+    }
+    Ok(room)
+}
+
 /// What memory and GPU memory allow now (step 8).
 struct Fit {
     /// Memory available to this task (after a starving head's hold).
@@ -335,8 +399,10 @@ fn memory_fit(
     snap: &Snapshot,
     sizing: &Learned,
     hold: &Hold,
+    room: &GroupRoom,
 ) -> Result<Fit, Decision> {
-    let memory_available = ledger.memory_available(snap).saturating_sub(hold.memory);
+    // A group's memory limit is a budget of its own: the batch fits both.
+    let memory_available = ledger.memory_available(snap).saturating_sub(hold.memory).min(room.memory);
     let mut fit = Fit {
         memory_available,
         batch: capacity(memory_available, sizing.fixed, sizing.per_item),
@@ -442,9 +508,15 @@ struct Slots {
 
 /// Step 10: a free CPU (all of them for a non-reducible task), a wanted IO
 /// slot, a scratch lease, and room under the running cap → else WAIT.
-fn slots(ledger: &Ledger, est: &Estimate, hold: &Hold, running: usize) -> Result<Slots, Decision> {
+fn slots(
+    ledger: &Ledger,
+    est: &Estimate,
+    hold: &Hold,
+    running: usize,
+    room: &GroupRoom,
+) -> Result<Slots, Decision> {
     let policy = &ledger.policy;
-    let cpu_free = ledger.cpu_available_millis().saturating_sub(hold.cpu_millis);
+    let cpu_free = ledger.cpu_available_millis().saturating_sub(hold.cpu_millis).min(room.cpu_millis);
     let cpu_needed = if est.cpus_reducible { u64::from(est.cpus.min(1000)) } else { u64::from(est.cpus) };
     if cpu_free < cpu_needed {
         return Err(Decision::wait(
@@ -561,6 +633,7 @@ fn grant(
         inflight: 1,
         charged_memory,
         ramp_ticket: None,
+        group: est.group.clone(),
     };
     match reduction {
         None => Decision::Admit(contract),
