@@ -265,7 +265,9 @@ mod group_serde {
         }
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<lardon::GroupName>, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<lardon::GroupName>, D::Error> {
         let text: Option<String> = Option::deserialize(d)?;
         text.map(|t| lardon::GroupName::new(&t).map_err(D::Error::custom)).transpose()
     }

@@ -134,6 +134,7 @@ pub(crate) fn task_spec(needs: &NeedsArgs, parts: SpecParts, style: Style) -> Re
         submit_env: None,
         timeout_ms: None,
         retry_on_timeout: 0,
+        group: String::new(),
     })
 }
 

@@ -12,15 +12,19 @@ use serde_json::json;
 use crate::cli::Cli;
 use crate::error::from_status;
 
-pub(crate) async fn run(cli: &Cli, ids: &[String], as_json: bool) -> Result<u8> {
+pub(crate) async fn run(cli: &Cli, ids: &[String], group: Option<&str>, as_json: bool) -> Result<u8> {
     let mut client = crate::client::connect(cli).await?;
-    let bar = if !as_json && std::io::stdout().is_terminal() {
+    let bar = if !as_json && std::io::stdout().is_terminal() && group.is_none() {
         Some(progress_bar(&mut client, ids).await?)
     } else {
         None
     };
+    // Inside a task, never wait for that task itself (it would never end):
+    // a parent waiting for its group waits for every other task of it.
+    let except =
+        if group.is_some() { std::env::var("LARDON_TASK_ID").unwrap_or_default() } else { String::new() };
     let mut events = client
-        .wait(pb::WaitRequest { ids: ids.to_vec() })
+        .wait(pb::WaitRequest { ids: ids.to_vec(), group: group.unwrap_or_default().to_owned(), except })
         .await
         .map_err(|s| from_status("wait", s))?
         .into_inner();

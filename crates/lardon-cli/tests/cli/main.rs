@@ -15,6 +15,7 @@ mod daemon_logs;
 mod deploy;
 mod e2e;
 mod errors;
+mod groups;
 mod log_reuse;
 mod one_owner;
 mod policy;

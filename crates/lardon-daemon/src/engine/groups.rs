@@ -91,7 +91,10 @@ impl Engine {
 }
 
 /// Hands every stored group's limits to `governor` (at daemon start).
-pub(super) fn apply_stored(store: &crate::store::Store, governor: &lardon::Governor) -> Result<(), crate::store::StoreError> {
+pub(super) fn apply_stored(
+    store: &crate::store::Store,
+    governor: &lardon::Governor,
+) -> Result<(), crate::store::StoreError> {
     for row in store.groups()? {
         match lardon::GroupName::new(&row.name) {
             Ok(name) => governor.set_group_limits(&name, row.limits()),

@@ -90,11 +90,14 @@ pub(super) fn restart(engine: &Engine, req: pb::RestartRequest) -> Result<pb::Ta
     }
     let group = super::convert::group_arg("group", &req.group)?;
     if group.is_some() && states.is_empty() {
-        return Err(Status::invalid_argument("group: restart selects a group's tasks only with failed or cancelled"));
+        return Err(Status::invalid_argument(
+            "group: restart selects a group's tasks only with failed or cancelled",
+        ));
     }
     let mut ids = req.ids;
     if !states.is_empty() {
-        let filter = crate::store::TaskFilter { group: group.map(|g| g.to_string()), states, ..Default::default() };
+        let filter =
+            crate::store::TaskFilter { group: group.map(|g| g.to_string()), states, ..Default::default() };
         for rec in engine.tasks(&filter).map_err(super::store_status)? {
             let id = crate::ids::format_id(rec.id);
             if !ids.contains(&id) {

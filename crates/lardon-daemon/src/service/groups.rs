@@ -9,7 +9,8 @@ use super::status;
 use crate::engine::{Engine, GroupView};
 
 fn name_arg(text: &str) -> Result<lardon::GroupName, Status> {
-    super::convert::group_arg("name", text)?.ok_or_else(|| Status::invalid_argument("name: the group name is empty"))
+    super::convert::group_arg("name", text)?
+        .ok_or_else(|| Status::invalid_argument("name: the group name is empty"))
 }
 
 fn info(v: GroupView) -> pb::GroupInfo {
@@ -49,7 +50,10 @@ pub(super) fn list(engine: &Engine, _req: pb::GroupListRequest) -> Result<pb::Gr
     Ok(pb::GroupListResponse { groups: groups.into_iter().map(info).collect() })
 }
 
-pub(super) fn remove(engine: &Engine, req: pb::GroupRemoveRequest) -> Result<pb::GroupRemoveResponse, Status> {
+pub(super) fn remove(
+    engine: &Engine,
+    req: pb::GroupRemoveRequest,
+) -> Result<pb::GroupRemoveResponse, Status> {
     let name = name_arg(&req.name)?;
     let removed = engine.remove_group(&name).map_err(status)?;
     Ok(pb::GroupRemoveResponse { removed })

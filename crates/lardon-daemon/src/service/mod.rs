@@ -7,8 +7,8 @@
 //! becomes a status naming the field.
 
 mod control;
-mod groups;
 mod convert;
+mod groups;
 mod logwatch;
 mod policy;
 mod query;

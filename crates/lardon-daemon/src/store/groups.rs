@@ -24,7 +24,11 @@ pub struct GroupRow {
 impl GroupRow {
     /// The limits as the Governor takes them.
     pub fn limits(&self) -> lardon::GroupLimits {
-        lardon::GroupLimits { max_running: self.max_running, memory: self.memory, cpu_millis: self.cpu_millis }
+        lardon::GroupLimits {
+            max_running: self.max_running,
+            memory: self.memory,
+            cpu_millis: self.cpu_millis,
+        }
     }
 }
 
@@ -57,8 +61,8 @@ impl Store {
             .ctx(OP)?;
         rows.into_iter()
             .map(|(name, max_running, memory, cpu)| {
-                let max_running = from_i64(max_running, "group max_running")?
-                    .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
+                let max_running =
+                    from_i64(max_running, "group max_running")?.map(|n| u32::try_from(n).unwrap_or(u32::MAX));
                 Ok(GroupRow {
                     name,
                     max_running,

@@ -170,7 +170,10 @@ pub(crate) fn check(
             }
             admission::GroupRoom {
                 memory: book.limits.memory.map_or(u64::MAX, |cap| cap.saturating_sub(book.memory)),
-                cpu_millis: book.limits.cpu_millis.map_or(u64::MAX, |cap| cap.saturating_sub(book.cpu_millis)),
+                cpu_millis: book
+                    .limits
+                    .cpu_millis
+                    .map_or(u64::MAX, |cap| cap.saturating_sub(book.cpu_millis)),
             }
         }
     };

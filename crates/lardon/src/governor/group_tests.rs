@@ -74,7 +74,10 @@ fn a_group_memory_limit_caps_the_batch_and_waits_with_the_figures() {
     let (fast, full) = both(&r, &in_group(2 * GIB, &g));
     assert!(!fast);
     assert_eq!((full.kind(), full.reason()), (DecisionKind::Wait, ReasonCode::GroupLimit));
-    assert_eq!(full.message(), "group render holds 3.0 GiB of its 4.0 GiB memory; needs 2.0 GiB for 1 item(s)");
+    assert_eq!(
+        full.message(),
+        "group render holds 3.0 GiB of its 4.0 GiB memory; needs 2.0 GiB for 1 item(s)"
+    );
     // A batched task gets the batch the group's room allows (1 GiB: 4
     // items of 256 MiB), not the host's (11 GiB free); the fast path,
     // which grants only the full target, leaves it to the full order.
@@ -92,7 +95,8 @@ fn a_group_cpu_limit_waits_or_reduces_the_cpus() {
     let r = rig();
     let g = render();
     r.gov.set_group_limits(&g, GroupLimits { cpu_millis: Some(2000), ..GroupLimits::default() });
-    let _one = r.gov.reserve_available(&Estimate::builder().cpu_millis(1000).group(g.clone()).build()).unwrap();
+    let _one =
+        r.gov.reserve_available(&Estimate::builder().cpu_millis(1000).group(g.clone()).build()).unwrap();
     let exact = Estimate::builder().cpu_millis(2000).cpus_exact().group(g.clone()).build();
     let (fast, full) = both(&r, &exact);
     assert!(!fast);
