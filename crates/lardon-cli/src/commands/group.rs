@@ -76,7 +76,7 @@ const STATES: [(pb::TaskState, &str); 6] = [
 ];
 
 fn group_json(g: &pb::GroupInfo) -> serde_json::Value {
-    let l = g.limits.clone().unwrap_or_default();
+    let l = g.limits.unwrap_or_default();
     let counts: serde_json::Map<String, serde_json::Value> =
         STATES.iter().map(|(s, w)| ((*w).to_owned(), json!(count(g, *s)))).collect();
     json!({

@@ -387,6 +387,11 @@ struct Fit {
     batch: u64,
     /// What bounds `batch`: `Memory` or `GpuMemory`.
     short: ReasonCode,
+    /// Whether the group's memory room, not the host's, bounds the
+    /// memory available: the sliver rule (which waits for the host's
+    /// memory to come back, reason `memory`) does not apply then, or a
+    /// group's room would read as the host's shortage to the queue's scan.
+    group_bound: bool,
     /// Chosen GPUs (index, capacity in items), most free first.
     devices: Vec<(u32, u64)>,
 }
@@ -402,11 +407,13 @@ fn memory_fit(
     room: &GroupRoom,
 ) -> Result<Fit, Decision> {
     // A group's memory limit is a budget of its own: the batch fits both.
-    let memory_available = ledger.memory_available(snap).saturating_sub(hold.memory).min(room.memory);
+    let host = ledger.memory_available(snap).saturating_sub(hold.memory);
+    let memory_available = host.min(room.memory);
     let mut fit = Fit {
         memory_available,
         batch: capacity(memory_available, sizing.fixed, sizing.per_item),
         short: ReasonCode::Memory,
+        group_bound: room.memory < host,
         devices: Vec::new(),
     };
     if est.gpu_slots == 0 {
@@ -480,6 +487,7 @@ fn batch_within_target(
     // The sliver rule (packing.rs): below the least memory × time per item,
     // wait for our own reservations to come back.
     if batch < target
+        && !fit.group_bound
         && ledger.totals().memory > 0
         && let Some(times) = sizing.times
         && let Some(best) = packing::sliver(sizing.fixed, sizing.per_item, times, est, target, batch)
