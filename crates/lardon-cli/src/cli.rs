@@ -83,8 +83,8 @@ pub(crate) enum Command {
     /// Groups: `lardon submit --group render -- ./frame.sh 1` puts it in group `render`
     /// (`lardon group add render --max-running 2` limits what the group holds at once). Every
     /// `--each` call is a group of its own: `--group NAME`, else `each-<first id>` (printed on
-    /// stderr, in `--json`'s `group`); `lardon wait --group each-17`, `lardon restart --failed
-    /// --group each-17` rerun what failed.
+    /// stderr, in `--json`'s `group`): `lardon wait --group each-17` waits for it, `lardon
+    /// restart --failed --group each-17` reruns what failed.
     ///
     /// Inside a task (LARDON_TASK_ID and LARDON_SOCKET set) `lardon submit` queues in the same
     /// daemon, in the task's own group (LARDON_GROUP) unless --group says otherwise; a parent
