@@ -244,6 +244,22 @@ fn status_pause_resume_cancel_and_wait_take_a_group() {
     assert_eq!(o.status.code(), Some(1), "cancelled is not success: {}", stdout(&o));
     assert_eq!(state(dir.path(), &running), "cancelled");
     assert_eq!(state(dir.path(), &outside), "paused");
+
+    // `restart --failed` finds no failed task of the group; with
+    // `--cancelled` it restarts the group's cancelled ones, and only those.
+    let o = lardon(dir.path(), &["restart", "--failed", "--group", "g"]);
+    assert!(o.status.success() && stdout(&o).contains("nothing to restart"), "{}", stdout(&o));
+    std::fs::write(&gate, "").unwrap();
+    let o = lardon(dir.path(), &["restart", "--failed", "--cancelled", "--group", "g", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ids: Vec<&str> = rows.as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
+    // (`queued` ran when the group was resumed: it completed.)
+    assert_eq!(state(dir.path(), &queued), "completed");
+    assert_eq!(ids, vec![running.as_str()]);
+    let o = lardon(dir.path(), &["wait", "--group", "g"]);
+    assert!(o.status.success(), "both rerun and complete: {}", stdout(&o));
+    assert_eq!(state(dir.path(), &outside), "paused");
 }
 
 #[test]
