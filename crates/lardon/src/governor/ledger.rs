@@ -20,8 +20,8 @@ use std::task::Waker;
 
 use crate::contract::Contract;
 use crate::envelope::{MAX_RAMPS, Ramp};
-use crate::estimate::{Class, Estimate};
-use crate::group::{GroupLimits, GroupName, GroupUsage};
+use crate::estimate::Class;
+use crate::group::GroupName;
 use crate::history::History;
 use crate::policy::{HostPolicy, HostProfile, PolicyError};
 use crate::pressure::{Floors, PressureLevel, PressureMachine, PsiSignal};
@@ -32,6 +32,9 @@ use super::load::OwnLoad;
 use super::packing::Contention;
 
 mod gates;
+mod groups;
+
+pub(crate) use groups::GroupBook;
 
 /// What one active reservation holds.
 #[derive(Debug, Clone)]
@@ -64,18 +67,6 @@ pub(crate) struct Totals {
     pub(crate) io_slots: u32,
     pub(crate) gpu_memory: Vec<u64>,
     pub(crate) gpu_slots: Vec<u32>,
-}
-
-/// One group's limits and what its active reservations hold: the
-/// group's sub-budget, accounted with every hold and release of a
-/// reservation of the group (an entry exists while the group has limits
-/// or holds something).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct GroupBook {
-    pub(crate) limits: GroupLimits,
-    pub(crate) running: u32,
-    pub(crate) memory: u64,
-    pub(crate) cpu_millis: u64,
 }
 
 /// What changed, for [`Ledger::changed`]: every generation bump names one.
@@ -486,11 +477,8 @@ impl Ledger {
                 *s += 1;
             }
         }
-        if let Some(group) = &held.group {
-            let book = self.groups.entry(group.clone()).or_default();
-            book.running += 1;
-            book.memory += held.charged_memory;
-            book.cpu_millis += u64::from(held.cpu_millis);
+        if held.group.is_some() {
+            self.book_hold(&held);
         }
         let key = self.active.insert(id, held);
         self.changed(Change::Reservations);
@@ -525,64 +513,12 @@ impl Ledger {
                 *s -= 1;
             }
         }
-        if let Some(group) = &held.group
-            && let Some(book) = self.groups.get_mut(group)
-        {
-            book.running -= 1;
-            book.memory -= held.charged_memory;
-            book.cpu_millis -= u64::from(held.cpu_millis);
-            if book.running == 0 && book.limits.is_unlimited() {
-                self.groups.remove(group);
-            }
+        if held.group.is_some() {
+            self.book_release(&held);
         }
         self.changed(Change::Reservations);
         self.check();
         Some(lease)
-    }
-
-    /// Sets `group`'s limits (all `None`: removes them); what its tasks
-    /// already hold stays held. Moves the generation, so waiters look again.
-    pub(crate) fn set_group_limits(&mut self, group: &GroupName, limits: GroupLimits) {
-        if limits.is_unlimited() {
-            if self.groups.get(group).is_some_and(|b| b.running == 0) {
-                self.groups.remove(group);
-            } else if let Some(book) = self.groups.get_mut(group) {
-                book.limits = limits;
-            }
-        } else {
-            self.groups.entry(group.clone()).or_default().limits = limits;
-        }
-        self.changed(Change::Groups);
-        self.check();
-    }
-
-    /// The book of `est`'s group when that group has a limit (admission's
-    /// group step and the fast path read it); `None` for a task without a
-    /// group or of an unlimited one.
-    #[inline]
-    pub(crate) fn limited_group(&self, est: &Estimate) -> Option<(&GroupName, &GroupBook)> {
-        let group = est.group.as_ref()?;
-        if self.groups.is_empty() {
-            return None;
-        }
-        self.groups.get_key_value(group).filter(|(_, b)| !b.limits.is_unlimited())
-    }
-
-    /// Every group with limits or holdings, by name.
-    pub(crate) fn group_usage(&self) -> Vec<GroupUsage> {
-        let mut all: Vec<GroupUsage> = self
-            .groups
-            .iter()
-            .map(|(name, b)| GroupUsage {
-                name: Some(name.clone()),
-                limits: b.limits,
-                running: b.running,
-                memory: b.memory,
-                cpu_millis: b.cpu_millis,
-            })
-            .collect();
-        all.sort_by(|a, b| a.name.cmp(&b.name));
-        all
     }
 
     /// Records measured usage of `key`; false when it is not active.
@@ -663,24 +599,7 @@ impl Ledger {
                 }
             }
             debug_assert_eq!(sum, self.totals, "totals drifted from the active reservations");
-            let mut books: HashMap<&GroupName, (u32, u64, u64)> = HashMap::new();
-            for h in self.active.values() {
-                if let Some(g) = &h.group {
-                    let b = books.entry(g).or_default();
-                    b.0 += 1;
-                    b.1 += h.charged_memory;
-                    b.2 += u64::from(h.cpu_millis);
-                }
-            }
-            for (g, book) in &self.groups {
-                let held = books.remove(g).unwrap_or_default();
-                debug_assert_eq!(
-                    held,
-                    (book.running, book.memory, book.cpu_millis),
-                    "group {g} drifted from its reservations"
-                );
-            }
-            debug_assert!(books.is_empty(), "a group holds reservations without a book");
+            self.check_groups();
             debug_assert!(self.totals.memory <= self.static_memory_budget(), "memory over the static budget");
             debug_assert!(self.totals.cpu_millis <= self.cpu_pool_millis(), "CPUs over the pool");
             debug_assert!(self.totals.io_slots <= self.policy.io_slots, "IO slots over capacity");

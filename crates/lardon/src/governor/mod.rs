@@ -13,6 +13,7 @@ mod fast;
 mod fast_tests;
 #[cfg(all(test, not(loom)))]
 mod gate_tests;
+mod group_limits;
 #[cfg(all(test, not(loom)))]
 mod group_tests;
 #[cfg(all(test, not(loom)))]
