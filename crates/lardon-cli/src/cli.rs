@@ -9,6 +9,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::parse::*;
 
+mod groups;
+pub(crate) use groups::{GroupCommand, GroupIdsArgs, RestartArgs};
+
 /// Lardon: a resource-governed task runtime.
 ///
 /// Queue commands with what they need (memory, GPU memory, CPUs, IO slots,
@@ -87,6 +90,17 @@ pub(crate) enum Command {
     /// A hook when it ends (run with `sh -c`, once per end, after the end is recorded):
     /// `lardon submit --on-end 'notify-send "task $LARDON_TASK_ID $LARDON_TASK_STATE"' -- ./train.sh`;
     /// for every task without one: `lardon policy --set on_end='echo $LARDON_TASK_ID >> ~/ended'`.
+    /// Groups: `lardon submit --group render -- ./frame.sh 1` puts it in group `render`
+    /// (`lardon group add render --max-running 2` limits what the group holds at once). Every
+    /// `--each` call is a group of its own: `--group NAME`, else `each-<first id>` (printed on
+    /// stderr, in `--json`'s `group`): `lardon wait --group each-17` waits for it, `lardon
+    /// restart --failed --group each-17` reruns what failed.
+    ///
+    /// Inside a task (LARDON_TASK_ID and LARDON_SOCKET set) `lardon submit` queues in the same
+    /// daemon, in the task's own group (LARDON_GROUP) unless --group says otherwise; a parent
+    /// task waits for its children with `lardon wait --group "$LARDON_GROUP"`, which waits for
+    /// every other task of the group, never for the caller itself:
+    /// `lardon submit --group job -- sh -c 'lardon submit -- ./part.sh 1; lardon submit -- ./part.sh 2; lardon wait --group "$LARDON_GROUP"'`.
     #[command(visible_alias = "add")]
     Submit(SubmitArgs),
     /// Run a command and report its peak memory, duration and exit to a
@@ -106,9 +120,14 @@ pub(crate) enum Command {
     /// values only with --show-env (never otherwise, --json included).
     ///
     /// Example: `lardon status` or `lardon status 7 --json` or `lardon status 7 --show-env`
+    /// or `lardon status --group render`
     Status {
         /// Show only this task, in detail
+        #[arg(conflicts_with = "group")]
         id: Option<String>,
+        /// Only the tasks of this group
+        #[arg(long, value_name = "NAME", value_parser = parse_group)]
+        group: Option<String>,
         /// Print JSON instead of a table
         #[arg(long)]
         json: bool,
@@ -163,19 +182,22 @@ pub(crate) enum Command {
     },
     /// Pause tasks: pending ones are skipped, running ones are stopped (SIGSTOP) and keep their resources.
     ///
-    /// Example: `lardon pause 7 8`
-    Pause(IdsArgs),
+    /// Example: `lardon pause 7 8` or `lardon pause --group render` (its pending and running tasks)
+    Pause(GroupIdsArgs),
     /// Resume paused tasks.
     ///
-    /// Example: `lardon resume 7`
-    Resume(IdsArgs),
+    /// Example: `lardon resume 7` or `lardon resume --group render`
+    Resume(GroupIdsArgs),
     /// Cancel tasks (running commands get SIGTERM, then SIGKILL after a grace period).
     ///
-    /// Example: `lardon cancel 7 --grace 10s`
+    /// Example: `lardon cancel 7 --grace 10s` or `lardon cancel --group render` (every task of it not yet ended)
     Cancel {
         /// Task ids
-        #[arg(required = true, value_name = "ID")]
+        #[arg(required_unless_present = "group", value_name = "ID")]
         ids: Vec<String>,
+        /// Every task of this group not yet ended (with the ids, those too)
+        #[arg(long, value_name = "NAME", value_parser = parse_group)]
+        group: Option<String>,
         /// Delay between SIGTERM and SIGKILL (e.g. 5s, 500ms)
         #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
         grace: Option<u64>,
@@ -185,11 +207,18 @@ pub(crate) enum Command {
     },
     /// Wait until tasks end (all unfinished tasks by default); exits 1 if any failed.
     ///
-    /// Example: `lardon wait 7 8 && echo both done`
+    /// With --group, every task of the group (those already ended count: a failed one makes it
+    /// exit 1), but never the caller's own task: run inside a task of the group (a parent that
+    /// submitted its children), it waits for every other task of it.
+    ///
+    /// Example: `lardon wait 7 8 && echo both done` or `lardon wait --group render`
     Wait {
         /// Task ids (default: every task not yet finished)
         #[arg(value_name = "ID")]
         ids: Vec<String>,
+        /// Every task of this group (but the caller's own)
+        #[arg(long, value_name = "NAME", value_parser = parse_group)]
+        group: Option<String>,
         /// Print each finished task and the summary as JSON lines
         #[arg(long)]
         json: bool,
@@ -199,8 +228,19 @@ pub(crate) enum Command {
     /// The task's history stays: `lardon explain ID --history` shows the restart, and its log keeps
     /// the earlier output above a separator line. A batched task runs all its items again.
     ///
-    /// Example: `lardon restart 7 8`
-    Restart(IdsArgs),
+    /// `--failed` reruns every failed task (`--cancelled` also every cancelled one), of one group
+    /// with `--group`: each through the same restart, so only what failed runs again.
+    ///
+    /// Example: `lardon restart 7 8` or `lardon restart --failed --group each-17`
+    Restart(RestartArgs),
+    /// Groups of tasks and their limits: what a group's tasks may hold at once (running
+    /// tasks, memory, CPUs), on top of the host's budgets. A task of a group at a limit waits
+    /// with reason `group_limit` (`lardon status`, `lardon explain`).
+    ///
+    /// Example: `lardon group add render --max-running 2 --mem 4GiB` then
+    /// `lardon submit --group render --each frames.txt -- ./render.sh {}`
+    #[command(subcommand)]
+    Group(GroupCommand),
     /// Forget finished tasks (ids are never reused).
     ///
     /// Example: `lardon remove 7`
@@ -831,6 +871,11 @@ pub(crate) struct SubmitArgs {
     /// are skipped. All tasks go in one request and one transaction
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     pub(crate) each: Option<PathBuf>,
+    /// Put the task (every task of an --each call) in this group (1-64 of A-Z a-z 0-9 . _ -).
+    /// Default: inside a task, the task's group (LARDON_GROUP); an --each call elsewhere gets a
+    /// group of its own, `each-<first id>`
+    #[arg(long, value_name = "NAME", value_parser = parse_group)]
+    pub(crate) group: Option<String>,
     /// Print the task as JSON instead of its id
     #[arg(long)]
     pub(crate) json: bool,

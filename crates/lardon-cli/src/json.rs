@@ -93,6 +93,7 @@ pub(crate) fn task(t: &pb::Task) -> Value {
         "items": spec.items,
         "retry_on_interrupt": spec.retry_on_interrupt.unwrap_or(true),
         "engine": if spec.engine.is_empty() { "local" } else { spec.engine.as_str() },
+        "group": (!spec.group.is_empty()).then_some(spec.group.as_str()),
         "attempts": t.attempts,
         "created_unix_ms": t.created_unix_ms,
         "started_unix_ms": t.started_unix_ms,

@@ -26,6 +26,11 @@ pub(crate) fn parse_count(text: &str) -> Result<u64, String> {
     }
 }
 
+/// A group name (`--group`, `lardon group NAME`): 1-64 of `[A-Za-z0-9._-]`.
+pub(crate) fn parse_group(text: &str) -> Result<String, String> {
+    lardon::GroupName::new(text).map(|g| g.to_string()).map_err(|e| e.to_string())
+}
+
 /// A whole number ≥ 0 that fits 32 bits (`--io`).
 pub(crate) fn parse_u32(text: &str) -> Result<u32, String> {
     text.trim().parse::<u32>().map_err(|_| format!("`{text}` is not a whole number of at least 0"))

@@ -150,6 +150,9 @@ pub(crate) fn detail(t: &pb::Task) -> String {
     kv(&mut out, "name", name(t));
     kv(&mut out, "state", state_word(t.state));
     kv(&mut out, "command", spec.argv.join(" "));
+    if !spec.group.is_empty() {
+        kv(&mut out, "group", &spec.group);
+    }
     kv(&mut out, "progress", format!("{} {}", bar(&p, t.state), p.message));
     kv(&mut out, "elapsed", elapsed(t).map_or("-".into(), format_duration_ms));
     kv(&mut out, "eta", eta(&p));

@@ -103,7 +103,7 @@ impl TaskSpec {
     /// when it names none), so that strangers never share what was learned
     /// (docs/DESIGN.md §6). Not validated, as [`crate::spec::EstimateSpec::to_estimate`].
     pub fn to_estimate(&self) -> Estimate {
-        self.estimate.to_estimate().with_class(learning_class(self))
+        self.estimate.to_estimate().with_class(learning_class(self)).with_group(self.group.clone())
     }
 
     /// The key this task learns under ([`learning_class`]).

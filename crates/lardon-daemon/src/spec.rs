@@ -251,6 +251,32 @@ pub struct TaskSpec {
     /// the spec's JSON at the end (`$.on_end`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_end: Option<String>,
+    /// The group the task belongs to (`--group`, an `--each` call's own,
+    /// or a submitting task's): its limits hold the task back (Governor,
+    /// `group_limit`) and the group's verbs select it. Omitted when none
+    /// (older specs read the same); copied to `tasks.group_name`.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "group_serde")]
+    pub group: Option<lardon::GroupName>,
+}
+
+/// A [`lardon::GroupName`] in the spec's JSON: a string, checked when read.
+mod group_serde {
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(g: &Option<lardon::GroupName>, s: S) -> Result<S::Ok, S::Error> {
+        match g {
+            Some(g) => s.serialize_some(g.as_str()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<lardon::GroupName>, D::Error> {
+        let text: Option<String> = Option::deserialize(d)?;
+        text.map(|t| lardon::GroupName::new(&t).map_err(D::Error::custom)).transpose()
+    }
 }
 
 /// The longest `on_end` command a spec or the policy takes, in bytes.
@@ -352,6 +378,7 @@ impl TaskSpec {
             timeout_ms: None,
             retry_on_timeout: 0,
             on_end: None,
+            group: None,
         }
     }
 
@@ -552,6 +579,9 @@ pub enum SpecError {
     /// Not a decision kind word.
     #[error("decision: `{0}` is not a decision kind")]
     BadDecision(String),
+    /// A group name outside 1-64 characters of `[A-Za-z0-9._-]`.
+    #[error("group: {0}")]
+    BadGroup(lardon::GroupNameError),
     /// An `on_end` command that cannot be run (the message names the field).
     #[error("{0}")]
     BadHook(String),

@@ -116,3 +116,15 @@ fn a_shippable_tasks_files_are_relative_plain_names_once_each_with_a_cwd() {
     spec.cwd = None;
     assert!(spec.validate().unwrap_err().to_string().starts_with("cwd:"));
 }
+
+#[test]
+fn a_group_is_in_the_json_only_when_set_and_checked_when_read() {
+    let mut spec = TaskSpec::command(["true"]);
+    assert!(!serde_json::to_string(&spec).unwrap().contains("group"), "older specs read the same");
+    spec.group = Some(lardon::GroupName::new("render.v2").unwrap());
+    let json = serde_json::to_string(&spec).unwrap();
+    assert!(json.contains(r#""group":"render.v2""#), "{json}");
+    assert_eq!(serde_json::from_str::<TaskSpec>(&json).unwrap(), spec);
+    let bad = serde_json::from_str::<TaskSpec>(r#"{"argv":["x"],"group":"a b"}"#).unwrap_err();
+    assert!(bad.to_string().contains("group name `a b` is invalid"), "{bad}");
+}

@@ -15,12 +15,22 @@ fn only(r: pb::TaskActionResponse) -> pb::TaskActionResult {
 }
 
 async fn pause(c: &mut Client, id: &str) -> TaskState {
-    let r = only(c.pause(pb::PauseRequest { ids: vec![id.to_owned()] }).await.unwrap().into_inner());
+    let r = only(
+        c.pause(pb::PauseRequest { ids: vec![id.to_owned()], ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner(),
+    );
     TaskState::try_from(r.state).unwrap()
 }
 
 async fn resume(c: &mut Client, id: &str) -> TaskState {
-    let r = only(c.resume(pb::ResumeRequest { ids: vec![id.to_owned()] }).await.unwrap().into_inner());
+    let r = only(
+        c.resume(pb::ResumeRequest { ids: vec![id.to_owned()], ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner(),
+    );
     TaskState::try_from(r.state).unwrap()
 }
 
@@ -52,7 +62,10 @@ async fn get_right_after_pause_and_resume_of_a_pending_task_shows_them() {
     }
     // Cancel of a pending task is immediate, and so is what Get says.
     let r = only(
-        c.cancel(pb::CancelRequest { ids: vec![b.clone()], grace_ms: None }).await.unwrap().into_inner(),
+        c.cancel(pb::CancelRequest { ids: vec![b.clone()], grace_ms: None, ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner(),
     );
     assert_eq!(TaskState::try_from(r.state).unwrap(), TaskState::Cancelled);
     assert_eq!(state(&get(&mut c, &b).await), TaskState::Cancelled);
@@ -75,7 +88,10 @@ async fn get_right_after_pause_and_resume_of_a_running_task_shows_them() {
         assert_eq!(state(&get(&mut c, &id).await), TaskState::Running, "round {round}: resume replied first");
     }
     let r = only(
-        c.cancel(pb::CancelRequest { ids: vec![id.clone()], grace_ms: Some(0) }).await.unwrap().into_inner(),
+        c.cancel(pb::CancelRequest { ids: vec![id.clone()], grace_ms: Some(0), ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner(),
     );
     // A running task ends at its exit: the reply says what status says now.
     let now = state(&get(&mut c, &id).await);

@@ -51,21 +51,30 @@ async fn pause_keeps_the_reservation_and_cancel_kills_the_group() {
     until(&mut c, &id, "running", |t| state(t) == TaskState::Running).await;
     assert_eq!(reserved(&mut c).await, GIB);
 
-    action_ok(c.pause(pb::PauseRequest { ids: vec![id.clone()] }).await.unwrap().into_inner());
+    action_ok(
+        c.pause(pb::PauseRequest { ids: vec![id.clone()], ..Default::default() }).await.unwrap().into_inner(),
+    );
     let t = until(&mut c, &id, "paused", |t| state(t) == TaskState::Paused).await;
     assert!(t.paused_while_running);
     eventually("SIGSTOP", || proc_state(pid) == Some('T') && proc_state(grandchild) == Some('T')).await;
     assert_eq!(reserved(&mut c).await, GIB, "a paused task keeps its reservation");
 
-    action_ok(c.resume(pb::ResumeRequest { ids: vec![id.clone()] }).await.unwrap().into_inner());
+    action_ok(
+        c.resume(pb::ResumeRequest { ids: vec![id.clone()], ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner(),
+    );
     until(&mut c, &id, "running again", |t| state(t) == TaskState::Running).await;
     eventually("SIGCONT", || proc_state(pid).is_some_and(|s| s != 'T')).await;
 
     // Cancel while stopped: the group gets SIGTERM and SIGCONT.
-    action_ok(c.pause(pb::PauseRequest { ids: vec![id.clone()] }).await.unwrap().into_inner());
+    action_ok(
+        c.pause(pb::PauseRequest { ids: vec![id.clone()], ..Default::default() }).await.unwrap().into_inner(),
+    );
     eventually("SIGSTOP again", || proc_state(pid) == Some('T')).await;
     action_ok(
-        c.cancel(pb::CancelRequest { ids: vec![id.clone()], grace_ms: Some(500) })
+        c.cancel(pb::CancelRequest { ids: vec![id.clone()], grace_ms: Some(500), ..Default::default() })
             .await
             .unwrap()
             .into_inner(),
@@ -77,8 +86,13 @@ async fn pause_keeps_the_reservation_and_cancel_kills_the_group() {
     assert_eq!(reserved(&mut c).await, 0);
 
     // Actions on unknown or ended tasks answer per id, without failing the call.
-    let r =
-        c.cancel(pb::CancelRequest { ids: vec![id.clone(), "77".into(), "zz".into()], grace_ms: None }).await;
+    let r = c
+        .cancel(pb::CancelRequest {
+            ids: vec![id.clone(), "77".into(), "zz".into()],
+            grace_ms: None,
+            ..Default::default()
+        })
+        .await;
     let r = r.unwrap().into_inner().results;
     assert!(r.iter().all(|x| !x.ok), "{r:?}");
     assert!(r[1].error.contains("no task 77"), "{r:?}");
@@ -98,7 +112,12 @@ async fn pending_task_pause_resume_and_cancel() {
         .into_inner()
         .id;
     assert_eq!(state(&get(&mut c, &paused).await), TaskState::Paused);
-    action_ok(c.resume(pb::ResumeRequest { ids: vec![paused.clone()] }).await.unwrap().into_inner());
+    action_ok(
+        c.resume(pb::ResumeRequest { ids: vec![paused.clone()], ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner(),
+    );
     assert_eq!(state(&wait_end(&mut c, &paused).await), TaskState::Completed);
 
     let held = c
@@ -108,7 +127,10 @@ async fn pending_task_pause_resume_and_cancel() {
         .into_inner()
         .id;
     action_ok(
-        c.cancel(pb::CancelRequest { ids: vec![held.clone()], grace_ms: None }).await.unwrap().into_inner(),
+        c.cancel(pb::CancelRequest { ids: vec![held.clone()], grace_ms: None, ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner(),
     );
     assert_eq!(state(&wait_end(&mut c, &held).await), TaskState::Cancelled);
     let removed = c.remove(pb::RemoveRequest { ids: vec![held.clone()] }).await.unwrap().into_inner();

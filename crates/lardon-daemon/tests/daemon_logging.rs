@@ -114,7 +114,8 @@ async fn the_daemon_logs_its_start_every_refusal_and_fallback_and_every_decision
     capture.assert_line("WARN", &["refused", "batch_max"]);
     let err = c.submit(pb::SubmitRequest { spec: None, paused: false, id_only: false }).await.unwrap_err();
     capture.assert_line("WARN", &["submit refused", err.message()]);
-    let done = c.pause(pb::PauseRequest { ids: vec![id.clone()] }).await.unwrap().into_inner();
+    let done =
+        c.pause(pb::PauseRequest { ids: vec![id.clone()], ..Default::default() }).await.unwrap().into_inner();
     assert!(!done.results[0].ok, "{done:?}");
     capture.assert_line("WARN", &[&format!("request refused for task {id}")]);
     let err = c

@@ -91,7 +91,7 @@ async fn pending_dependents_and_paused_tasks_come_back() {
     assert_eq!(state(&t), TaskState::Completed, "{t:?}");
     assert_eq!(state(&wait_end(&mut c, &dependent).await), TaskState::Completed);
     assert_eq!(state(&get(&mut c, &paused).await), TaskState::Paused);
-    c.resume(pb::ResumeRequest { ids: vec![paused.clone()] }).await.unwrap();
+    c.resume(pb::ResumeRequest { ids: vec![paused.clone()], ..Default::default() }).await.unwrap();
     assert_eq!(state(&wait_end(&mut c, &paused).await), TaskState::Completed);
     drop(c);
     d.shutdown().unwrap();

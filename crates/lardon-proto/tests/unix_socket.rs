@@ -101,6 +101,9 @@ fake_impl! {
         scratch_cancel_drain(pb::ScratchCancelDrainRequest) -> pb::ScratchVolume;
         scratch_remove(pb::ScratchRemoveRequest) -> pb::ScratchRemoveResponse;
         scratch_status(pb::ScratchStatusRequest) -> pb::ScratchStatusResponse;
+        group_set(pb::GroupSetRequest) -> pb::GroupInfo;
+        group_list(pb::GroupListRequest) -> pb::GroupListResponse;
+        group_remove(pb::GroupRemoveRequest) -> pb::GroupRemoveResponse;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -202,15 +202,15 @@ async fn call(
     };
     match request {
         Request::Pause(id) => {
-            let r = client.pause(pb::PauseRequest { ids: vec![id.clone()] }).await;
+            let r = client.pause(pb::PauseRequest { ids: vec![id.clone()], ..Default::default() }).await;
             task_result("pause", &id, r)
         }
         Request::Resume(id) => {
-            let r = client.resume(pb::ResumeRequest { ids: vec![id.clone()] }).await;
+            let r = client.resume(pb::ResumeRequest { ids: vec![id.clone()], ..Default::default() }).await;
             task_result("resume", &id, r)
         }
         Request::Cancel(id) => {
-            let r = client.cancel(pb::CancelRequest { ids: vec![id.clone()], grace_ms: None }).await;
+            let r = client.cancel(pb::CancelRequest { ids: vec![id.clone()], ..Default::default() }).await;
             task_result("cancel", &id, r)
         }
         Request::Drain(name) => {

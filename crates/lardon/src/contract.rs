@@ -36,9 +36,17 @@ pub struct Contract {
     /// Boxed: only adaptive alternatives have one, and every admission
     /// moves the contract several times (a smaller one moves cheaper).
     pub(crate) ramp_ticket: Option<Box<crate::envelope::RampTicket>>,
+    /// The group the grant counts against (the estimate's), held with it
+    /// in the ledger so its release gives the group's share back.
+    pub(crate) group: Option<crate::group::GroupName>,
 }
 
 impl Contract {
+    /// The group this grant counts against, if any.
+    pub fn group(&self) -> Option<&crate::group::GroupName> {
+        self.group.as_ref()
+    }
+
     /// Whole CPUs to run with: the granted thousandths rounded up, at
     /// least 1 (what `OMP_NUM_THREADS` and the parallel map use).
     pub fn whole_cpus(&self) -> u32 {

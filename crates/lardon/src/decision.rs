@@ -93,6 +93,9 @@ pub enum ReasonCode {
     Scratch,
     /// The cap on running tasks is reached.
     MaxRunning,
+    /// The task's group is at one of its limits (running tasks, memory or
+    /// CPUs held by the group, `Governor::set_group_limits`).
+    GroupLimit,
     /// Held back so a long-bypassed head can start (anti-starvation).
     HeldForHead,
     /// Every alternative of a capability envelope waits.
@@ -126,6 +129,7 @@ impl ReasonCode {
             ReasonCode::IoSlot => "io_slot",
             ReasonCode::Scratch => "scratch",
             ReasonCode::MaxRunning => "max_running",
+            ReasonCode::GroupLimit => "group_limit",
             ReasonCode::HeldForHead => "held_for_head",
             ReasonCode::AllAlternativesWait => "all_alternatives_wait",
         }
@@ -160,6 +164,9 @@ impl ReasonCode {
             | ReasonCode::GpuSlot
             | ReasonCode::IoSlot
             | ReasonCode::Scratch
+            // Cleared by a release of another task of the group (or new
+            // limits); other groups' tasks are not held by it.
+            | ReasonCode::GroupLimit
             | ReasonCode::HeldForHead => ReasonScope::Task,
         }
     }

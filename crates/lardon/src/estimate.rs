@@ -198,6 +198,7 @@ pub struct Estimate {
     pub(crate) scratch_bytes: u64,
     pub(crate) class: Class,
     pub(crate) items_left: Option<u64>,
+    pub(crate) group: Option<crate::group::GroupName>,
 }
 
 impl Default for Estimate {
@@ -216,6 +217,7 @@ impl Default for Estimate {
             scratch_bytes: 0,
             class: Class::default(),
             items_left: None,
+            group: None,
         }
     }
 }
@@ -293,6 +295,15 @@ impl Estimate {
     /// The learning key.
     pub fn class(&self) -> &Class {
         &self.class
+    }
+    /// The group whose limits this estimate's grants count against, if any.
+    pub fn group(&self) -> Option<&crate::group::GroupName> {
+        self.group.as_ref()
+    }
+    /// This estimate counted against `group`'s limits (or none).
+    #[must_use]
+    pub fn with_group(self, group: Option<crate::group::GroupName>) -> Estimate {
+        Estimate { group, ..self }
     }
 
     /// Host memory for a batch of `batch` items, `None` on overflow.
@@ -440,6 +451,12 @@ impl EstimateBuilder {
     /// (docs/DESIGN.md §4 step 9); unset, nothing is assumed.
     pub fn items_left(mut self, items: u64) -> Self {
         self.estimate.items_left = Some(items);
+        self
+    }
+    /// The group whose limits the task's grants count against
+    /// ([`crate::Governor::set_group_limits`]).
+    pub fn group(mut self, group: crate::group::GroupName) -> Self {
+        self.estimate.group = Some(group);
         self
     }
     /// Finishes the estimate (not validated here: see [`Estimate::validate`]).

@@ -25,6 +25,7 @@ mod envelope;
 mod estimate;
 mod fake;
 mod governor;
+mod group;
 mod history;
 mod idhash;
 mod learned;
@@ -49,6 +50,7 @@ pub use envelope::{Alternative, Dimension, Envelope, EnvelopeError, MAX_ALTERNAT
 pub use estimate::{Class, Estimate, EstimateBuilder, EstimateError, MILLIS_PER_CPU};
 pub use fake::FakeProbe;
 pub use governor::{Availability, Governor, GpuAvailability, MAX_SNAPSHOT_AGE};
+pub use group::{GroupLimits, GroupName, GroupNameError, GroupUsage, MAX_GROUP_NAME};
 pub use history::{BatchSample, MAX_CLASSES, RunOutcome, RunRecord, RunShape, SAMPLES_PER_CLASS};
 pub use learned::{Figure, ItemTimes, Learned, Source};
 pub use phrase::{LearnedPhrase, format_duration_ms};

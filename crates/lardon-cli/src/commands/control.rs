@@ -4,7 +4,7 @@ use anyhow::Result;
 use lardon_proto::pb;
 use serde_json::json;
 
-use crate::cli::Cli;
+use crate::cli::{Cli, GroupIdsArgs, RestartArgs};
 use crate::error::{from_status, usage};
 
 fn report((verb, done): (&str, &str), resp: pb::TaskActionResponse, as_json: bool) -> Result<u8> {
@@ -29,32 +29,55 @@ fn report((verb, done): (&str, &str), resp: pb::TaskActionResponse, as_json: boo
     if errors.is_empty() { Ok(0) } else { Err(usage(format!("{verb}: {}", errors.join("; ")))) }
 }
 
-pub(crate) async fn pause(cli: &Cli, ids: &[String], as_json: bool) -> Result<u8> {
+pub(crate) async fn pause(cli: &Cli, a: &GroupIdsArgs) -> Result<u8> {
     let mut c = crate::client::connect(cli).await?;
-    let r = c.pause(pb::PauseRequest { ids: ids.to_vec() }).await.map_err(|s| from_status("pause", s))?;
-    report(("pause", "paused"), r.into_inner(), as_json)
+    let req = pb::PauseRequest { ids: a.ids.clone(), group: a.group.clone().unwrap_or_default() };
+    let r = c.pause(req).await.map_err(|s| from_status("pause", s))?;
+    report(("pause", "paused"), r.into_inner(), a.json)
 }
 
-pub(crate) async fn resume(cli: &Cli, ids: &[String], as_json: bool) -> Result<u8> {
+pub(crate) async fn resume(cli: &Cli, a: &GroupIdsArgs) -> Result<u8> {
     let mut c = crate::client::connect(cli).await?;
-    let r = c.resume(pb::ResumeRequest { ids: ids.to_vec() }).await.map_err(|s| from_status("resume", s))?;
-    report(("resume", "resumed"), r.into_inner(), as_json)
+    let req = pb::ResumeRequest { ids: a.ids.clone(), group: a.group.clone().unwrap_or_default() };
+    let r = c.resume(req).await.map_err(|s| from_status("resume", s))?;
+    report(("resume", "resumed"), r.into_inner(), a.json)
 }
 
-pub(crate) async fn cancel(cli: &Cli, ids: &[String], grace: Option<u64>, as_json: bool) -> Result<u8> {
+pub(crate) async fn cancel(
+    cli: &Cli,
+    ids: &[String],
+    group: Option<&str>,
+    grace: Option<u64>,
+    as_json: bool,
+) -> Result<u8> {
     let mut c = crate::client::connect(cli).await?;
     let r = c
-        .cancel(pb::CancelRequest { ids: ids.to_vec(), grace_ms: grace })
+        .cancel(pb::CancelRequest {
+            ids: ids.to_vec(),
+            grace_ms: grace,
+            group: group.unwrap_or_default().to_owned(),
+        })
         .await
         .map_err(|s| from_status("cancel", s))?;
     report(("cancel", "cancelled"), r.into_inner(), as_json)
 }
 
-pub(crate) async fn restart(cli: &Cli, ids: &[String], as_json: bool) -> Result<u8> {
+pub(crate) async fn restart(cli: &Cli, a: &RestartArgs) -> Result<u8> {
+    if a.group.is_some() && !a.failed && !a.cancelled {
+        return Err(usage("--group: restart takes a group's tasks only with --failed or --cancelled"));
+    }
     let mut c = crate::client::connect(cli).await?;
-    let r =
-        c.restart(pb::RestartRequest { ids: ids.to_vec() }).await.map_err(|s| from_status("restart", s))?;
-    report(("restart", "restarted"), r.into_inner(), as_json)
+    let req = pb::RestartRequest {
+        ids: a.ids.clone(),
+        failed: a.failed,
+        cancelled: a.cancelled,
+        group: a.group.clone().unwrap_or_default(),
+    };
+    let r = c.restart(req).await.map_err(|s| from_status("restart", s))?.into_inner();
+    if r.results.is_empty() && !a.json {
+        super::out("nothing to restart\n")?;
+    }
+    report(("restart", "restarted"), r, a.json)
 }
 
 pub(crate) async fn remove(cli: &Cli, ids: &[String], as_json: bool) -> Result<u8> {

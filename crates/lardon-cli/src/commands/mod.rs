@@ -9,6 +9,7 @@ mod cluster_watch;
 mod control;
 mod daemon;
 mod exec;
+mod group;
 mod log;
 mod policy;
 pub(crate) mod progress;
@@ -45,8 +46,8 @@ pub(crate) fn dispatch(cli: Cli) -> Result<u8> {
         Command::Exec(args) => exec::run(args),
         Command::Run { file, plain, fresh } => run::run(&cli, file, *plain, *fresh),
         Command::Submit(args) => block_on(submit::run(&cli, args)),
-        Command::Status { id, json, show_env } => {
-            block_on(status::status(&cli, id.as_deref(), *json, *show_env))
+        Command::Status { id, group, json, show_env } => {
+            block_on(status::status(&cli, id.as_deref(), group.as_deref(), *json, *show_env))
         }
         Command::Explain { id, history, json } => block_on(status::explain(&cli, id, *history, *json)),
         Command::Resources { json } => block_on(status::resources(&cli, *json)),
@@ -57,13 +58,16 @@ pub(crate) fn dispatch(cli: Cli) -> Result<u8> {
             (*stdout, *stderr),
             log::Lines { tail: *tail, head: *head, tail_bytes: *tail_bytes },
         )),
-        Command::Pause(a) => block_on(control::pause(&cli, &a.ids, a.json)),
-        Command::Resume(a) => block_on(control::resume(&cli, &a.ids, a.json)),
-        Command::Cancel { ids, grace, json } => block_on(control::cancel(&cli, ids, *grace, *json)),
-        Command::Restart(a) => block_on(control::restart(&cli, &a.ids, a.json)),
+        Command::Pause(a) => block_on(control::pause(&cli, a)),
+        Command::Resume(a) => block_on(control::resume(&cli, a)),
+        Command::Cancel { ids, group, grace, json } => {
+            block_on(control::cancel(&cli, ids, group.as_deref(), *grace, *json))
+        }
+        Command::Restart(a) => block_on(control::restart(&cli, a)),
+        Command::Group(sub) => block_on(group::run(&cli, sub)),
         Command::Remove(a) => block_on(control::remove(&cli, &a.ids, a.json)),
         Command::Clean { successful_only, json } => block_on(control::clean(&cli, *successful_only, *json)),
-        Command::Wait { ids, json } => block_on(wait::run(&cli, ids, *json)),
+        Command::Wait { ids, group, json } => block_on(wait::run(&cli, ids, group.as_deref(), *json)),
         Command::Policy { set, reset, json } => block_on(policy::run(&cli, set, reset, *json)),
         Command::Progress { progress, message } => block_on(progress::run(*progress, message.as_deref())),
         Command::Scratch(sub) => block_on(scratch::run(&cli, sub)),

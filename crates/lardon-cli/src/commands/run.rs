@@ -110,12 +110,12 @@ async fn forget_earlier_runs(client: &mut Client) -> Result<()> {
         tasks.iter().filter(|t| !ended.contains(&t.state)).map(|t| t.id.clone()).collect();
     if !live.is_empty() {
         client
-            .cancel(pb::CancelRequest { ids: live.clone(), grace_ms: Some(0) })
+            .cancel(pb::CancelRequest { ids: live.clone(), grace_ms: Some(0), ..Default::default() })
             .await
             .map_err(|s| from_status("--fresh: cancel", s))?;
         // The wait stream ends once every one of them has ended.
         let mut events = client
-            .wait(pb::WaitRequest { ids: live })
+            .wait(pb::WaitRequest { ids: live, ..Default::default() })
             .await
             .map_err(|s| from_status("--fresh: wait", s))?
             .into_inner();

@@ -135,6 +135,7 @@ pub(crate) fn task_spec(needs: &NeedsArgs, parts: SpecParts, style: Style) -> Re
         timeout_ms: None,
         retry_on_timeout: 0,
         on_end: String::new(),
+        group: String::new(),
     })
 }
 

@@ -8,7 +8,13 @@ use crate::cli::Cli;
 use crate::error::from_status;
 use crate::{json, render};
 
-pub(crate) async fn status(cli: &Cli, id: Option<&str>, as_json: bool, show_env: bool) -> Result<u8> {
+pub(crate) async fn status(
+    cli: &Cli,
+    id: Option<&str>,
+    group: Option<&str>,
+    as_json: bool,
+    show_env: bool,
+) -> Result<u8> {
     let mut client = crate::client::connect(cli).await?;
     if let Some(id) = id {
         let resp = client
@@ -31,7 +37,7 @@ pub(crate) async fn status(cli: &Cli, id: Option<&str>, as_json: bool, show_env:
         return Ok(0);
     }
     let tasks = client
-        .list(pb::ListRequest::default())
+        .list(pb::ListRequest { group: group.unwrap_or_default().to_owned(), ..Default::default() })
         .await
         .map_err(|s| from_status("status", s))?
         .into_inner()

@@ -31,6 +31,7 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
     spec.submit_env = Some(submit_env(args));
     timeout(args, &mut spec)?;
     on_end(args, &mut spec)?;
+    spec.group = group(args).unwrap_or_default();
     let mut client = crate::client::connect(cli).await?;
     let resp = client
         .submit(pb::SubmitRequest { spec: Some(spec), paused: args.paused, id_only: !args.json })
@@ -44,6 +45,21 @@ pub(crate) async fn run(cli: &Cli, args: &SubmitArgs) -> Result<u8> {
         super::out(&format!("{}\n", resp.id))?;
     }
     Ok(0)
+}
+
+/// The task's group: `--group`, else inside a task (LARDON_TASK_ID set:
+/// `lardon submit` from a task's script) the task's own group, so a
+/// parent's children share it and `lardon wait --group` in the parent
+/// waits for them.
+fn group(args: &SubmitArgs) -> Option<String> {
+    args.group.clone().or_else(inherited_group)
+}
+
+/// The group of the task this process runs in, if any (LARDON_GROUP is
+/// only trusted beside LARDON_TASK_ID: it is the daemon that sets both).
+fn inherited_group() -> Option<String> {
+    std::env::var_os("LARDON_TASK_ID")?;
+    std::env::var("LARDON_GROUP").ok().filter(|g| lardon::GroupName::new(g).is_ok())
 }
 
 /// The caller's environment as the task's base (`--env-clear`: empty),
@@ -217,23 +233,44 @@ async fn each(cli: &Cli, args: &SubmitArgs, parts: &SpecParts, source: &Path) ->
     let env = submit_env(args);
     let mut client = crate::client::connect(cli).await?;
     let mut ids = Vec::with_capacity(specs.len());
+    // The call's group: named, inherited, or (without either) one of its
+    // own that the daemon names after the first id; every later call of a
+    // large input joins it.
+    let mut group = group(args);
+    let named = group.is_some();
     let mut rest = specs;
     while !rest.is_empty() {
         let tail = rest.split_off(rest.len().min(PER_CALL));
+        if let Some(g) = &group {
+            for spec in &mut rest {
+                spec.group.clone_from(g);
+            }
+        }
         let resp = client
             .submit_many(pb::SubmitManyRequest {
                 specs: rest,
                 paused: args.paused,
                 submit_env: Some(env.clone()),
+                own_group: group.is_none(),
             })
             .await
             .map_err(|s| from_status("submit", s))?
             .into_inner();
         ids.extend(resp.ids);
+        if group.is_none() && !resp.group.is_empty() {
+            group = Some(resp.group);
+        }
         rest = tail;
     }
+    if !named
+        && !args.json
+        && let Some(g) = &group
+    {
+        // On stderr: scripts read the ids from stdout, one a line.
+        eprintln!("lardon: {} task(s) in group {g} (lardon wait --group {g})", ids.len());
+    }
     if args.json {
-        crate::json::print(&serde_json::json!({ "ids": ids }))?;
+        crate::json::print(&serde_json::json!({ "ids": ids, "group": group }))?;
     } else {
         let mut text = ids.join("\n");
         if !text.is_empty() {

@@ -12,15 +12,19 @@ use serde_json::json;
 use crate::cli::Cli;
 use crate::error::from_status;
 
-pub(crate) async fn run(cli: &Cli, ids: &[String], as_json: bool) -> Result<u8> {
+pub(crate) async fn run(cli: &Cli, ids: &[String], group: Option<&str>, as_json: bool) -> Result<u8> {
     let mut client = crate::client::connect(cli).await?;
+    // Inside a task, never wait for that task itself (it would never end):
+    // a parent waiting for its group waits for every other task of it.
+    let except =
+        if group.is_some() { std::env::var("LARDON_TASK_ID").unwrap_or_default() } else { String::new() };
     let bar = if !as_json && std::io::stdout().is_terminal() {
-        Some(progress_bar(&mut client, ids).await?)
+        Some(progress_bar(&mut client, ids, group.map(|g| (g, except.as_str()))).await?)
     } else {
         None
     };
     let mut events = client
-        .wait(pb::WaitRequest { ids: ids.to_vec() })
+        .wait(pb::WaitRequest { ids: ids.to_vec(), group: group.unwrap_or_default().to_owned(), except })
         .await
         .map_err(|s| from_status("wait", s))?
         .into_inner();
@@ -77,9 +81,25 @@ pub(crate) async fn run(cli: &Cli, ids: &[String], as_json: bool) -> Result<u8> 
 }
 
 /// The bar over the awaited tasks: the ids given, or every task not yet
-/// ended (what the daemon's wait covers when no id is given).
-async fn progress_bar(client: &mut crate::client::Client, ids: &[String]) -> Result<ProgressBar> {
-    let total = if ids.is_empty() {
+/// ended (what the daemon's wait covers when no id is given); with a
+/// group, its tasks (but `except`) and the ids given.
+async fn progress_bar(
+    client: &mut crate::client::Client,
+    ids: &[String],
+    group: Option<(&str, &str)>,
+) -> Result<ProgressBar> {
+    let total = if let Some((group, except)) = group {
+        let tasks = client
+            .list(pb::ListRequest { group: group.to_owned(), ..Default::default() })
+            .await
+            .map_err(|s| from_status("wait", s))?
+            .into_inner()
+            .tasks;
+        let mut all: std::collections::BTreeSet<&str> =
+            tasks.iter().map(|t| t.id.as_str()).filter(|id| *id != except).collect();
+        all.extend(ids.iter().map(String::as_str));
+        all.len()
+    } else if ids.is_empty() {
         let tasks = client
             .list(pb::ListRequest::default())
             .await

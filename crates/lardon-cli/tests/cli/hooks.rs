@@ -241,3 +241,21 @@ fn a_durable_end_whose_hook_had_not_run_runs_after_the_restart() {
     want.sort();
     assert_eq!(got, want);
 }
+
+/// A grouped task's hook gets its group in `LARDON_GROUP` (empty without).
+#[test]
+fn a_hook_gets_the_tasks_group() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let _d = Daemon::start(dir, "8GiB,4");
+    let out = dir.join("groups");
+    let hook = format!("echo \"$LARDON_TASK_ID [$LARDON_GROUP]\" >> {}", out.display());
+    let grouped = submit(dir, &["--group", "render", "--on-end", &hook, "--", "true"]);
+    let plain = submit(dir, &["--on-end", &hook, "--", "true"]);
+    wait_until("both hooks recorded", LONG, || hook_done(dir, &grouped) && hook_done(dir, &plain));
+    let mut got = lines(&out);
+    got.sort();
+    let mut want = vec![format!("{grouped} [render]"), format!("{plain} []")];
+    want.sort();
+    assert_eq!(got, want);
+}

@@ -15,6 +15,7 @@ mod daemon_logs;
 mod deploy;
 mod e2e;
 mod errors;
+mod groups;
 mod hooks;
 mod log_reuse;
 mod logcap;

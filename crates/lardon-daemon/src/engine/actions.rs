@@ -85,6 +85,36 @@ impl Engine {
         self.queue_submission(inserted, &submission.deps_of, paused, prefix)
     }
 
+    /// [`Engine::submit_many`] for one `--each` call that names no group:
+    /// the specs without a group get one of their own, `each-<first id>`,
+    /// named in the inserting write (the writer is the one thread that
+    /// numbers tasks, so the first id is the one the insert takes).
+    /// Returns the ids and the group.
+    pub(crate) fn submit_each(
+        &self,
+        specs: Vec<TaskSpec>,
+        paused: bool,
+        prefix: &str,
+    ) -> Result<(Vec<TaskId>, lardon::GroupName), ActionError> {
+        let submission = self.prepare_submission(specs, paused, prefix)?;
+        let mut news = submission.news;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let inserted = self.shared.writer.call(move |s| {
+            let first = s.next_task_number()?;
+            let group = lardon::GroupName::new(&format!("each-{first}")).map_err(|e| {
+                StoreError::Corrupt { what: "generated group name".into(), detail: e.to_string() }
+            })?;
+            for new in news.iter_mut().filter(|n| n.spec.group.is_none()) {
+                new.spec.group = Some(group.clone());
+            }
+            let _ = tx.send(group);
+            s.insert_tasks_resolved(&news).map(|inserted| (inserted, news))
+        });
+        let ids = self.queue_submission(inserted, &submission.deps_of, paused, prefix)?;
+        let group = rx.try_recv().map_err(|_| ActionError::Internal("no group for an --each call".into()))?;
+        Ok((ids, group))
+    }
+
     /// [`Engine::submit_many`] for a caller on the async runtime: the same
     /// checks, transaction and queueing, but it awaits the commit instead
     /// of blocking a thread on it. Only for specs that

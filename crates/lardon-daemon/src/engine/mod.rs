@@ -4,6 +4,7 @@
 //! in [`Engine::start`]; [`pump`] persists every queue event.
 
 mod actions;
+mod groups;
 mod probe;
 mod pump;
 mod routes;
@@ -23,6 +24,7 @@ use lardon_host::{CpuLayout, HostProbe, HostRoot, detect_enforcer};
 use tokio::sync::broadcast;
 
 pub(crate) use actions::ActionError;
+pub(crate) use groups::GroupView;
 pub use probe::ProbeChoice;
 
 use crate::DaemonError;
@@ -210,6 +212,8 @@ impl Engine {
                 Self::fallback_governor(&cfg.probe, default_policy.clone())?
             }
         };
+        // The groups' limits, as stored: enforced from the first scan on.
+        groups::apply_stored(&store, &governor)?;
         for sample in store.all_history()? {
             governor.record_run(&Class::new(sample.class), sample.record);
         }

@@ -27,10 +27,9 @@ use crate::store::{HookEnd, PendingHook, Store, StoreError};
 /// Hooks that run at once, at most.
 pub(crate) const HOOK_WORKERS: usize = 4;
 
-/// The task's group for `LARDON_GROUP` (empty when none). Tasks have no
-/// group yet: this is the one place that reads it.
-fn task_group(_spec: &TaskSpec) -> Option<&str> {
-    None
+/// The task's group for `LARDON_GROUP` (empty when none).
+fn task_group(spec: &TaskSpec) -> Option<&str> {
+    spec.group.as_ref().map(lardon::GroupName::as_str)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

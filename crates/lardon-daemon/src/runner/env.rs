@@ -11,7 +11,9 @@ const THREAD_VARS: [&str; 3] = ["OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM
 /// The variables a run gets, in order (the spec's own `env` last, so it
 /// wins): `LARDON_TASK_ID`, `LARDON_CPUS`, `LARDON_MEM_BYTES`,
 /// `LARDON_GPU_DEVICES` (+ `CUDA_VISIBLE_DEVICES`/`HIP_VISIBLE_DEVICES`),
-/// `LARDON_SCRATCH_DIR` when leased, `LARDON_SOCKET`, the thread counts,
+/// `LARDON_SCRATCH_DIR` when leased, `LARDON_SOCKET`, `LARDON_GROUP` for
+/// a task of a group (a `lardon submit` inside the task defaults to it),
+/// the thread counts,
 /// and for a batched run `LARDON_ITEM_OFFSET`/`LARDON_BATCH_SIZE`/`LARDON_ITEMS`.
 pub fn task_env(
     task_id: &str,
@@ -35,6 +37,9 @@ pub fn task_env(
         put("LARDON_SCRATCH_DIR", dir.to_owned());
     }
     put("LARDON_SOCKET", socket.to_owned());
+    if let Some(group) = &spec.group {
+        put("LARDON_GROUP", group.to_string());
+    }
     for var in THREAD_VARS {
         if !spec.env.iter().any(|e| e.key == var) {
             put(var, contract.whole_cpus().to_string());

@@ -44,21 +44,75 @@ fn per_id(
     pb::TaskActionResponse { results }
 }
 
-pub(super) fn pause(engine: &Engine, req: pb::PauseRequest) -> pb::TaskActionResponse {
-    per_id(engine, &req.ids, Engine::pause)
+/// The request's ids followed by every task of `group` (if given) in one
+/// of `states` that is not among them, as the ids the client would send.
+fn with_group(
+    engine: &Engine,
+    mut ids: Vec<String>,
+    group: &str,
+    states: &[TaskState],
+) -> Result<Vec<String>, Status> {
+    let Some(group) = super::convert::group_arg("group", group)? else { return Ok(ids) };
+    let filter = crate::store::TaskFilter {
+        group: Some(group.to_string()),
+        states: states.to_vec(),
+        ..Default::default()
+    };
+    for rec in engine.tasks(&filter).map_err(super::store_status)? {
+        let id = crate::ids::format_id(rec.id);
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
 }
 
-pub(super) fn resume(engine: &Engine, req: pb::ResumeRequest) -> pb::TaskActionResponse {
-    per_id(engine, &req.ids, Engine::resume)
+pub(super) fn pause(engine: &Engine, req: pb::PauseRequest) -> Result<pb::TaskActionResponse, Status> {
+    let ids = with_group(engine, req.ids, &req.group, &[TaskState::Pending, TaskState::Running])?;
+    Ok(per_id(engine, &ids, Engine::pause))
 }
 
-pub(super) fn restart(engine: &Engine, req: pb::RestartRequest) -> pb::TaskActionResponse {
-    per_id(engine, &req.ids, Engine::restart)
+pub(super) fn resume(engine: &Engine, req: pb::ResumeRequest) -> Result<pb::TaskActionResponse, Status> {
+    let ids = with_group(engine, req.ids, &req.group, &[TaskState::Paused])?;
+    Ok(per_id(engine, &ids, Engine::resume))
 }
 
-pub(super) fn cancel(engine: &Engine, req: pb::CancelRequest) -> pb::TaskActionResponse {
+/// `restart ID…`, and with `failed` (`cancelled`) every FAILED
+/// (CANCELLED) task, of `group` when given: each through the one restart
+/// path (same spec, a new attempt).
+pub(super) fn restart(engine: &Engine, req: pb::RestartRequest) -> Result<pb::TaskActionResponse, Status> {
+    let mut states = Vec::new();
+    if req.failed {
+        states.push(TaskState::Failed);
+    }
+    if req.cancelled {
+        states.push(TaskState::Cancelled);
+    }
+    let group = super::convert::group_arg("group", &req.group)?;
+    if group.is_some() && states.is_empty() {
+        return Err(Status::invalid_argument(
+            "group: restart selects a group's tasks only with failed or cancelled",
+        ));
+    }
+    let mut ids = req.ids;
+    if !states.is_empty() {
+        let filter =
+            crate::store::TaskFilter { group: group.map(|g| g.to_string()), states, ..Default::default() };
+        for rec in engine.tasks(&filter).map_err(super::store_status)? {
+            let id = crate::ids::format_id(rec.id);
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+    }
+    Ok(per_id(engine, &ids, Engine::restart))
+}
+
+pub(super) fn cancel(engine: &Engine, req: pb::CancelRequest) -> Result<pb::TaskActionResponse, Status> {
     let grace = req.grace_ms.map(Duration::from_millis);
-    per_id(engine, &req.ids, |e, id| e.cancel(id, grace))
+    let live = [TaskState::Pending, TaskState::Running, TaskState::Paused];
+    let ids = with_group(engine, req.ids, &req.group, &live)?;
+    Ok(per_id(engine, &ids, |e, id| e.cancel(id, grace)))
 }
 
 pub(super) fn remove(engine: &Engine, req: pb::RemoveRequest) -> pb::TaskActionResponse {

@@ -135,6 +135,7 @@ pub(crate) fn spec_from_pb(spec: Option<pb::TaskSpec>) -> Result<TaskSpec, Statu
         timeout_ms: spec.timeout_ms,
         retry_on_timeout: spec.retry_on_timeout,
         on_end: (!spec.on_end.is_empty()).then_some(spec.on_end),
+        group: group_arg("group", &spec.group)?,
     };
     // Validated once, by the engine's submit (`Engine::submit_many`).
     Ok(out)
@@ -216,7 +217,17 @@ pub(crate) fn spec_to_pb(s: &TaskSpec) -> pb::TaskSpec {
         timeout_ms: s.timeout_ms,
         retry_on_timeout: s.retry_on_timeout,
         on_end: s.on_end.clone().unwrap_or_default(),
+        group: s.group.as_ref().map(|g| g.as_str().to_owned()).unwrap_or_default(),
     }
+}
+
+/// A request's group name: `None` when empty, else checked (a refusal
+/// names `field`).
+pub(crate) fn group_arg(field: &str, text: &str) -> Result<Option<lardon::GroupName>, Status> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    lardon::GroupName::new(text).map(Some).map_err(|e| Status::invalid_argument(format!("{field}: {e}")))
 }
 
 fn millis(d: std::time::Duration) -> u64 {

@@ -8,6 +8,7 @@
 
 mod control;
 mod convert;
+mod groups;
 mod logread;
 mod logwatch;
 mod policy;
@@ -125,28 +126,28 @@ impl lardon_proto::Lardon for Service {
         &self,
         req: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::TaskActionResponse>, Status> {
-        self.handle(req, |e, r| Ok(control::cancel(e, r))).await
+        self.handle(req, control::cancel).await
     }
 
     async fn pause(
         &self,
         req: Request<pb::PauseRequest>,
     ) -> Result<Response<pb::TaskActionResponse>, Status> {
-        self.handle(req, |e, r| Ok(control::pause(e, r))).await
+        self.handle(req, control::pause).await
     }
 
     async fn resume(
         &self,
         req: Request<pb::ResumeRequest>,
     ) -> Result<Response<pb::TaskActionResponse>, Status> {
-        self.handle(req, |e, r| Ok(control::resume(e, r))).await
+        self.handle(req, control::resume).await
     }
 
     async fn restart(
         &self,
         req: Request<pb::RestartRequest>,
     ) -> Result<Response<pb::TaskActionResponse>, Status> {
-        self.handle(req, |e, r| Ok(control::restart(e, r))).await
+        self.handle(req, control::restart).await
     }
 
     async fn remove(
@@ -233,5 +234,23 @@ impl lardon_proto::Lardon for Service {
         req: Request<pb::ScratchStatusRequest>,
     ) -> Result<Response<pb::ScratchStatusResponse>, Status> {
         self.handle(req, |e, _| scratch::list(e).map(|volumes| pb::ScratchStatusResponse { volumes })).await
+    }
+
+    async fn group_set(&self, req: Request<pb::GroupSetRequest>) -> Result<Response<pb::GroupInfo>, Status> {
+        self.handle(req, groups::set).await
+    }
+
+    async fn group_list(
+        &self,
+        req: Request<pb::GroupListRequest>,
+    ) -> Result<Response<pb::GroupListResponse>, Status> {
+        self.handle(req, groups::list).await
+    }
+
+    async fn group_remove(
+        &self,
+        req: Request<pb::GroupRemoveRequest>,
+    ) -> Result<Response<pb::GroupRemoveResponse>, Status> {
+        self.handle(req, groups::remove).await
     }
 }

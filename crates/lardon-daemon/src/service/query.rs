@@ -19,6 +19,7 @@ pub(super) fn list(engine: &Engine, req: pb::ListRequest) -> Result<pb::ListResp
         states: states_arg(&req.states)?,
         class: (!req.class.is_empty()).then_some(req.class),
         name_contains: (!req.name_contains.is_empty()).then_some(req.name_contains),
+        group: super::convert::group_arg("group", &req.group)?.map(|g| g.to_string()),
         limit: (limit > 0 && !only).then_some(limit),
     };
     let recs = engine.tasks(&filter).map_err(store_status)?;

@@ -48,8 +48,28 @@ pub(crate) async fn wait(
     let mut events = engine.shared.events.subscribe();
     let ids: Vec<TaskId> =
         req.ids.iter().enumerate().map(|(i, s)| id_arg(&format!("ids[{i}]"), s)).collect::<Result<_, _>>()?;
+    let group = super::convert::group_arg("group", &req.group)?;
+    let except = if req.except.is_empty() { None } else { Some(id_arg("except", &req.except)?) };
     let mut remaining: BTreeSet<TaskId> = blocking(&engine, move |engine| {
         let store = engine.shared.reader();
+        if let Some(group) = group {
+            // Every task of the group, ended ones too (a failure among them
+            // is a failure of the group), but the caller's own task: a task
+            // waiting for its group must not wait for itself.
+            let filter = crate::store::TaskFilter { group: Some(group.to_string()), ..Default::default() };
+            let mut all: BTreeSet<TaskId> =
+                store.list_tasks(&filter).map_err(store_status)?.into_iter().map(|r| r.id).collect();
+            for id in &ids {
+                if store.get_task(*id).map_err(store_status)?.is_none() {
+                    return Err(Status::not_found(format!("no task {id}")));
+                }
+                all.insert(*id);
+            }
+            if let Some(me) = except {
+                all.remove(&me);
+            }
+            return Ok(all);
+        }
         if ids.is_empty() {
             let all = store.load_all().map_err(store_status)?;
             return Ok(all.into_iter().filter(|r| !r.state.is_terminal()).map(|r| r.id).collect());

@@ -80,9 +80,17 @@ pub(super) async fn submit_many(
         })
         .collect::<Result<Vec<_>, _>>()
         .inspect_err(|s| tracing::warn!("submit refused: {}", s.message()))?;
-    let paused = req.paused;
-    let ids = blocking(move || engine.submit_many(specs, paused, "specs").map_err(status)).await?;
-    Ok(pb::SubmitManyResponse { ids: ids.into_iter().map(crate::ids::format_id).collect() })
+    let (paused, own_group) = (req.paused, req.own_group);
+    let (ids, group) = blocking(move || {
+        if own_group {
+            let (ids, group) = engine.submit_each(specs, paused, "specs").map_err(status)?;
+            Ok((ids, group.to_string()))
+        } else {
+            Ok((engine.submit_many(specs, paused, "specs").map_err(status)?, String::new()))
+        }
+    })
+    .await?;
+    Ok(pb::SubmitManyResponse { ids: ids.into_iter().map(crate::ids::format_id).collect(), group })
 }
 
 /// [`Engine::submit_many_async`] in a task of its own: a client that hangs

@@ -11,7 +11,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use super::error::{Ctx, StoreError};
 
 /// Migration `i` (0-based) brings the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -254,6 +254,25 @@ CREATE TABLE task_hooks (
     CHECK ((finished_ms IS NULL) = (outcome IS NULL))
 ) STRICT;
 CREATE INDEX task_hooks_pending ON task_hooks (seq) WHERE finished_ms IS NULL;
+";
+
+/// Version 10: groups (docs/DESIGN.md §10, "Groups"). A task's group is in
+/// its spec's JSON (`group`, absent when none) and copied to
+/// `tasks.group_name` for the filters (`status|wait|pause|resume|cancel
+/// --group`, `restart --failed --group`), which walk `tasks_by_group`. A
+/// group's limits (`lardon group add`) are rows of `groups`, re-applied to
+/// the Governor at start; removing a group's limits deletes its row and
+/// leaves its tasks' names.
+const V10: &str = r"
+ALTER TABLE tasks ADD COLUMN group_name TEXT;
+CREATE INDEX tasks_by_group ON tasks (group_name, id) WHERE group_name IS NOT NULL;
+CREATE TABLE groups (
+    name        TEXT PRIMARY KEY,
+    max_running INTEGER CHECK (max_running > 0),
+    memory      INTEGER CHECK (memory > 0),
+    cpu_millis  INTEGER CHECK (cpu_millis > 0),
+    updated_ms  INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
 ";
 
 /// The database's `user_version`.

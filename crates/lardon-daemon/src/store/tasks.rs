@@ -56,6 +56,8 @@ pub struct TaskFilter {
     pub class: Option<String>,
     /// Only names containing this text.
     pub name_contains: Option<String>,
+    /// Only tasks of this group.
+    pub group: Option<String>,
     /// At most this many (lowest ids first).
     pub limit: Option<u32>,
 }
@@ -193,8 +195,9 @@ fn insert_one(tx: &Connection, new: &NewTask, now: i64, max_events: u64) -> Resu
     let items = spec.items.map(|n| to_i64(n, "items")).transpose()?;
     let state = if new.paused { TaskState::Paused } else { TaskState::Pending };
     tx.prepare_cached(
-        "INSERT INTO tasks (id, name, spec, class, priority, items, retry_on_interrupt, state, created_ms, env)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        "INSERT INTO tasks (id, name, spec, class, priority, items, retry_on_interrupt, state, created_ms, env,
+                            group_name)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     )
     .ctx(OP)?
     .execute(params![
@@ -207,7 +210,8 @@ fn insert_one(tx: &Connection, new: &NewTask, now: i64, max_events: u64) -> Resu
         spec.retry_on_interrupt,
         state.as_str(),
         now,
-        spec.submit_env.as_ref().map(crate::submit_env::SubmitEnv::blob)
+        spec.submit_env.as_ref().map(crate::submit_env::SubmitEnv::blob),
+        spec.group.as_ref().map(lardon::GroupName::as_str)
     ])
     .ctx(OP)?;
     let mut deps = Vec::new();
@@ -342,6 +346,10 @@ impl Store {
         if let Some(text) = &filter.name_contains {
             clauses.push("instr(name, ?) > 0".into());
             args.push(Value::Text(text.clone()));
+        }
+        if let Some(group) = &filter.group {
+            clauses.push("group_name = ?".into());
+            args.push(Value::Text(group.clone()));
         }
         let mut sql = format!("SELECT {TASK_COLUMNS} FROM tasks");
         if !clauses.is_empty() {

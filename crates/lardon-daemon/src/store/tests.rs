@@ -273,3 +273,46 @@ fn a_shipped_task_handed_back_is_pending_again_saying_why() {
     store.finish(id, &done).unwrap();
     assert!(matches!(store.return_to_queue(id, "x", "x"), Err(StoreError::IllegalTransition { .. })));
 }
+
+/// Schema v9: a v8 store's tasks read the same (no group), a task of a
+/// group is found by its group through `tasks_by_group`, group limits are
+/// stored, replaced and removed, and the per-group counts are by state.
+#[test]
+fn a_version_8_store_takes_groups_and_group_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut conn = rusqlite::Connection::open(&path).unwrap();
+    schema::migrate_to(&mut conn, &path, 8).unwrap();
+    conn.execute(
+        "INSERT INTO tasks (id, name, spec, class, priority, retry_on_interrupt, state, created_ms)
+         VALUES (100, 'old', '{\"argv\":[\"true\"]}', 'default', 0, 1, 'pending', 5)",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(store.get_task(TaskId(100)).unwrap().unwrap().spec.group, None);
+    let mut spec = TaskSpec::command(["true"]);
+    spec.group = Some(lardon::GroupName::new("render").unwrap());
+    let a = store.insert_task(&NewTask::new(spec.clone())).unwrap();
+    let b = store.insert_task(&NewTask::new(spec.clone())).unwrap();
+    let filter = TaskFilter { group: Some("render".into()), ..TaskFilter::default() };
+    let ids: Vec<TaskId> = store.list_tasks(&filter).unwrap().iter().map(|r| r.id).collect();
+    assert_eq!(ids, vec![a, b]);
+    assert_eq!(store.get_task(a).unwrap().unwrap().spec, spec);
+    assert_indexed(&store, "SELECT id FROM tasks WHERE group_name = 'render' ORDER BY id", "tasks_by_group");
+    assert_eq!(
+        store.group_counts().unwrap(),
+        vec![("render".to_owned(), crate::spec::TaskState::Pending, 2)]
+    );
+
+    let row = GroupRow { name: "render".into(), max_running: Some(2), memory: None, cpu_millis: Some(4000) };
+    store.set_group(&row).unwrap();
+    let wider = GroupRow { max_running: None, memory: Some(1 << 30), ..row.clone() };
+    store.set_group(&wider).unwrap();
+    assert_eq!(store.groups().unwrap(), vec![wider], "add on an existing group replaces its limits");
+    assert!(store.remove_group("render").unwrap());
+    assert!(!store.remove_group("render").unwrap());
+    assert!(store.groups().unwrap().is_empty());
+    assert_eq!(store.list_tasks(&filter).unwrap().len(), 2, "its tasks keep their group");
+}

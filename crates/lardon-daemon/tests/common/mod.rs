@@ -94,7 +94,11 @@ pub fn state(t: &pb::Task) -> TaskState {
 
 /// Waits (with the Wait stream) until `id` ends; returns its final view.
 pub async fn wait_end(c: &mut Client, id: &str) -> pb::Task {
-    let mut s = c.wait(pb::WaitRequest { ids: vec![id.to_owned()] }).await.unwrap().into_inner();
+    let mut s = c
+        .wait(pb::WaitRequest { ids: vec![id.to_owned()], ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
     let got = tokio::time::timeout(DEADLINE, async {
         while let Some(ev) = s.message().await.unwrap() {
             if let Some(pb::wait_event::Event::Finished(t)) = ev.event {

@@ -105,6 +105,7 @@ mod tests {
             io_slots: 0,
             usage: None,
             leased: false,
+            group: None,
         }
     }
 

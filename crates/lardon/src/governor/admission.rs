@@ -15,6 +15,7 @@ use crate::pressure::PressureLevel;
 use crate::snapshot::Snapshot;
 use crate::units::{format_bytes, format_cpus};
 
+pub(crate) use super::group_limits::{GroupRoom, group_room};
 use super::ledger::Ledger;
 use super::packing;
 pub(crate) use super::targets::{packed_target_of, pressure_target, sizing, step9_target};
@@ -190,12 +191,13 @@ fn admit_steps(
     let sizing = gpu_and_sizing(ledger, est)?;
     never_fits(ledger, est, &sizing)?;
     host_gates(ledger, est, snap)?;
-    let fit = memory_fit(ledger, est, snap, &sizing, hold)?;
+    let room = group_room(ledger, est, &sizing)?;
+    let fit = memory_fit(ledger, est, snap, &sizing, hold, &room)?;
     // Capped while memory is contended, then pressure, then the critical
     // floor (packing.rs).
     let target = step9_target(ledger, est, &sizing, now);
     let batch = batch_within_target(ledger, est, &sizing, &fit, target)?;
-    let slots = slots(ledger, est, hold, running)?;
+    let slots = slots(ledger, est, hold, running, &room)?;
     Ok(Granted { sizing, fit, batch, target, slots })
 }
 
@@ -323,6 +325,11 @@ struct Fit {
     batch: u64,
     /// What bounds `batch`: `Memory` or `GpuMemory`.
     short: ReasonCode,
+    /// Whether the group's memory room, not the host's, bounds the
+    /// memory available: the sliver rule (which waits for the host's
+    /// memory to come back, reason `memory`) does not apply then, or a
+    /// group's room would read as the host's shortage to the queue's scan.
+    group_bound: bool,
     /// Chosen GPUs (index, capacity in items), most free first.
     devices: Vec<(u32, u64)>,
 }
@@ -335,12 +342,16 @@ fn memory_fit(
     snap: &Snapshot,
     sizing: &Learned,
     hold: &Hold,
+    room: &GroupRoom,
 ) -> Result<Fit, Decision> {
-    let memory_available = ledger.memory_available(snap).saturating_sub(hold.memory);
+    // A group's memory limit is a budget of its own: the batch fits both.
+    let host = ledger.memory_available(snap).saturating_sub(hold.memory);
+    let memory_available = host.min(room.memory);
     let mut fit = Fit {
         memory_available,
         batch: capacity(memory_available, sizing.fixed, sizing.per_item),
         short: ReasonCode::Memory,
+        group_bound: room.memory < host,
         devices: Vec::new(),
     };
     if est.gpu_slots == 0 {
@@ -414,6 +425,7 @@ fn batch_within_target(
     // The sliver rule (packing.rs): below the least memory × time per item,
     // wait for our own reservations to come back.
     if batch < target
+        && !fit.group_bound
         && ledger.totals().memory > 0
         && let Some(times) = sizing.times
         && let Some(best) = packing::sliver(sizing.fixed, sizing.per_item, times, est, target, batch)
@@ -442,9 +454,15 @@ struct Slots {
 
 /// Step 10: a free CPU (all of them for a non-reducible task), a wanted IO
 /// slot, a scratch lease, and room under the running cap → else WAIT.
-fn slots(ledger: &Ledger, est: &Estimate, hold: &Hold, running: usize) -> Result<Slots, Decision> {
+fn slots(
+    ledger: &Ledger,
+    est: &Estimate,
+    hold: &Hold,
+    running: usize,
+    room: &GroupRoom,
+) -> Result<Slots, Decision> {
     let policy = &ledger.policy;
-    let cpu_free = ledger.cpu_available_millis().saturating_sub(hold.cpu_millis);
+    let cpu_free = ledger.cpu_available_millis().saturating_sub(hold.cpu_millis).min(room.cpu_millis);
     let cpu_needed = if est.cpus_reducible { u64::from(est.cpus.min(1000)) } else { u64::from(est.cpus) };
     if cpu_free < cpu_needed {
         return Err(Decision::wait(
@@ -561,6 +579,7 @@ fn grant(
         inflight: 1,
         charged_memory,
         ramp_ticket: None,
+        group: est.group.clone(),
     };
     match reduction {
         None => Decision::Admit(contract),

@@ -9,7 +9,8 @@
 //!
 //! and that every step of the full order would pass at the full target:
 //! valid, possible on this host, no gate reached, memory for the whole
-//! target batch, every CPU and IO slot it wants, room under `max_running`.
+//! target batch, every CPU and IO slot it wants, room under `max_running`
+//! and under its group's limits.
 //! Anything else — a WAIT, a REJECT, a reduced batch or fewer CPUs, a GPU,
 //! scratch, a new sample — is left to the full order in `admission.rs`,
 //! which decides it, message and all. The fast path changes nothing while
@@ -69,6 +70,7 @@ impl Grant {
             inflight: 1,
             charged_memory: self.charged_memory,
             ramp_ticket: None,
+            group: est.group.clone(),
         }
     }
 }
@@ -158,7 +160,24 @@ pub(crate) fn check(
     // WAIT for memory whatever the gates say (the common answer of a
     // queue scan), so the gates are not computed for it here.
     let hold = hold.copied().unwrap_or_default();
-    let available = ledger.memory_available(snap).saturating_sub(hold.memory);
+    // 7b. The group's limits (`admission::group_room`): at its running
+    // limit nothing is granted; its memory and CPU room cap the grant.
+    let room = match ledger.limited_group(est) {
+        None => admission::GroupRoom::UNLIMITED,
+        Some((_, book)) => {
+            if book.limits.max_running.is_some_and(|cap| book.running >= cap) {
+                return None;
+            }
+            admission::GroupRoom {
+                memory: book.limits.memory.map_or(u64::MAX, |cap| cap.saturating_sub(book.memory)),
+                cpu_millis: book
+                    .limits
+                    .cpu_millis
+                    .map_or(u64::MAX, |cap| cap.saturating_sub(book.cpu_millis)),
+            }
+        }
+    };
+    let available = ledger.memory_available(snap).saturating_sub(hold.memory).min(room.memory);
     if !fits_at_least(available, fixed, per_item, est.batch_min) {
         return None;
     }
@@ -183,7 +202,7 @@ pub(crate) fn check(
     let batch = target;
     // 10–11. Every CPU and IO slot wanted (fewer is a REDUCE_BATCH), and
     // room under the running cap.
-    let cpu_free = ledger.cpu_available_millis().saturating_sub(hold.cpu_millis);
+    let cpu_free = ledger.cpu_available_millis().saturating_sub(hold.cpu_millis).min(room.cpu_millis);
     let io_free =
         ledger.policy.io_slots.saturating_sub(ledger.totals().io_slots).saturating_sub(hold.io_slots);
     if cpu_free < u64::from(est.cpus)

@@ -38,6 +38,9 @@ struct Case {
     estimate: Request,
     running: usize,
     hold: Option<(u64, u64, u32)>,
+    /// Limits of group `g` (running, memory MiB, CPU millis): every other
+    /// held reservation and the request are of it.
+    group: Option<(Option<u32>, Option<u64>, Option<u64>)>,
 }
 
 /// Host figures of a snapshot.
@@ -165,6 +168,11 @@ fn case() -> impl Strategy<Value = Case> {
         (proptest::option::of((1u64..4096, 1u64..512)), any::<bool>()),
         (figures(), query(), request()),
         (0usize..6, proptest::option::of((0u64..8, 0u64..4000, 0u32..2))),
+        proptest::option::of((
+            proptest::option::of(1u32..4),
+            proptest::option::of(1u64..8192),
+            proptest::option::of(500u64..8000),
+        )),
     )
         .prop_map(
             |(
@@ -174,6 +182,7 @@ fn case() -> impl Strategy<Value = Case> {
                 (learned, contended),
                 (sample, query, estimate),
                 (running, hold),
+                group,
             )| Case {
                 gpu,
                 total_gib,
@@ -189,6 +198,7 @@ fn case() -> impl Strategy<Value = Case> {
                 estimate,
                 running,
                 hold,
+                group,
             },
         )
 }
@@ -249,10 +259,18 @@ fn compare(c: &Case) -> Result<(bool, bool), TestCaseError> {
     rig.clock.advance(Duration::from_millis(1));
     let observed = with_figures(rig.probe.snapshot().unwrap(), &c.sample);
     rig.gov.observe(&observed);
+    let group = crate::GroupName::new("g").unwrap();
+    if let Some((max_running, memory_mib, cpu_millis)) = c.group {
+        let limits = crate::GroupLimits { max_running, memory: memory_mib.map(|m| m * MIB), cpu_millis };
+        rig.gov.set_group_limits(&group, limits);
+    }
     // What the ledger holds and has learned.
     let mut kept = Vec::new();
-    for &(mib, millis) in &c.held {
-        let e = Estimate::builder().memory(mib * MIB).cpu_millis(millis).class("held").build();
+    for (i, &(mib, millis)) in c.held.iter().enumerate() {
+        let mut e = Estimate::builder().memory(mib * MIB).cpu_millis(millis).class("held").build();
+        if c.group.is_some() && i % 2 == 0 {
+            e = e.with_group(Some(group.clone()));
+        }
         if let Ok(r) = rig.gov.reserve(&e, &observed) {
             kept.push(r);
         }
@@ -297,7 +315,10 @@ fn compare(c: &Case) -> Result<(bool, bool), TestCaseError> {
             s
         }
     };
-    let est = build(&c.estimate);
+    let mut est = build(&c.estimate);
+    if c.group.is_some() {
+        est = est.with_group(Some(group));
+    }
     let hold = c.hold.map(|(gib, cpu_millis, io_slots)| Hold { memory: gib * GIB, cpu_millis, io_slots });
     let now = rig.gov.now();
     let mut ledger = rig.gov.shared.lock();

@@ -21,6 +21,7 @@ use std::task::Waker;
 use crate::contract::Contract;
 use crate::envelope::{MAX_RAMPS, Ramp};
 use crate::estimate::Class;
+use crate::group::GroupName;
 use crate::history::History;
 use crate::policy::{HostPolicy, HostProfile, PolicyError};
 use crate::pressure::{Floors, PressureLevel, PressureMachine, PsiSignal};
@@ -31,6 +32,9 @@ use super::load::OwnLoad;
 use super::packing::Contention;
 
 mod gates;
+mod groups;
+
+pub(crate) use groups::GroupBook;
 
 /// What one active reservation holds.
 #[derive(Debug, Clone)]
@@ -44,6 +48,8 @@ pub(crate) struct Held {
     /// Whether it was granted a scratch lease (only then is there one to
     /// end at its release).
     pub(crate) leased: bool,
+    /// The group it counts against (docs/DESIGN.md §4, "Group limits").
+    pub(crate) group: Option<GroupName>,
 }
 
 impl Held {
@@ -79,6 +85,8 @@ pub(crate) enum Change {
     Ramp,
     /// A scratch volume was added, removed, drained or changed state.
     Volume,
+    /// A group's limits were set or removed.
+    Groups,
 }
 
 /// The accounting fields (`active`, `totals`, `next_id`, `generation`) are
@@ -91,6 +99,9 @@ pub(crate) struct Ledger {
     pub(crate) profile: HostProfile,
     active: Active,
     totals: Totals,
+    /// Per-group limits and holdings (private like `totals`: changed only
+    /// by hold, release and `set_group_limits`).
+    groups: HashMap<GroupName, GroupBook>,
     next_id: u64,
     generation: u64,
     /// The generation last mirrored to `Shared::generation` (only ever
@@ -137,6 +148,7 @@ impl Ledger {
             profile,
             active: Active::default(),
             totals: Totals { gpu_memory: vec![0; gpus], gpu_slots: vec![0; gpus], ..Totals::default() },
+            groups: HashMap::new(),
             next_id: 1,
             generation: 0,
             published: 0,
@@ -408,6 +420,7 @@ impl Ledger {
             io_slots: contract.io_slots,
             usage: None,
             leased: contract.scratch.is_some(),
+            group: contract.group.clone(),
         };
         self.hold_as(id, contract.batch, held)
     }
@@ -421,6 +434,7 @@ impl Ledger {
         charged_memory: u64,
         cpu_millis: u32,
         io_slots: u32,
+        group: Option<GroupName>,
     ) -> Key {
         let id = self.issue();
         let held = Held {
@@ -431,6 +445,7 @@ impl Ledger {
             io_slots,
             usage: None,
             leased: false,
+            group,
         };
         self.hold_as(id, batch, held)
     }
@@ -461,6 +476,9 @@ impl Ledger {
             if let Some(s) = t.gpu_slots.get_mut(d as usize) {
                 *s += 1;
             }
+        }
+        if held.group.is_some() {
+            self.book_hold(&held);
         }
         let key = self.active.insert(id, held);
         self.changed(Change::Reservations);
@@ -494,6 +512,9 @@ impl Ledger {
             if let Some(s) = t.gpu_slots.get_mut(d as usize) {
                 *s -= 1;
             }
+        }
+        if held.group.is_some() {
+            self.book_release(&held);
         }
         self.changed(Change::Reservations);
         self.check();
@@ -578,6 +599,7 @@ impl Ledger {
                 }
             }
             debug_assert_eq!(sum, self.totals, "totals drifted from the active reservations");
+            self.check_groups();
             debug_assert!(self.totals.memory <= self.static_memory_budget(), "memory over the static budget");
             debug_assert!(self.totals.cpu_millis <= self.cpu_pool_millis(), "CPUs over the pool");
             debug_assert!(self.totals.io_slots <= self.policy.io_slots, "IO slots over capacity");

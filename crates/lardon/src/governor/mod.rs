@@ -13,6 +13,9 @@ mod fast;
 mod fast_tests;
 #[cfg(all(test, not(loom)))]
 mod gate_tests;
+mod group_limits;
+#[cfg(all(test, not(loom)))]
+mod group_tests;
 #[cfg(all(test, not(loom)))]
 mod learning_tests;
 mod ledger;
@@ -148,6 +151,24 @@ impl Governor {
         set
     }
 
+    /// Sets the limits of `group` (docs/DESIGN.md §4, "Group limits"):
+    /// from now on no grant to an estimate of the group takes what the
+    /// group's reservations hold past a limit; a task that would waits with
+    /// reason `group_limit`. Limits all `None` remove them. What the group
+    /// already holds stays held (lowering a limit below it only stops new
+    /// grants). The generation moves and waiters wake.
+    pub fn set_group_limits(&self, group: &crate::GroupName, limits: crate::GroupLimits) {
+        let mut guard = self.shared.lock();
+        guard.set_group_limits(group, limits);
+        self.shared.publish(guard);
+    }
+
+    /// Every group with limits or active reservations: its limits and what
+    /// it holds now, by name.
+    pub fn group_usage(&self) -> Vec<crate::GroupUsage> {
+        self.shared.lock().group_usage()
+    }
+
     /// Evaluates `estimate` against `snapshot` without reserving. A new
     /// host sample still feeds the pressure state (once per sample).
     pub fn decide(&self, estimate: &Estimate, snapshot: &Snapshot) -> Decision {
@@ -172,7 +193,13 @@ impl Governor {
         // figures, its contract built once, in the handle (no `Decision`
         // to wrap and unwrap, no scratch to prepare).
         if let Some(grant) = fast::grant(&mut guard, estimate, snapshot, now, running, None) {
-            let key = guard.hold_plain(grant.batch, grant.charged_memory, grant.cpu_millis, grant.io_slots);
+            let key = guard.hold_plain(
+                grant.batch,
+                grant.charged_memory,
+                grant.cpu_millis,
+                grant.io_slots,
+                estimate.group.clone(),
+            );
             self.shared.publish(guard);
             return Ok(Reservation::held(
                 &self.shared,

@@ -112,7 +112,13 @@ impl Scan<'_> {
                     "the scan's fast grant differs from the envelope's evaluation"
                 );
             }
-            let key = guard.hold_plain(grant.batch, grant.charged_memory, grant.cpu_millis, grant.io_slots);
+            let key = guard.hold_plain(
+                grant.batch,
+                grant.charged_memory,
+                grant.cpu_millis,
+                grant.io_slots,
+                alt.estimate.group.clone(),
+            );
             return Ok(Reservation::held(
                 &self.governor.shared,
                 key,

@@ -11,6 +11,7 @@ use crate::{
     ReasonCode, SubmitError, Task, TaskError, TaskId, TaskQueue, TaskState,
 };
 
+mod groups;
 mod handoff;
 mod messages;
 mod resample;
