@@ -212,15 +212,7 @@ const HOOK_LINES_SHOWN: usize = 10;
 /// its output.
 fn hook_lines(out: &mut String, h: &pb::HookRun) {
     let attempt = if h.attempt > 1 { format!(", attempt {}", h.attempt) } else { String::new() };
-    let line = match (h.status.as_str(), h.outcome.as_str()) {
-        ("done", "exited") => format!("exited {} after {} ms", h.exit_code.unwrap_or(-1), h.duration_ms),
-        ("done", "signalled") => {
-            format!("killed by signal {} after {} ms", h.exit_code.unwrap_or(0), h.duration_ms)
-        }
-        ("done", "timed_out") => format!("timed out after {} ms (its process group killed)", h.duration_ms),
-        ("done", _) => format!("did not start: {}", h.error),
-        (status, _) => status.to_owned(),
-    };
+    let line = h.outcome_phrase();
     kv(out, "hook", format!("{line} (after {}{attempt}): {}", h.task_state, h.command));
     let text = String::from_utf8_lossy(&h.output);
     let lines: Vec<&str> = text.lines().collect();

@@ -40,6 +40,28 @@ pub mod pb {
     tonic::include_proto!("lardon.v1");
 }
 
+impl pb::HookRun {
+    /// How this hook run ended, in words (`exited 0 after 12 ms`, `timed
+    /// out …`, `did not start: …`; `pending`/`running` while it has not):
+    /// the one phrasing `status` and `explain --history` both show.
+    #[must_use]
+    pub fn outcome_phrase(&self) -> String {
+        match (self.status.as_str(), self.outcome.as_str()) {
+            ("done", "exited") => {
+                format!("exited {} after {} ms", self.exit_code.unwrap_or(-1), self.duration_ms)
+            }
+            ("done", "signalled") => {
+                format!("killed by signal {} after {} ms", self.exit_code.unwrap_or(0), self.duration_ms)
+            }
+            ("done", "timed_out") => {
+                format!("timed out after {} ms (its process group killed)", self.duration_ms)
+            }
+            ("done", _) => format!("did not start: {}", self.error),
+            (status, _) => status.to_owned(),
+        }
+    }
+}
+
 /// Generated code of `proto/lardon/v1/cluster.proto` (package
 /// `lardon.cluster.v1`, docs/DESIGN.md §14): the broker's service
 /// ([`cluster::broker_server::BrokerServer`],

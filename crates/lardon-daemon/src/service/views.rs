@@ -51,15 +51,7 @@ pub(crate) fn hook_pb(row: &HookRow) -> pb::HookRun {
 /// at the task's end, its outcome as the reason code.
 pub(crate) fn hook_entry(row: &HookRow) -> pb::HistoryEntry {
     let h = hook_pb(row);
-    let what = match (h.status.as_str(), h.outcome.as_str()) {
-        ("done", "exited") => format!("exited {} after {} ms", h.exit_code.unwrap_or(-1), h.duration_ms),
-        ("done", "signalled") => {
-            format!("killed by signal {} after {} ms", h.exit_code.unwrap_or(0), h.duration_ms)
-        }
-        ("done", "timed_out") => format!("timed out after {} ms (its process group killed)", h.duration_ms),
-        ("done", _) => format!("did not start: {}", h.error),
-        (status, _) => status.to_owned(),
-    };
+    let what = h.outcome_phrase();
     let again = if h.attempt > 1 { format!(", attempt {}", h.attempt) } else { String::new() };
     pb::HistoryEntry {
         kind: "hook".to_owned(),
