@@ -136,7 +136,7 @@ async fn a_cut_off_agents_task_is_requeued_and_its_late_result_dropped() {
     let broker = Proc::start(
         d,
         "broker",
-        &["broker", "--listen", &addr, "--heartbeat", "1s", "--metrics-listen", &metrics],
+        &["broker", "--listen", &addr, "--insecure", "--heartbeat", "1s", "--metrics-listen", &metrics],
     );
     let mut inside = Command::new("ip");
     inside
