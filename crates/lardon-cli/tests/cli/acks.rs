@@ -4,25 +4,14 @@
 //! resume) already shows it. Nothing waits between the reply and the check.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
 use crate::support::*;
 
 fn submit_each(dir: &std::path::Path, input: &str) -> Vec<String> {
-    let mut child = Command::new(bin())
-        .env_remove("LARDON_SOCKET")
-        .env_remove("LARDON_STATE_DIR")
-        .arg("--state-dir")
-        .arg(dir)
-        .args(["submit", "--paused", "--json", "--each", "-", "--", "echo", "{}"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    let o = child.wait_with_output().unwrap();
+    let o = crate::support::lardon_stdin(
+        dir,
+        &["submit", "--paused", "--json", "--each", "-", "--", "echo", "{}"],
+        input.as_bytes(),
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     v["ids"].as_array().unwrap().iter().map(|i| i.as_str().unwrap().to_owned()).collect()

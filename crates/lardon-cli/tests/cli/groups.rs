@@ -6,30 +6,15 @@
 //! names are refused naming the field.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use crate::support::*;
 
 /// `lardon submit --each ARGS` with `input` on stdin.
 fn each(dir: &Path, args: &[&str], input: &str) -> Output {
-    let mut child = Command::new(bin())
-        .env_remove("LARDON_SOCKET")
-        .env_remove("LARDON_STATE_DIR")
-        .env_remove("LARDON_TASK_ID")
-        .arg("--state-dir")
-        .arg(dir)
-        .args(["submit", "--each"])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    child.wait_with_output().unwrap()
+    lardon_stdin(dir, &[&["submit", "--each"], args].concat(), input.as_bytes())
 }
 
 fn lines(n: usize) -> String {

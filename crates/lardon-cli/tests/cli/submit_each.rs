@@ -3,26 +3,10 @@
 //! or a bad field refuses the whole submission (nothing queued).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
 use crate::support::*;
 
 fn submit_each(dir: &std::path::Path, args: &[&str], input: &[u8]) -> std::process::Output {
-    let mut child = Command::new(bin())
-        .env_remove("LARDON_SOCKET")
-        .env_remove("LARDON_STATE_DIR")
-        .arg("--state-dir")
-        .arg(dir)
-        .args(["submit", "--each"])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(input).unwrap();
-    child.wait_with_output().unwrap()
+    crate::support::lardon_stdin(dir, &[&["submit", "--each"], args].concat(), input)
 }
 
 fn count_tasks(dir: &std::path::Path) -> usize {

@@ -120,3 +120,22 @@ pub(crate) fn submit(dir: &Path, args: &[&str]) -> String {
 pub(crate) fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
+
+/// [`lardon`] with `input` on its standard input (`submit --each`).
+pub(crate) fn lardon_stdin(dir: &Path, args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write as _;
+    let mut child = Command::new(bin())
+        .env_remove("LARDON_SOCKET")
+        .env_remove("LARDON_STATE_DIR")
+        .env_remove("LARDON_TASK_ID")
+        .arg("--state-dir")
+        .arg(dir)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run lardon");
+    child.stdin.take().expect("stdin").write_all(input).expect("write stdin");
+    child.wait_with_output().expect("wait for lardon")
+}
