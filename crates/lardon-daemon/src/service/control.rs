@@ -12,31 +12,90 @@ use super::status;
 use crate::engine::{ActionError, Engine};
 use crate::spec::{TaskId, TaskState};
 
-/// Per-id results of an action: a refusal for one id does not stop the others.
+/// The ids an action applies to: those the client named, then those a
+/// selection (a group, or `restart --failed`) found in one of `states`.
+struct Selection {
+    named: Vec<String>,
+    from_group: Vec<String>,
+    states: Vec<TaskState>,
+}
+
+impl Selection {
+    /// Only the ids the client named.
+    fn named(ids: Vec<String>) -> Self {
+        Selection { named: ids, from_group: Vec::new(), states: Vec::new() }
+    }
+
+    /// The request's ids followed by every task of `group` (if given) in
+    /// one of `states` that is not among them.
+    fn with_group(
+        engine: &Engine,
+        ids: Vec<String>,
+        group: &str,
+        states: &[TaskState],
+    ) -> Result<Self, Status> {
+        match super::convert::group_arg("group", group)? {
+            Some(group) => Self::with_found(engine, ids, Some(group.as_str()), states),
+            None => Ok(Self::named(ids)),
+        }
+    }
+
+    /// The request's ids followed by every task in one of `states` (of
+    /// `group` when given) that is not among them.
+    fn with_found(
+        engine: &Engine,
+        ids: Vec<String>,
+        group: Option<&str>,
+        states: &[TaskState],
+    ) -> Result<Self, Status> {
+        let mut selection = Selection { named: ids, from_group: Vec::new(), states: states.to_vec() };
+        let filter = crate::store::TaskFilter {
+            group: group.map(str::to_owned),
+            states: states.to_vec(),
+            ..Default::default()
+        };
+        for rec in engine.tasks(&filter).map_err(super::store_status)? {
+            let id = crate::ids::format_id(rec.id);
+            if !selection.named.contains(&id) && !selection.from_group.contains(&id) {
+                selection.from_group.push(id);
+            }
+        }
+        Ok(selection)
+    }
+}
+
+/// Per-id results of an action: a refusal for one id does not stop the
+/// others. A task the group selection found that left the selected states
+/// before its turn (a queued task that completed meanwhile) is not a
+/// refusal: it is no longer the group's to act on, and is left out.
 fn per_id(
     engine: &Engine,
-    ids: &[String],
+    selection: &Selection,
     act: impl Fn(&Engine, TaskId) -> Result<TaskState, ActionError>,
 ) -> pb::TaskActionResponse {
-    let results = ids
-        .iter()
-        .map(|text| {
+    let named = selection.named.iter().map(|id| (id, false));
+    let found = selection.from_group.iter().map(|id| (id, true));
+    let results = named
+        .chain(found)
+        .filter_map(|(text, from_group)| {
             let result = id_arg("ids", text)
                 .map_err(|s| s.message().to_owned())
                 .and_then(|id| act(engine, id).map_err(|e| e.to_string()));
             match result {
-                Ok(state) => pb::TaskActionResult {
+                Ok(state) => Some(pb::TaskActionResult {
                     id: text.clone(),
                     ok: true,
                     error: String::new(),
                     state: state_to_pb(state) as i32,
-                },
+                }),
                 Err(error) => {
+                    let now = crate::ids::parse_id(text).and_then(|id| engine.task(id).ok().flatten());
+                    if from_group && now.as_ref().is_some_and(|r| !selection.states.contains(&r.state)) {
+                        return None;
+                    }
                     tracing::warn!("request refused for task {text}: {error}");
-                    let state = crate::ids::parse_id(text)
-                        .and_then(|id| engine.task(id).ok().flatten())
-                        .map_or(pb::TaskState::Unspecified, |r| state_to_pb(r.state));
-                    pb::TaskActionResult { id: text.clone(), ok: false, error, state: state as i32 }
+                    let state = now.map_or(pb::TaskState::Unspecified, |r| state_to_pb(r.state));
+                    Some(pb::TaskActionResult { id: text.clone(), ok: false, error, state: state as i32 })
                 }
             }
         })
@@ -44,36 +103,13 @@ fn per_id(
     pb::TaskActionResponse { results }
 }
 
-/// The request's ids followed by every task of `group` (if given) in one
-/// of `states` that is not among them, as the ids the client would send.
-fn with_group(
-    engine: &Engine,
-    mut ids: Vec<String>,
-    group: &str,
-    states: &[TaskState],
-) -> Result<Vec<String>, Status> {
-    let Some(group) = super::convert::group_arg("group", group)? else { return Ok(ids) };
-    let filter = crate::store::TaskFilter {
-        group: Some(group.to_string()),
-        states: states.to_vec(),
-        ..Default::default()
-    };
-    for rec in engine.tasks(&filter).map_err(super::store_status)? {
-        let id = crate::ids::format_id(rec.id);
-        if !ids.contains(&id) {
-            ids.push(id);
-        }
-    }
-    Ok(ids)
-}
-
 pub(super) fn pause(engine: &Engine, req: pb::PauseRequest) -> Result<pb::TaskActionResponse, Status> {
-    let ids = with_group(engine, req.ids, &req.group, &[TaskState::Pending, TaskState::Running])?;
+    let ids = Selection::with_group(engine, req.ids, &req.group, &[TaskState::Pending, TaskState::Running])?;
     Ok(per_id(engine, &ids, Engine::pause))
 }
 
 pub(super) fn resume(engine: &Engine, req: pb::ResumeRequest) -> Result<pb::TaskActionResponse, Status> {
-    let ids = with_group(engine, req.ids, &req.group, &[TaskState::Paused])?;
+    let ids = Selection::with_group(engine, req.ids, &req.group, &[TaskState::Paused])?;
     Ok(per_id(engine, &ids, Engine::resume))
 }
 
@@ -94,29 +130,23 @@ pub(super) fn restart(engine: &Engine, req: pb::RestartRequest) -> Result<pb::Ta
             "group: restart selects a group's tasks only with failed or cancelled",
         ));
     }
-    let mut ids = req.ids;
-    if !states.is_empty() {
-        let filter =
-            crate::store::TaskFilter { group: group.map(|g| g.to_string()), states, ..Default::default() };
-        for rec in engine.tasks(&filter).map_err(super::store_status)? {
-            let id = crate::ids::format_id(rec.id);
-            if !ids.contains(&id) {
-                ids.push(id);
-            }
-        }
-    }
-    Ok(per_id(engine, &ids, Engine::restart))
+    let selection = if states.is_empty() {
+        Selection::named(req.ids)
+    } else {
+        Selection::with_found(engine, req.ids, group.as_ref().map(|g| g.as_str()), &states)?
+    };
+    Ok(per_id(engine, &selection, Engine::restart))
 }
 
 pub(super) fn cancel(engine: &Engine, req: pb::CancelRequest) -> Result<pb::TaskActionResponse, Status> {
     let grace = req.grace_ms.map(Duration::from_millis);
     let live = [TaskState::Pending, TaskState::Running, TaskState::Paused];
-    let ids = with_group(engine, req.ids, &req.group, &live)?;
+    let ids = Selection::with_group(engine, req.ids, &req.group, &live)?;
     Ok(per_id(engine, &ids, |e, id| e.cancel(id, grace)))
 }
 
 pub(super) fn remove(engine: &Engine, req: pb::RemoveRequest) -> pb::TaskActionResponse {
-    per_id(engine, &req.ids, Engine::remove)
+    per_id(engine, &Selection::named(req.ids), Engine::remove)
 }
 
 pub(super) fn clean(engine: &Engine, req: pb::CleanRequest) -> Result<pb::CleanResponse, Status> {
