@@ -89,38 +89,49 @@ fn truncate(s: &str, max: usize) -> String {
     }
 }
 
-/// The `lardon status` table.
+/// The `lardon status` table. A GROUP column appears when any listed task
+/// is in a group (so a queue without groups keeps its narrow table).
 pub(crate) fn table(tasks: &[pb::Task]) -> String {
     if tasks.is_empty() {
         return "no tasks (queue one with `lardon submit --mem 1GiB -- COMMAND`)\n".into();
     }
-    let rows: Vec<[String; 7]> = tasks
+    let grouped = tasks.iter().any(|t| t.spec.as_ref().is_some_and(|s| !s.group.is_empty()));
+    let mut head = vec!["ID", "NAME"];
+    if grouped {
+        head.push("GROUP");
+    }
+    head.extend(["STATE", "PROGRESS", "ELAPSED", "ETA", "REASON"]);
+    let rows: Vec<Vec<String>> = tasks
         .iter()
         .map(|t| {
             let p = t.progress.clone().unwrap_or_default();
-            [
-                t.id.clone(),
-                truncate(&name(t), 24),
+            let mut row = vec![t.id.clone(), truncate(&name(t), 24)];
+            if grouped {
+                let group = t.spec.as_ref().map_or("", |s| s.group.as_str());
+                row.push(if group.is_empty() { "-".to_owned() } else { truncate(group, 20) });
+            }
+            row.extend([
                 state_word(t.state).to_owned(),
                 bar(&p, t.state),
                 elapsed(t).map_or("-".into(), format_duration_ms),
                 eta(&p),
                 reason(t),
-            ]
+            ]);
+            row
         })
         .collect();
-    let head = ["ID", "NAME", "STATE", "PROGRESS", "ELAPSED", "ETA", "REASON"];
-    let mut widths = head.map(str::len);
+    let mut widths: Vec<usize> = head.iter().map(|h| h.len()).collect();
     for r in &rows {
         for (w, c) in widths.iter_mut().zip(r.iter()) {
             *w = (*w).max(c.chars().count());
         }
     }
+    let last = head.len() - 1;
     let mut out = String::new();
-    let line = |out: &mut String, cells: [&str; 7]| {
+    let line = |out: &mut String, cells: &[&str]| {
         let mut l = String::new();
         for (i, c) in cells.iter().enumerate() {
-            if i == 6 {
+            if i == last {
                 l.push_str(c);
             } else {
                 let pad = widths[i].saturating_sub(c.chars().count());
@@ -130,9 +141,10 @@ pub(crate) fn table(tasks: &[pb::Task]) -> String {
         out.push_str(l.trim_end());
         out.push('\n');
     };
-    line(&mut out, head);
+    line(&mut out, &head);
     for r in &rows {
-        line(&mut out, [&r[0], &r[1], &r[2], &r[3], &r[4], &r[5], &r[6]]);
+        let cells: Vec<&str> = r.iter().map(String::as_str).collect();
+        line(&mut out, &cells);
     }
     out
 }
@@ -444,6 +456,27 @@ pub(crate) fn scratch_line(v: &pb::ScratchVolume) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn task(id: &str, group: &str) -> pb::Task {
+        let spec = pb::TaskSpec { argv: vec!["true".into()], group: group.into(), ..Default::default() };
+        pb::Task {
+            id: id.into(),
+            spec: Some(spec),
+            state: pb::TaskState::Pending as i32,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_status_table_has_a_group_column_only_when_a_task_is_in_a_group() {
+        let plain = table(&[task("1", ""), task("2", "")]);
+        assert!(!plain.contains("GROUP"), "{plain}");
+        let mixed = table(&[task("1", "render"), task("2", "")]);
+        let lines: Vec<&str> = mixed.lines().collect();
+        assert!(lines[0].starts_with("ID  NAME  GROUP   STATE"), "{mixed}");
+        assert!(lines[1].contains(" render  pending"), "{mixed}");
+        assert!(lines[2].contains(" -       pending"), "{mixed}");
+    }
 
     #[test]
     fn enforcement_none_names_why_and_never_hard() {
