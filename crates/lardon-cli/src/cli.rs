@@ -436,9 +436,17 @@ pub(crate) struct BrokerArgs {
     /// Also serve Prometheus metrics (`GET /metrics`: agents, queue, answers, cache) on this address, plain HTTP
     #[arg(long, value_name = "ADDR")]
     pub(crate) metrics_listen: Option<SocketAddr>,
-    /// Blob bytes the REAPI result cache keeps (served on --listen; 0: no cache)
+    /// Blob bytes the REAPI result cache keeps, least recently used evicted first (served on
+    /// --listen; 0: no cache). With --state it lives in STATE/cache and survives a restart
     #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "1GiB")]
     pub(crate) cache_size: u64,
+    /// The largest blob the cache takes: a larger upload is refused on its first message,
+    /// before any of it is kept (at most --cache-size)
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "256MiB")]
+    pub(crate) cache_max_blob: u64,
+    /// Bytes of action results (exit code, output, output digests) the cache keeps
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "64MiB")]
+    pub(crate) cache_results_size: u64,
     /// Provisioning TOML (provider slurm|local|static, shapes, limits; see
     /// deploy/slurm/provision.toml): ask the engine for agents while tasks wait
     #[arg(long, value_name = "FILE")]

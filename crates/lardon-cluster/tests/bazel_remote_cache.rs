@@ -33,8 +33,8 @@ fn bazel(workspace: &Path, output_root: &Path, cache: &str) -> std::process::Out
 #[test]
 fn bazel_uses_the_broker_cache_and_hits_it_from_an_empty_output_base() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let actions = Arc::new(Mutex::new(ActionCache::new(1000, Duration::from_secs(3600))));
-    let service = CacheService::new(Arc::new(Mutex::new(Cas::new(64 << 20))), Arc::clone(&actions));
+    let actions = Arc::new(Mutex::new(ActionCache::new(64 << 20, Duration::from_secs(3600))));
+    let service = CacheService::new(Arc::new(Cas::in_memory(64 << 20, 64 << 20)), Arc::clone(&actions));
     let addr = rt.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

@@ -52,7 +52,7 @@ async fn broker() -> String {
     let addr = listener.local_addr().unwrap().to_string();
     let config = BrokerConfig {
         heartbeat: Duration::from_secs(1),
-        cache_bytes: Some(64 << 20),
+        cache: Some(lardon_cluster::cache::store::CacheLimits::new(64 << 20)),
         ..BrokerConfig::default()
     };
     tokio::spawn(broker::serve(listener, config, std::future::pending()));

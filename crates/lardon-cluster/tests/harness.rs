@@ -273,7 +273,7 @@ async fn a_cached_success_is_answered_with_no_agent_connected() {
     let addr = listener.local_addr().unwrap().to_string();
     let config = BrokerConfig {
         heartbeat: Duration::from_secs(1),
-        cache_bytes: Some(1 << 20),
+        cache: Some(lardon_cluster::cache::store::CacheLimits::new(1 << 20)),
         ..BrokerConfig::default()
     };
     tokio::spawn(broker::serve(listener, config, std::future::pending()));

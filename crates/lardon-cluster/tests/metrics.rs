@@ -136,7 +136,7 @@ async fn scrapes_show_the_figures_move_as_tasks_are_routed() {
     assert_eq!(scrape(&maddr, "/metrics").await.0, 503);
     let config = BrokerConfig {
         heartbeat: Duration::from_secs(1),
-        cache_bytes: Some(1 << 20),
+        cache: Some(lardon_cluster::cache::store::CacheLimits::new(1 << 20)),
         metrics: Some(board),
         ..BrokerConfig::default()
     };

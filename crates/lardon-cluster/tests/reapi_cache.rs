@@ -8,6 +8,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bazel_remote_apis::google::bytestream::WriteRequest;
+use bazel_remote_apis::google::bytestream::byte_stream_client::ByteStreamClient;
+use bazel_remote_apis::google::bytestream::byte_stream_server::ByteStreamServer;
 use lardon_cluster::Capability;
 use lardon_cluster::cache::hooks::{CacheHook, HookChain, HookVerdict, PreRoute};
 use lardon_cluster::cache::key::{ActionKey, digest_of};
@@ -25,25 +28,34 @@ struct Broker {
     actions: Arc<Mutex<ActionCache>>,
     cas: ContentAddressableStorageClient<Channel>,
     ac: ActionCacheClient<Channel>,
+    stream: ByteStreamClient<Channel>,
+    store: Arc<Cas>,
 }
 
+/// The per-blob limit of the test broker.
+const MAX_BLOB: u64 = 64 << 10;
+
 async fn broker() -> Broker {
-    let cas = Arc::new(Mutex::new(Cas::new(1 << 20)));
-    let actions = Arc::new(Mutex::new(ActionCache::new(100, Duration::from_secs(3600))));
+    let cas = Arc::new(Cas::in_memory(1 << 20, MAX_BLOB));
+    let store = Arc::clone(&cas);
+    let actions = Arc::new(Mutex::new(ActionCache::new(1 << 20, Duration::from_secs(3600))));
     let service = CacheService::new(cas, Arc::clone(&actions));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(ContentAddressableStorageServer::new(service.clone()))
-            .add_service(ActionCacheServer::new(service))
+            .add_service(ActionCacheServer::new(service.clone()))
+            .add_service(ByteStreamServer::new(service))
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
     let channel = Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
     Broker {
         actions,
         cas: ContentAddressableStorageClient::new(channel.clone()),
-        ac: ActionCacheClient::new(channel),
+        ac: ActionCacheClient::new(channel.clone()),
+        stream: ByteStreamClient::new(channel),
+        store,
     }
 }
 
@@ -143,4 +155,60 @@ async fn corrupt_or_malformed_input_is_refused_naming_the_field() {
     assert!(b.cas.find_missing_blobs(req).await.unwrap_err().message().starts_with("digest_function: "));
     let e = b.ac.get_action_result(reapi::GetActionResultRequest::default()).await.unwrap_err();
     assert_eq!((e.code(), e.message()), (tonic::Code::InvalidArgument, "action_digest: missing"));
+}
+
+/// One ByteStream write of `messages` (resource name on the first).
+async fn write(
+    b: &mut Broker,
+    name: &str,
+    messages: Vec<(i64, Vec<u8>, bool)>,
+) -> Result<i64, tonic::Status> {
+    let first = name.to_owned();
+    let reqs: Vec<WriteRequest> = messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, (write_offset, data, finish_write))| WriteRequest {
+            resource_name: if i == 0 { first.clone() } else { String::new() },
+            write_offset,
+            finish_write,
+            data,
+        })
+        .collect();
+    b.stream.write(tokio_stream::iter(reqs)).await.map(|r| r.into_inner().committed_size)
+}
+
+#[tokio::test]
+async fn a_hostile_upload_is_refused_before_its_data_is_kept() {
+    let mut b = broker().await;
+    // A declared size past the per-blob limit: refused on the first
+    // message, whatever follows (the store never buffers toward 1 TiB).
+    let hash = "ab".repeat(32);
+    let huge = format!("uploads/u1/blobs/{hash}/{}", 1_u64 << 40);
+    let e = write(&mut b, &huge, vec![(0, vec![0; 1024], false)]).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().starts_with("resource_name: data: 1099511627776 bytes exceed"), "{}", e.message());
+    assert!(e.message().contains("--cache-max-blob"), "{}", e.message());
+    // More data than the resource names, a wrong offset, a wrong hash.
+    let data = vec![7_u8; 1000];
+    let d = digest_of(&data);
+    let name = format!("uploads/u2/blobs/{}/{}", d.hash, d.size_bytes);
+    let e = write(&mut b, &name, vec![(0, data.clone(), false), (1000, vec![1], true)]).await.unwrap_err();
+    assert!(e.message().starts_with("data: more than the 1000 bytes"), "{}", e.message());
+    let e = write(&mut b, &name, vec![(0, data[..10].to_vec(), false), (5, data[10..].to_vec(), true)])
+        .await
+        .unwrap_err();
+    assert!(e.message().starts_with("write_offset: 5 where 10 bytes"), "{}", e.message());
+    let e = write(&mut b, &name, vec![(0, vec![8_u8; 1000], true)]).await.unwrap_err();
+    assert!(e.message().contains("does not match digest"), "{}", e.message());
+    let e = write(&mut b, "blobs/../../etc/passwd/3", vec![(0, vec![1, 2, 3], true)]).await.unwrap_err();
+    assert!(e.message().starts_with("resource_name: "), "{}", e.message());
+    assert_eq!(b.store.bytes(), 0, "nothing refused was kept");
+    // The same store still takes an honest upload at the limit.
+    let data = vec![9_u8; usize::try_from(MAX_BLOB).unwrap()];
+    let d = digest_of(&data);
+    let name = format!("uploads/u3/blobs/{}/{}", d.hash, d.size_bytes);
+    let half = data.len() / 2;
+    let sent = vec![(0, data[..half].to_vec(), false), (half as i64, data[half..].to_vec(), true)];
+    assert_eq!(write(&mut b, &name, sent).await.unwrap(), d.size_bytes);
+    assert_eq!(b.store.bytes(), MAX_BLOB);
 }

@@ -47,7 +47,11 @@ pub(crate) fn run(args: &BrokerArgs) -> Result<u8> {
         heartbeat: Duration::from_millis(args.heartbeat),
         tls,
         token: security.token()?,
-        cache_bytes: (args.cache_size > 0).then_some(args.cache_size),
+        cache: (args.cache_size > 0).then_some(lardon_cluster::cache::store::CacheLimits {
+            blob_bytes: args.cache_size,
+            max_blob: args.cache_max_blob.min(args.cache_size),
+            result_bytes: args.cache_results_size,
+        }),
         demand: demand.clone(),
         metrics: metrics.clone(),
         provision: provision.map(|p| p.config),

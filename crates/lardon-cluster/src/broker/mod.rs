@@ -68,9 +68,10 @@ pub struct BrokerConfig {
     /// Refuse requests without this join token.
     pub token: Option<lardon_tls::JoinToken>,
     /// Serve the REAPI result cache (CAS, action cache, capabilities,
-    /// bytestream) on the same port, holding at most this many bytes of
-    /// blobs (`None`: no cache).
-    pub cache_bytes: Option<u64>,
+    /// bytestream) on the same port, within these limits (`None`: no
+    /// cache). With `state`, it lives under `state/cache` and survives a
+    /// restart; without, in memory.
+    pub cache: Option<crate::cache::store::CacheLimits>,
     /// Publish the demand per capability here after every change (for the
     /// KEDA scaler).
     pub demand: Option<crate::keda::DemandBoard>,
@@ -111,7 +112,7 @@ impl Default for BrokerConfig {
             seed: 0x1a2d_0b0c,
             tls: None,
             token: None,
-            cache_bytes: None,
+            cache: None,
             demand: None,
             metrics: None,
             provision: None,
@@ -124,16 +125,47 @@ impl Default for BrokerConfig {
 /// its pre-route cache hook also reads and its successes fill.
 #[derive(Debug, Clone)]
 pub(crate) struct BrokerCache {
-    cas: Arc<Mutex<crate::cache::store::Cas>>,
+    cas: Arc<crate::cache::store::Cas>,
     actions: Arc<Mutex<crate::cache::store::ActionCache>>,
 }
 
 impl BrokerCache {
-    fn new(bytes: u64) -> Self {
-        BrokerCache {
-            cas: Arc::new(Mutex::new(crate::cache::store::Cas::new(bytes))),
-            actions: Arc::new(Mutex::new(crate::cache::store::ActionCache::new(CACHE_ENTRIES, CACHE_TTL))),
+    /// The cache within `limits`: under `state/cache` when the broker has
+    /// a state directory (blobs and results a previous broker stored are
+    /// held again), else in memory.
+    fn open(
+        limits: crate::cache::store::CacheLimits,
+        state: Option<&std::path::Path>,
+    ) -> Result<Self, BrokerError> {
+        use crate::cache::store::{ActionCache, Cas};
+        let (cas, actions) = match state {
+            Some(dir) => {
+                let dir = dir.join("cache");
+                let opened =
+                    Cas::open(&dir.join("blobs"), limits.blob_bytes, limits.max_blob).and_then(|cas| {
+                        let actions = ActionCache::open(
+                            &dir.join("results"),
+                            limits.result_bytes,
+                            CACHE_TTL,
+                            std::time::Instant::now(),
+                        )?;
+                        Ok((cas, actions))
+                    });
+                opened.map_err(|e| BrokerError::Cache(dir.display().to_string(), e))?
+            }
+            None => (
+                Cas::in_memory(limits.blob_bytes, limits.max_blob),
+                ActionCache::new(limits.result_bytes, CACHE_TTL),
+            ),
+        };
+        if cas.bytes() > 0 || !actions.is_empty() {
+            tracing::info!(
+                "cache: {} bytes of blobs and {} results kept from before",
+                cas.bytes(),
+                actions.len()
+            );
         }
+        Ok(BrokerCache { cas: Arc::new(cas), actions: Arc::new(Mutex::new(actions)) })
     }
 
     fn service(&self) -> crate::cache::service::CacheService {
@@ -156,13 +188,12 @@ impl BrokerCache {
             return;
         }
         let key = core::action_key(&capability, spec);
-        let stored = {
-            let mut cas = self.cas.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            [key.action.encode_to_vec(), key.command.encode_to_vec()]
-                .into_iter()
-                .chain(key.directories)
-                .try_for_each(|blob| cas.put(&crate::cache::key::digest_of(&blob), blob))
-        };
+        // Small blobs (the Action, the Command, the input tree): hashing
+        // them on the routing thread costs microseconds.
+        let stored = [key.action.encode_to_vec(), key.command.encode_to_vec()]
+            .into_iter()
+            .chain(key.directories)
+            .try_for_each(|blob| self.cas.put(&crate::cache::key::digest_of(&blob), blob));
         if let Err(e) = stored {
             tracing::warn!("task {}: not cached: {e}", spec.task_id);
             return;
@@ -199,6 +230,9 @@ pub enum BrokerError {
     /// Its state could not be opened or read.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The cache's directory could not be opened.
+    #[error("broker: the cache under {0} cannot be opened: {1} (check --state's permissions and free space)")]
+    Cache(String, #[source] std::io::Error),
     /// The gRPC server failed.
     #[error("broker: serving gRPC: {0}")]
     Transport(#[from] tonic::transport::Error),
@@ -213,7 +247,8 @@ pub enum BrokerError {
 /// # Errors
 /// [`BrokerError::Store`] when the state cannot be opened or read.
 pub fn start(config: &BrokerConfig) -> Result<BrokerService, BrokerError> {
-    start_with_cache(config, config.cache_bytes.map(BrokerCache::new))
+    let cache = config.cache.map(|limits| BrokerCache::open(limits, config.state.as_deref())).transpose()?;
+    start_with_cache(config, cache)
 }
 
 fn start_with_cache(config: &BrokerConfig, cache: Option<BrokerCache>) -> Result<BrokerService, BrokerError> {
@@ -313,7 +348,7 @@ pub async fn serve(
     config: BrokerConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), BrokerError> {
-    let cache = config.cache_bytes.map(BrokerCache::new);
+    let cache = config.cache.map(|limits| BrokerCache::open(limits, config.state.as_deref())).transpose()?;
     let service = start_with_cache(&config, cache.clone())?;
     let mut builder = tonic::transport::Server::builder();
     if let Some(id) = &config.tls {
@@ -375,8 +410,7 @@ fn no_delay(
     })
 }
 
-/// Action results the broker's cache keeps, and for how long.
-const CACHE_ENTRIES: usize = 100_000;
+/// How long the broker's cache keeps an action result.
 const CACHE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Serves KEDA's external scaler over `board` on `listener` (plain gRPC:

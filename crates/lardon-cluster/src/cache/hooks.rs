@@ -185,7 +185,7 @@ mod tests {
     #[test]
     fn a_cached_success_is_intercepted_before_later_hooks_and_a_miss_passes_on() {
         let t0 = Instant::now();
-        let cache = Arc::new(Mutex::new(ActionCache::new(10, Duration::from_secs(60))));
+        let cache = Arc::new(Mutex::new(ActionCache::new(1 << 10, Duration::from_secs(60))));
         let ok = reapi::ActionResult { exit_code: 0, stdout_raw: b"built".to_vec(), ..Default::default() };
         cache.lock().unwrap().put(&key("a.c").digest, ok.clone(), t0).unwrap();
         cache

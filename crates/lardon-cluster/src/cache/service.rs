@@ -28,19 +28,32 @@ use super::store::{ActionCache, Cas, check_digest};
 /// The stores a broker serves (shared with its [`super::hooks::CacheHook`]).
 #[derive(Debug, Clone)]
 pub struct CacheService {
-    cas: Arc<Mutex<Cas>>,
+    cas: Arc<Cas>,
     actions: Arc<Mutex<ActionCache>>,
 }
 
 impl CacheService {
     /// Serves `cas` and `actions`.
     #[must_use]
-    pub fn new(cas: Arc<Mutex<Cas>>, actions: Arc<Mutex<ActionCache>>) -> Self {
+    pub fn new(cas: Arc<Cas>, actions: Arc<Mutex<ActionCache>>) -> Self {
         CacheService { cas, actions }
     }
 
-    fn cas(&self) -> MutexGuard<'_, Cas> {
-        self.cas.lock().unwrap_or_else(PoisonError::into_inner)
+    fn cas(&self) -> &Cas {
+        &self.cas
+    }
+
+    /// Runs `f` on the store on a blocking thread: hashing, writing and
+    /// reading blobs never hold a worker of the runtime that serves the
+    /// broker's streams.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Cas) -> T + Send + 'static,
+    ) -> Result<T, Status> {
+        let cas = Arc::clone(&self.cas);
+        tokio::task::spawn_blocking(move || f(&cas))
+            .await
+            .map_err(|e| Status::internal(format!("cache: a blob task failed: {e}")))
     }
 
     fn actions(&self) -> MutexGuard<'_, ActionCache> {
@@ -92,25 +105,27 @@ impl ContentAddressableStorage for CacheService {
     ) -> Result<Response<reapi::BatchUpdateBlobsResponse>, Status> {
         let req = req.into_inner();
         check_function(req.digest_function)?;
-        let mut cas = self.cas();
-        let responses = req
-            .requests
-            .into_iter()
-            .map(|r| {
-                let status = if r.compressor != 0 {
-                    rpc_status(Code::InvalidArgument, "compressor: only IDENTITY is supported")
-                } else {
-                    match r.digest.as_ref() {
-                        None => rpc_status(Code::InvalidArgument, "digest: missing"),
-                        Some(d) => match cas.put(d, r.data) {
-                            Ok(()) => rpc_status(Code::Ok, ""),
-                            Err(e) => rpc_status(Code::InvalidArgument, e.to_string()),
-                        },
-                    }
-                };
-                reapi::batch_update_blobs_response::Response { digest: r.digest, status }
+        let responses = self
+            .blocking(move |cas| {
+                req.requests
+                    .into_iter()
+                    .map(|r| {
+                        let status = if r.compressor != 0 {
+                            rpc_status(Code::InvalidArgument, "compressor: only IDENTITY is supported")
+                        } else {
+                            match r.digest.as_ref() {
+                                None => rpc_status(Code::InvalidArgument, "digest: missing"),
+                                Some(d) => match cas.put(d, r.data) {
+                                    Ok(()) => rpc_status(Code::Ok, ""),
+                                    Err(e) => rpc_status(Code::InvalidArgument, e.to_string()),
+                                },
+                            }
+                        };
+                        reapi::batch_update_blobs_response::Response { digest: r.digest, status }
+                    })
+                    .collect()
             })
-            .collect();
+            .await?;
         Ok(Response::new(reapi::BatchUpdateBlobsResponse { responses }))
     }
 
@@ -120,19 +135,28 @@ impl ContentAddressableStorage for CacheService {
     ) -> Result<Response<reapi::BatchReadBlobsResponse>, Status> {
         let req = req.into_inner();
         check_function(req.digest_function)?;
-        let mut cas = self.cas();
-        let responses = req
-            .digests
-            .into_iter()
-            .map(|d| {
-                let (data, status) = match check_digest(&d).map(|()| cas.get(&d)) {
-                    Err(e) => (Vec::new(), rpc_status(Code::InvalidArgument, e.to_string())),
-                    Ok(None) => (Vec::new(), rpc_status(Code::NotFound, format!("no blob {}", d.hash))),
-                    Ok(Some(data)) => (data, rpc_status(Code::Ok, "")),
-                };
-                reapi::batch_read_blobs_response::Response { digest: Some(d), data, compressor: 0, status }
+        let responses = self
+            .blocking(move |cas| {
+                req.digests
+                    .into_iter()
+                    .map(|d| {
+                        let (data, status) = match check_digest(&d).map(|()| cas.get(&d)) {
+                            Err(e) => (Vec::new(), rpc_status(Code::InvalidArgument, e.to_string())),
+                            Ok(None) => {
+                                (Vec::new(), rpc_status(Code::NotFound, format!("no blob {}", d.hash)))
+                            }
+                            Ok(Some(data)) => (data, rpc_status(Code::Ok, "")),
+                        };
+                        reapi::batch_read_blobs_response::Response {
+                            digest: Some(d),
+                            data,
+                            compressor: 0,
+                            status,
+                        }
+                    })
+                    .collect()
             })
-            .collect();
+            .await?;
         Ok(Response::new(reapi::BatchReadBlobsResponse { responses }))
     }
 
@@ -267,7 +291,11 @@ impl ByteStream for CacheService {
     async fn read(&self, req: Request<ReadRequest>) -> Result<Response<Self::ReadStream>, Status> {
         let req = req.into_inner();
         let d = resource_digest(&req.resource_name)?;
-        let data = self.cas().get(&d).ok_or_else(|| Status::not_found(format!("no blob {}", d.hash)))?;
+        let wanted = d.clone();
+        let data = self
+            .blocking(move |cas| cas.get(&wanted))
+            .await?
+            .ok_or_else(|| Status::not_found(format!("no blob {}", d.hash)))?;
         let start = usize::try_from(req.read_offset).ok().filter(|o| *o <= data.len()).ok_or_else(|| {
             Status::out_of_range(format!(
                 "read_offset: {} is beyond the blob's {} bytes",
@@ -296,6 +324,11 @@ impl ByteStream for CacheService {
         while let Some(msg) = stream.message().await? {
             if digest.is_none() {
                 let d = resource_digest(&msg.resource_name)?;
+                // The declared size is checked before any data is kept:
+                // what is buffered is bounded by the per-blob limit.
+                self.cas()
+                    .check_upload(&d)
+                    .map_err(|e| Status::invalid_argument(format!("resource_name: {e}")))?;
                 // Already held: REAPI lets the server end the upload early.
                 if self.cas().missing(std::slice::from_ref(&d)).is_empty() {
                     return Ok(Response::new(WriteResponse { committed_size: d.size_bytes }));
@@ -322,7 +355,9 @@ impl ByteStream for CacheService {
         }
         let d = digest.ok_or_else(|| Status::invalid_argument("resource_name: no message received"))?;
         let size = i64::try_from(data.len()).unwrap_or(i64::MAX);
-        self.cas().put(&d, data).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        self.blocking(move |cas| cas.put(&d, data))
+            .await?
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         Ok(Response::new(WriteResponse { committed_size: size }))
     }
 

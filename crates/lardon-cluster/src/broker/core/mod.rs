@@ -275,6 +275,7 @@ impl Core {
         self.hits = Some(hook.hits());
         let chain = HookChain::new().with(Box::new(hook));
         self.cache = Some((cache, chain));
+        self.hand_back_queued_without_inputs();
         self
     }
 

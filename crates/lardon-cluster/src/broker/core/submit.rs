@@ -12,7 +12,7 @@ use crate::cache::key::ActionKey;
 use lardon_cluster_core::SubmitterId;
 use lardon_cluster_core::learned::class_of;
 use lardon_cluster_core::wire::Job;
-use lardon_cluster_core::{Delivery, Outcome, Submitted};
+use lardon_cluster_core::{Delivery, Event, Outcome, Submitted, TaskId, TaskPlace};
 
 impl Core {
     pub(super) fn submit(&mut self, submitter: SubmitterId, job: Job) {
@@ -67,6 +67,12 @@ impl Core {
                 Some((_, HookVerdict::Pass | HookVerdict::Intercept(_))) | None => {}
             }
         }
+        // Its inputs were uploaded before it was sent; one evicted since
+        // could never be fetched by an agent.
+        if let Some(reason) = self.inputs_missing(&spec) {
+            info!("task {id}: {reason}");
+            return self.to_submitter(&submitter, reply(&id, Delivery::RunLocally(reason), None));
+        }
         let mut request = job.request;
         // What its class took before beats what the submitter guessed.
         let class = class_of(&request.capability, &spec);
@@ -98,17 +104,59 @@ impl Core {
         self.apply(events, std::slice::from_ref(&id), None);
     }
 
+    /// Why `spec` cannot run at an agent: an input blob the CAS does not
+    /// hold (evicted, or lost with a cache that was not kept on disk).
+    /// `None` when it holds them all, or when the broker has no cache.
+    pub(super) fn inputs_missing(&self, spec: &pb::TaskSpec) -> Option<String> {
+        let (cache, _) = self.cache.as_ref()?;
+        let digests: Vec<_> =
+            spec.inputs.iter().filter_map(|f| f.digest.as_ref()).map(lardon_submit::blobs::from_pb).collect();
+        let missing = cache.cas.missing(&digests);
+        let first = missing.first()?;
+        let path = spec
+            .inputs
+            .iter()
+            .find(|f| f.digest.as_ref().is_some_and(|d| d.hash == first.hash))
+            .map_or("", |f| f.path.as_str());
+        Some(format!(
+            "its input `{path}` (blob {}) is no longer in the broker's cache: run it at its submitter",
+            first.hash
+        ))
+    }
+
+    /// After a restart: every queued task whose inputs the cache no longer
+    /// holds is handed back to its submitter to run there (the router
+    /// forgets it as a cancel would; the submitter is told to run it
+    /// locally), never sent to an agent to fail on a missing blob.
+    pub(super) fn hand_back_queued_without_inputs(&mut self) {
+        let gone: Vec<(TaskId, String)> = self
+            .specs
+            .iter()
+            .filter(|(id, _)| matches!(self.router.place(id), Some(TaskPlace::Queued { .. })))
+            .filter_map(|(id, (_, spec))| self.inputs_missing(spec).map(|why| (id.clone(), why)))
+            .collect();
+        for (id, why) in gone {
+            info!("task {id}: {why}");
+            let events = self
+                .router
+                .cancel(&id)
+                .into_iter()
+                .map(|event| match event {
+                    Event::Deliver { submitter, task, .. } if task == id => {
+                        Event::Deliver { submitter, task, delivery: Delivery::RunLocally(why.clone()) }
+                    }
+                    other => other,
+                })
+                .collect();
+            self.apply(events, std::slice::from_ref(&id), None);
+        }
+    }
+
     /// Whether the CAS still holds every output file of a cached result.
     pub(super) fn outputs_held(&self, result: &crate::cache::reapi::ActionResult) -> bool {
         let Some((cache, _)) = &self.cache else { return false };
         let digests: Vec<_> = result.output_files.iter().filter_map(|f| f.digest.clone()).collect();
-        digests.len() == result.output_files.len()
-            && cache
-                .cas
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .missing(&digests)
-                .is_empty()
+        digests.len() == result.output_files.len() && cache.cas.missing(&digests).is_empty()
     }
 }
 
