@@ -33,14 +33,27 @@ pub(crate) fn read_inputs(cwd: &Path, inputs: &[String]) -> Result<Vec<InputData
         .collect()
 }
 
-/// Writes each `(path, bytes)` into `cwd` (parent directories made as
-/// needed), each atomically: into a temporary file beside it, flushed to
-/// disk, then renamed over the path — a reader sees the old file or the
-/// whole new one, never a part. Stops at the first failure.
+/// Writes each `(path, bytes)` whose path the task declared (`declared`,
+/// checked at submit) into `cwd` (parent directories made as needed),
+/// each atomically: into a temporary file beside it, flushed to disk, then
+/// renamed over the path — a reader sees the old file or the whole new
+/// one, never a part. Stops at the first failure. A path the task did not
+/// declare (what an agent or broker reported on its own) is never written:
+/// it is logged and returned.
 ///
 /// # Errors
 /// One line naming the output and what failed.
-pub(crate) fn write_outputs(cwd: &Path, files: &[(String, Vec<u8>)], tag: &str) -> Result<(), String> {
+pub(crate) fn write_outputs(
+    cwd: &Path,
+    files: &[(String, Vec<u8>)],
+    declared: &[String],
+    tag: &str,
+) -> Result<Vec<String>, String> {
+    let (files, refused): (Vec<_>, Vec<_>) = files.iter().partition(|(rel, _)| declared.contains(rel));
+    let refused: Vec<String> = refused.into_iter().map(|(rel, _)| rel.clone()).collect();
+    for rel in &refused {
+        tracing::warn!("output `{rel}` was reported but never declared (--output): not written");
+    }
     for (rel, data) in files {
         let path = cwd.join(rel);
         let named = |e: &dyn std::fmt::Display| format!("output `{}`: {e}", path.display());
@@ -56,7 +69,7 @@ pub(crate) fn write_outputs(cwd: &Path, files: &[(String, Vec<u8>)], tag: &str) 
             return Err(named(&e));
         }
     }
-    Ok(())
+    Ok(refused)
 }
 
 #[cfg(test)]
@@ -87,7 +100,8 @@ mod tests {
         std::fs::write(dir.path().join("out.txt"), b"old").unwrap();
         let files =
             vec![("out.txt".to_owned(), b"new".to_vec()), ("sub/dir/x.o".to_owned(), b"obj".to_vec())];
-        write_outputs(dir.path(), &files, "t1").unwrap();
+        let declared = ["out.txt".to_owned(), "sub/dir/x.o".to_owned()];
+        assert!(write_outputs(dir.path(), &files, &declared, "t1").unwrap().is_empty());
         assert_eq!(std::fs::read(dir.path().join("out.txt")).unwrap(), b"new");
         assert_eq!(std::fs::read(dir.path().join("sub/dir/x.o")).unwrap(), b"obj");
         let left: Vec<_> = std::fs::read_dir(dir.path())
@@ -99,7 +113,24 @@ mod tests {
         // A directory where the file should go: named, nothing half-written.
         std::fs::create_dir(dir.path().join("taken")).unwrap();
         std::fs::write(dir.path().join("taken/inside"), b"x").unwrap();
-        let e = write_outputs(dir.path(), &[("taken".to_owned(), b"y".to_vec())], "t1").unwrap_err();
+        let taken = ["taken".to_owned()];
+        let e = write_outputs(dir.path(), &[("taken".to_owned(), b"y".to_vec())], &taken, "t1").unwrap_err();
         assert!(e.starts_with("output `") && e.contains("taken"), "{e}");
+    }
+
+    #[test]
+    fn only_declared_outputs_are_written_and_the_others_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        let files = vec![
+            ("out.txt".to_owned(), b"ok".to_vec()),
+            ("../escaped".to_owned(), b"x".to_vec()),
+            (".bashrc".to_owned(), b"x".to_vec()),
+        ];
+        let refused = write_outputs(&work, &files, &["out.txt".to_owned()], "t1").unwrap();
+        assert_eq!(refused, ["../escaped", ".bashrc"]);
+        assert_eq!(std::fs::read(work.join("out.txt")).unwrap(), b"ok");
+        assert!(!dir.path().join("escaped").exists() && !work.join(".bashrc").exists());
     }
 }

@@ -435,9 +435,16 @@ impl Inner {
                     }
                     Some(Ok(files)) => {
                         let cwd = Path::new(spec.cwd.as_deref().unwrap_or("/"));
-                        if let Err(e) = files::write_outputs(cwd, &files, &format!("t{id}")) {
-                            ended.success = false;
-                            ended.reason = format!("ran, but {e}");
+                        let declared = spec.offload.as_ref().map_or(&[][..], |o| o.outputs.as_slice());
+                        match files::write_outputs(cwd, &files, declared, &format!("t{id}")) {
+                            Err(e) => {
+                                ended.success = false;
+                                ended.reason = format!("ran, but {e}");
+                            }
+                            Ok(refused) if !refused.is_empty() => {
+                                tracing::warn!("task {id}: outputs not declared, not written: {refused:?}");
+                            }
+                            Ok(_) => {}
                         }
                     }
                 }
