@@ -475,10 +475,15 @@ pub(crate) struct AgentArgs {
     /// The broker (HOST:PORT)
     #[arg(long, value_name = "ADDR")]
     pub(crate) broker: String,
-    /// A capability this agent runs, NAME[@VERSION][:TARGET] (repeat it);
-    /// only these are ever run
+    /// A capability this agent runs, NAME[@VERSION][:TARGET][=PROGRAM[,PROGRAM…]] (repeat it);
+    /// only these are ever run. With =PROGRAM,… (absolute paths) its tasks may run only those
+    /// programs (argv[0] resolved in the agent's own PATH); without, any program (warned at start)
     #[arg(long, value_name = "CAP", required = true)]
     pub(crate) capability: Vec<String>,
+    /// Let tasks set this variable although it changes what runs (LD_*, PATH, BASH_ENV,
+    /// PYTHONPATH, … are refused by default; repeat it)
+    #[arg(long, value_name = "NAME")]
+    pub(crate) allow_env: Vec<String>,
     /// Upper bound on tasks at once [default: the allocation's CPUs (cpuset,
     /// quota, affinity), not the node's]
     #[arg(long, value_name = "N", value_parser = parse_count)]

@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use lardon::{FakeClock, FakeProbe, Governor, HostProfile, MonoTime, Probe};
 use lardon_cluster::agent::{
-    Agent, AgentConfig, Cgroups, ConfinedExecutor, CpuSource, Executor, HostRss, ProcessExecutor, Tuning,
-    WatchedExecutor, default_tokens,
+    Agent, AgentConfig, Cgroups, ConfinedExecutor, CpuSource, Declared, Executor, HostRss, Permit,
+    ProcessExecutor, Programs, Tuning, WatchedExecutor, default_tokens,
 };
 use lardon_cluster::{AgentId, Capability};
 use lardon_submit::Backoff;
@@ -19,11 +19,27 @@ use crate::logging::{self, LogSink};
 
 pub(crate) fn run(args: &AgentArgs) -> Result<u8> {
     logging::init_daemon(args.log_level.as_deref(), &LogSink::Stderr, logging::Rotation::default())?;
-    let capabilities = args
+    let declared = args
         .capability
         .iter()
-        .map(|c| Capability::parse(c).map_err(|e| usage(format!("--capability: {e}"))))
+        .map(|c| Declared::parse(c).map_err(|e| usage(e.to_string())))
         .collect::<Result<Vec<_>>>()?;
+    for d in &declared {
+        if d.programs == Programs::Any {
+            tracing::warn!(
+                "capability {} runs any program its tasks name; list them to limit it: --capability {}=/usr/bin/PROGRAM[,…]",
+                d.capability.key(),
+                d.capability.key()
+            );
+        }
+    }
+    for name in &args.allow_env {
+        if name.is_empty() || name.contains('=') {
+            return Err(usage(format!("--allow-env: `{name}` is not a variable name")));
+        }
+    }
+    let permit = Permit::new(&declared, &args.allow_env, std::env::var_os("PATH").as_deref());
+    let capabilities: Vec<Capability> = declared.into_iter().map(|d| d.capability).collect();
     let id =
         args.id.clone().unwrap_or_else(|| format!("{}-{}", super::broker::host_id(), std::process::id()));
     let agent = AgentId::new(&id).map_err(|e| usage(format!("--id: {e}")))?;
@@ -101,7 +117,8 @@ pub(crate) fn run(args: &AgentArgs) -> Result<u8> {
         .context("starting the runtime")?;
     rt.block_on(async move {
         let executor = executor(args)?;
-        let mut agent = Agent::new(config, governor, executor).map_err(|e| usage(e.to_string()))?;
+        let mut agent =
+            Agent::new(config, governor, executor).map_err(|e| usage(e.to_string()))?.with_permit(permit);
         if let Some(ms) = args.idle_exit {
             if ms == 0 {
                 return Err(usage("--idle-exit: must be more than 0"));

@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod agent_permit;
 mod cache_restart;
 mod cc;
 mod cluster_drain;

@@ -8,7 +8,10 @@
 //!   Tokens are only an upper bound ([`default_tokens`]).
 //! * **Only what it declared.** An assignment for a capability the agent
 //!   did not declare, or that does not validate, ends failed; tasks run
-//!   from argv, never through a shell ([`ProcessExecutor`]).
+//!   from argv, never through a shell ([`ProcessExecutor`]); a program its
+//!   capability does not list, or a variable that changes what runs
+//!   (`LD_PRELOAD`, `PATH`, …), ends it failed before it is admitted
+//!   ([`permit`]).
 //! * **Memory.** In an allocation, each task that declared its memory is
 //!   held to it: in a cgroup of its own where the agent can make one
 //!   ([`ConfinedExecutor`] with [`Cgroups`]), else by the soft memory
@@ -41,6 +44,7 @@ mod drain;
 mod exec;
 mod files;
 mod host;
+pub mod permit;
 mod tokens;
 pub mod tuning;
 pub mod watchdog;
@@ -66,6 +70,7 @@ pub use exec::{
     ConfinedExecutor, Confinement, Confiner, Executor, MAX_OUTPUT, ProcessExecutor, Running, WatchedExecutor,
 };
 pub use host::{Cgroups, HostRss};
+pub use permit::{Declared, Permit, Programs};
 pub use tokens::default_tokens;
 pub use tuning::{CpuSource, Tuner, Tuning};
 pub use watchdog::{RssSampler, RssSource};
@@ -153,6 +158,8 @@ pub struct Agent {
     drain_acked: bool,
     /// Where tasks with files get their directories.
     work_dir: std::path::PathBuf,
+    /// What its tasks may run and set.
+    permit: Permit,
     /// Why the broker could not be reached, logged once per reason.
     unreached: lardon_submit::dial::UnreachedLog,
 }
@@ -246,6 +253,7 @@ impl Agent {
             idle_exit: None,
             busy_at: tokio::time::Instant::now(),
             work_dir: std::env::temp_dir().join("lardon-agent"),
+            permit: Permit::default(),
             unreached: lardon_submit::dial::UnreachedLog::default(),
         })
     }
@@ -287,6 +295,15 @@ impl Agent {
     #[must_use]
     pub fn with_work_dir(mut self, dir: std::path::PathBuf) -> Self {
         self.work_dir = dir;
+        self
+    }
+
+    /// Checks every task against `permit` before it is admitted: the
+    /// programs each capability may run, the variables a task may set
+    /// (default: any program; the refused variables refused).
+    #[must_use]
+    pub fn with_permit(mut self, permit: Permit) -> Self {
+        self.permit = permit;
         self
     }
 
@@ -574,7 +591,7 @@ impl Agent {
             pb::TaskReport { task_id, report: Some(pb::task_report::Report::Ended(ended)) }
         };
         let raw_id = spec.task_id.clone();
-        let job = match wire::assignment(spec) {
+        let mut job = match wire::assignment(spec) {
             Ok(job) => job,
             Err(e) => {
                 warn!("refusing an assignment: {e}");
@@ -595,6 +612,11 @@ impl Agent {
         let key = job.capability.key();
         if !self.config.capabilities.iter().any(|c| c.key() == key) {
             let reason = format!("capability {key} is not one this agent declared");
+            send(out, pb::agent_message::Kind::Report(end(raw_id, reason)));
+            return;
+        }
+        if let Err(reason) = self.permit.check(&key, &mut job.spec) {
+            warn!("task {task}: refused: {reason}");
             send(out, pb::agent_message::Kind::Report(end(raw_id, reason)));
             return;
         }
