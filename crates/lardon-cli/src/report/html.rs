@@ -216,6 +216,8 @@ fn timeline(r: &Report) -> Result<String> {
     let secs = |t: i64| (t - t0) as f64 / 1000.0;
     let skip = r.timeline.len().saturating_sub(MAX_BARS);
     let bars = &r.timeline[skip..];
+    // A bar of a task that ended at once is still seen.
+    let least = secs(t1) * 0.004;
     let rows = bars.len().max(1);
     let height = 80 + ROW * u32::try_from(rows).unwrap_or(u32::MAX / ROW);
     let mut svg = String::new();
@@ -248,7 +250,7 @@ fn timeline(r: &Report) -> Result<String> {
             chart.draw_series(bars.iter().enumerate().map(|(i, b)| {
                 let y = i as f64;
                 Rectangle::new(
-                    [(secs(b.start_ms), y + 0.15), (secs(b.end_ms).max(secs(b.start_ms) + 0.01), y + 0.85)],
+                    [(secs(b.start_ms), y + 0.15), (secs(b.end_ms).max(secs(b.start_ms) + least), y + 0.85)],
                     state_colour(b.state).filled(),
                 )
             })),
