@@ -272,6 +272,7 @@ pub(crate) fn civil_from_days(z: i64) -> (i64, i64, i64) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod since_tests {
     use super::*;
 
