@@ -10,7 +10,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::parse::*;
 
 mod groups;
+mod report;
 pub(crate) use groups::{GroupCommand, GroupIdsArgs, RestartArgs};
+pub(crate) use report::ReportArgs;
 
 /// Lardon: a resource-governed task runtime.
 ///
@@ -264,6 +266,17 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// What ran, per class: runs, ends, memory declared vs measured peak,
+    /// waste, memory retries, waits by reason, run times, learned figures.
+    ///
+    /// One row per class, and per command shape for tasks that named none
+    /// (their learning key `default.<program>.<hash>`), then a totals row.
+    /// It reads the store in the state dir, never the daemon: it works
+    /// with the daemon stopped, and while it runs.
+    ///
+    /// Example: `lardon report --since 7d` or `lardon report --class render --json`
+    /// or `lardon report --html report.html` (one page with charts, no network needed to view it)
+    Report(ReportArgs),
     /// Show or change the host policy (reserves, thresholds, max running…).
     ///
     /// Example: `lardon policy --set memory_reserve=2GiB --set max_running=4`

@@ -28,6 +28,7 @@ mod logging;
 mod parse;
 mod provision;
 mod render;
+mod report;
 mod workload;
 
 pub mod fuzzing;

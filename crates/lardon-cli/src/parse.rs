@@ -166,3 +166,137 @@ mod tests {
         }
     }
 }
+
+/// `--since`: a time before now, or a date.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Since {
+    /// This long before now, ms (`2h`, `30m`, `7d`).
+    Ago(u64),
+    /// From this instant, Unix ms (`2026-03-01`, `2026-03-01T14:00`, UTC).
+    At(i64),
+}
+
+impl Since {
+    /// The instant it names, Unix ms, given the time now.
+    pub(crate) fn resolve(self, now_ms: i64) -> i64 {
+        match self {
+            Since::Ago(ms) => now_ms.saturating_sub(i64::try_from(ms).unwrap_or(i64::MAX)),
+            Since::At(ms) => ms,
+        }
+    }
+}
+
+/// `--since DURATION|DATE`: a duration (`90s`, `30m`, `2h`, `7d`) before
+/// now, or a UTC date `YYYY-MM-DD`, optionally with `THH:MM[:SS]` (or a
+/// space instead of `T`).
+pub(crate) fn parse_since(text: &str) -> Result<Since, String> {
+    let t = text.trim();
+    let bad = || {
+        format!(
+            "`{text}` is neither a duration (e.g. 30m, 2h, 7d) nor a UTC date (e.g. 2026-03-01 or 2026-03-01T14:00)"
+        )
+    };
+    if t.len() >= 10 && t.as_bytes().get(4) == Some(&b'-') {
+        return parse_utc(t).map(Since::At).ok_or_else(bad);
+    }
+    if let Some(days) = t.strip_suffix('d') {
+        return match days.trim().parse::<f64>() {
+            Ok(v) if v.is_finite() && v >= 0.0 => Ok(Since::Ago((v * 86_400_000.0).round() as u64)),
+            _ => Err(bad()),
+        };
+    }
+    parse_duration_ms(t).map(Since::Ago).map_err(|_| bad())
+}
+
+/// `YYYY-MM-DD[(T| )HH:MM[:SS]]` in UTC, as Unix ms.
+fn parse_utc(t: &str) -> Option<i64> {
+    let (date, time) = match t.split_once(['T', ' ']) {
+        Some((d, tm)) => (d, Some(tm)),
+        None => (t, None),
+    };
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    if d.next().is_some() || !(1..=12).contains(&m) || day < 1 || day > days_in_month(y, m) {
+        return None;
+    }
+    let secs = match time {
+        None => 0,
+        Some(tm) => {
+            let parts: Vec<Option<i64>> = tm.split(':').map(|p| p.parse::<i64>().ok()).collect();
+            let (h, mi, s) = match parts.as_slice() {
+                [Some(h), Some(mi)] => (*h, *mi, 0),
+                [Some(h), Some(mi), Some(s)] => (*h, *mi, *s),
+                _ => return None,
+            };
+            if !(0..24).contains(&h) || !(0..60).contains(&mi) || !(0..60).contains(&s) {
+                return None;
+            }
+            h * 3600 + mi * 60 + s
+        }
+    };
+    Some((days_from_civil(y, m, day) * 86_400 + secs) * 1000)
+}
+
+fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
+/// `days_from_civil`).
+pub(crate) fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The date of a day since 1970-01-01: the inverse of [`days_from_civil`].
+pub(crate) fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { yoe + era * 400 + 1 } else { yoe + era * 400 }, m, d)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod since_tests {
+    use super::*;
+
+    #[test]
+    fn since_takes_durations_and_utc_dates() {
+        assert_eq!(parse_since("2h"), Ok(Since::Ago(7_200_000)));
+        assert_eq!(parse_since("7d"), Ok(Since::Ago(7 * 86_400_000)));
+        assert_eq!(parse_since("90s"), Ok(Since::Ago(90_000)));
+        assert_eq!(parse_since("1970-01-02"), Ok(Since::At(86_400_000)));
+        assert_eq!(parse_since("2026-03-01T14:05"), Ok(Since::At(1_772_373_900_000)));
+        assert_eq!(parse_since("2026-03-01 14:05:09"), Ok(Since::At(1_772_373_909_000)));
+        for bad in ["yesterday", "2026-02-30", "2026-13-01", "2026-03-01T25:00", "-5m", "3x"] {
+            let e = parse_since(bad).unwrap_err();
+            assert!(e.contains("neither a duration") && e.contains(bad), "{bad}: {e}");
+        }
+        assert_eq!(Since::Ago(1_000).resolve(5_000), 4_000);
+    }
+
+    #[test]
+    fn civil_dates_round_trip() {
+        for days in [-1, 0, 59, 365, 11_016, 20_513, 100_000] {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d), days, "{y}-{m}-{d}");
+        }
+        assert_eq!(civil_from_days(20_513), (2026, 3, 1));
+    }
+}

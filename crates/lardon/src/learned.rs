@@ -167,6 +167,22 @@ impl Learned {
     pub fn memory_for(&self, batch: u64) -> u64 {
         self.per_item.saturating_mul(batch).saturating_add(self.fixed)
     }
+
+    /// The learned figures as every view phrases them (`status`, `explain`,
+    /// `top`, `report`): the learned fixed and per-item sizes, the kill
+    /// that bounds them, and the batch target for a `batched` estimate.
+    pub fn phrase(&self, batched: bool) -> crate::LearnedPhrase {
+        let lower_bound = self.lower_bound.map(|b| match b {
+            Source::LowerBound { limit, .. } | Source::MeasuredPeak { peak: limit, .. } => limit,
+        });
+        crate::LearnedPhrase {
+            samples: u32::try_from(self.samples).unwrap_or(u32::MAX),
+            fixed: self.learned_fixed.map(|f| f.bytes),
+            per_item: self.learned_per_item.map(|f| f.bytes),
+            lower_bound,
+            batch_target: batched.then_some(self.batch_target),
+        }
+    }
 }
 
 /// What the estimate declares, in the terms admission uses (GPU bytes

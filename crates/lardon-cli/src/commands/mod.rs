@@ -13,6 +13,7 @@ mod group;
 mod log;
 mod policy;
 pub(crate) mod progress;
+mod report;
 mod run;
 mod scratch;
 pub(crate) mod spec;
@@ -68,6 +69,7 @@ pub(crate) fn dispatch(cli: Cli) -> Result<u8> {
         Command::Remove(a) => block_on(control::remove(&cli, &a.ids, a.json)),
         Command::Clean { successful_only, json } => block_on(control::clean(&cli, *successful_only, *json)),
         Command::Wait { ids, group, json } => block_on(wait::run(&cli, ids, group.as_deref(), *json)),
+        Command::Report(args) => report::run(&cli, args),
         Command::Policy { set, reset, json } => block_on(policy::run(&cli, set, reset, *json)),
         Command::Progress { progress, message } => block_on(progress::run(*progress, message.as_deref())),
         Command::Scratch(sub) => block_on(scratch::run(&cli, sub)),

@@ -24,6 +24,7 @@ mod policy;
 mod progress_pty;
 mod readme;
 mod repo_docs;
+mod report;
 mod restart;
 mod run;
 mod scratch_hook;

@@ -393,7 +393,12 @@ impl Engine {
             other => ActionError::Invalid(other.to_string()),
         })?;
         let (set, reset) = hook_none_resets(set, reset);
-        self.shared.writer.call(move |s| s.set_policy_overrides(&set, &reset))?;
+        // The budget with it: `lardon report` draws against it.
+        let budget = super::memory_budget(&self.shared.governor);
+        self.shared.writer.call(move |s| {
+            s.set_policy_overrides(&set, &reset)?;
+            s.set_memory_budget(budget)
+        })?;
         self.shared.replace_settings(daemon);
         self.shared.compute.apply(&policy);
         self.queue.resources_changed();

@@ -214,6 +214,10 @@ impl Engine {
         };
         // The groups' limits, as stored: enforced from the first scan on.
         groups::apply_stored(&store, &governor)?;
+        // Before the writer owns the store (as recovery's writes are): the
+        // budget `lardon report` draws against, read without the daemon.
+        let mut store = store;
+        store.set_memory_budget(memory_budget(&governor))?;
         for sample in store.all_history()? {
             governor.record_run(&Class::new(sample.class), sample.record);
         }
@@ -377,6 +381,12 @@ impl Engine {
         // Everything the pump handed over is committed before this returns.
         self.shared.writer.close();
     }
+}
+
+/// The memory the Governor hands out: the host's memory less the policy's
+/// reserve (what the start-up summary calls the budget).
+pub(crate) fn memory_budget(governor: &Governor) -> u64 {
+    governor.profile().total_memory.saturating_sub(governor.policy().memory_reserve)
 }
 
 fn next_instance() -> u64 {

@@ -31,9 +31,10 @@ pub(crate) enum Write {
     Finished(TaskId, Outcome),
     /// The local run's handle.
     RunHandle(TaskId, RunHandle),
-    /// A local run ended: its record for learning (kept across restarts)
-    /// and its exit code, one job.
-    RunEnded { id: TaskId, class: String, record: lardon::RunRecord, code: Option<i32> },
+    /// A local run ended: its record for learning (kept across restarts),
+    /// what it used against its grant of `reserved` bytes (the task's
+    /// usage, `lardon report`) and its exit code, one job.
+    RunEnded { id: TaskId, class: String, record: lardon::RunRecord, reserved: u64, code: Option<i32> },
     /// A run killed at its memory limit runs again (local or Slurm).
     MemoryRetry(TaskId, String),
     /// A Slurm job holds it: a new attempt when `new_attempt` (PENDING →
@@ -104,8 +105,9 @@ impl Write {
             Write::Resumed(id) => done(s.resume(*id).map(drop)),
             Write::Finished(id, outcome) => s.finish(*id, outcome).map(ended),
             Write::RunHandle(id, handle) => done(s.set_run_handle(*id, Some(&handle.encode()))),
-            Write::RunEnded { id, class, record, code } => {
+            Write::RunEnded { id, class, record, reserved, code } => {
                 s.record_run(class, record)?;
+                s.add_run_usage(*id, record, *reserved)?;
                 match code {
                     Some(code) => done(s.set_exit_code(*id, *code)),
                     None => Ok(Applied::Done),

@@ -201,7 +201,7 @@ fn run_all(
             None => RunRecord::unbatched(exit.wall, outcome),
         };
         ctx.record_run(record);
-        persist_run(shared, id, class.as_str(), record, exit.code);
+        persist_run(shared, id, class.as_str(), record, contract.memory, exit.code);
         if settings.enforce == EnforceMode::Soft
             && let (Some(limit), Some(peak)) = (memory_high, peak)
             && peak > limit
@@ -268,8 +268,15 @@ fn run_all(
 /// sends only after this callback returned. It can land before the pump's
 /// start of the same attempt; the start clears nothing it wrote
 /// (`store/order_tests.rs` applies every such order).
-fn persist_run(shared: &Shared, id: TaskId, class: &str, record: RunRecord, code: Option<i32>) {
-    shared.record_background(Write::RunEnded { id, class: class.to_owned(), record, code });
+fn persist_run(
+    shared: &Shared,
+    id: TaskId,
+    class: &str,
+    record: RunRecord,
+    reserved: u64,
+    code: Option<i32>,
+) {
+    shared.record_background(Write::RunEnded { id, class: class.to_owned(), record, reserved, code });
 }
 
 /// A run went past its grant plus slack and soft enforcement let it: say so

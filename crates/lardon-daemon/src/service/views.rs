@@ -202,15 +202,13 @@ pub(crate) fn learned(spec: &TaskSpec, engine: &Engine) -> Option<pb::LearnedFig
     if let Some(f) = l.learned_per_item {
         sources.push(format!("per item: {}", f.source));
     }
-    let lower_bound = l.lower_bound.map(|b| match b {
-        lardon::Source::LowerBound { limit, .. } | lardon::Source::MeasuredPeak { peak: limit, .. } => limit,
-    });
+    let phrase = l.phrase(spec.items.is_some());
     Some(pb::LearnedFigures {
-        samples: u32::try_from(l.samples).unwrap_or(u32::MAX),
-        fixed: l.learned_fixed.map(|f| f.bytes),
-        per_item: l.learned_per_item.map(|f| f.bytes),
-        lower_bound,
-        batch_target: spec.items.is_some().then_some(l.batch_target),
+        samples: phrase.samples,
+        fixed: phrase.fixed,
+        per_item: phrase.per_item,
+        lower_bound: phrase.lower_bound,
+        batch_target: phrase.batch_target,
         source: sources.join("; "),
         key: est.class().as_str().to_owned(),
     })

@@ -312,7 +312,18 @@ impl Inner {
         if let Some(record) = verdict.record {
             self.shared.governor.record_run(&class, record);
             let class_name = class.as_str().to_owned();
-            if let Err(e) = self.shared.writer.call(move |s| s.record_run(&class_name, &record)) {
+            // Its usage too (`lardon report`): the job's `--mem` was its
+            // grant; under the site's default (unknown) no waste is claimed.
+            let peak = match record.outcome {
+                lardon::RunOutcome::Completed { peak } => peak,
+                lardon::RunOutcome::KilledAtLimit { .. } => None,
+            };
+            let (id, reserved) = (job.id, job.submitted.memory.or(peak).unwrap_or(0));
+            let persist = move |s: &mut crate::store::Store| {
+                s.record_run(&class_name, &record)?;
+                s.add_run_usage(id, &record, reserved)
+            };
+            if let Err(e) = self.shared.writer.call(persist) {
                 tracing::warn!("task {}: run sample not persisted: {e}", job.id);
             }
         }

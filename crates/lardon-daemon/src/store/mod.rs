@@ -19,7 +19,8 @@
 //! Table groups: `tasks` (insert, read, remove), `transitions` (state
 //! changes, cursor, progress, decisions, recovery), `course` (each task's
 //! bounded decision history), `hooks` (each end's hook), `events`, `learning` (class history,
-//! capability feedback), `config` (policy overrides, scratch volumes).
+//! capability feedback), `config` (policy overrides, scratch volumes), `usage` (what each
+//! task's runs used, and the report's read).
 
 mod config;
 mod course;
@@ -32,6 +33,7 @@ pub mod schema;
 mod tasks;
 mod transitions;
 mod unit;
+mod usage;
 mod writer;
 
 use std::fmt;
@@ -50,6 +52,7 @@ pub use learning::{FeedbackRow, HISTORY_PER_CLASS, HistorySample, MAX_FEEDBACK_R
 pub use schema::SCHEMA_VERSION;
 pub use tasks::{Inserted, NewTask, StoredDep, TaskFilter};
 pub use transitions::{INTERRUPTED, Outcome, RecoveryReport};
+pub use usage::{ReportFilter, ReportTask, RunUsage};
 pub use writer::{LINGER, MAX_GROUP, StoreWriter};
 
 use crate::spec::{DecisionKind, TaskId, TaskSpec, TaskState};

@@ -11,7 +11,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use super::error::{Ctx, StoreError};
 
 /// Migration `i` (0-based) brings the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -273,6 +273,25 @@ CREATE TABLE groups (
     cpu_millis  INTEGER CHECK (cpu_millis > 0),
     updated_ms  INTEGER NOT NULL
 ) STRICT, WITHOUT ROWID;
+";
+
+/// Version 11: what each task's runs used, for `lardon report`
+/// (docs/DESIGN.md §10, "Report"). The class history keeps only the last
+/// runs per class (what the Governor needs); these totals keep every run
+/// of the task, added in the run's own write: runs ended, runs killed at
+/// their memory limit, the highest measured peak, the summed wall time,
+/// and byte·seconds reserved (the grant × the run's wall time) and used
+/// (the measured peak × the wall time; a run with no measured peak, or one
+/// killed at its limit, counts its whole grant as used, so waste is never
+/// claimed where it was not measured). REAL: byte·seconds pass 2^63 within
+/// a month of a TiB.
+const V11: &str = r"
+ALTER TABLE tasks ADD COLUMN runs INTEGER NOT NULL DEFAULT 0 CHECK (runs >= 0);
+ALTER TABLE tasks ADD COLUMN memory_kills INTEGER NOT NULL DEFAULT 0 CHECK (memory_kills >= 0);
+ALTER TABLE tasks ADD COLUMN peak_bytes INTEGER CHECK (peak_bytes IS NULL OR peak_bytes >= 0);
+ALTER TABLE tasks ADD COLUMN run_ms INTEGER NOT NULL DEFAULT 0 CHECK (run_ms >= 0);
+ALTER TABLE tasks ADD COLUMN reserved_byte_s REAL NOT NULL DEFAULT 0;
+ALTER TABLE tasks ADD COLUMN used_byte_s REAL NOT NULL DEFAULT 0;
 ";
 
 /// The database's `user_version`.

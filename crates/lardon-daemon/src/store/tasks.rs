@@ -72,7 +72,7 @@ pub(super) const TASK_COLUMNS: &str = "id, spec, state, paused_running, state_re
 type RawDecision = (Option<String>, Option<String>, Option<String>, Option<i64>, Option<i64>);
 
 /// A row before decoding (decoding errors are ours, not SQLite's).
-struct RawTask {
+pub(super) struct RawTask {
     id: i64,
     spec: String,
     state: String,
@@ -93,7 +93,11 @@ struct RawTask {
 }
 
 impl RawTask {
-    fn from_row(r: &Row<'_>) -> rusqlite::Result<RawTask> {
+    /// How many columns [`TASK_COLUMNS`] names (a query reading more puts
+    /// them after these).
+    pub(super) const COLUMNS: usize = 23;
+
+    pub(super) fn from_row(r: &Row<'_>) -> rusqlite::Result<RawTask> {
         Ok(RawTask {
             id: r.get(0)?,
             spec: r.get(1)?,
@@ -115,7 +119,7 @@ impl RawTask {
         })
     }
 
-    fn decode(self) -> Result<TaskRecord, StoreError> {
+    pub(super) fn decode(self) -> Result<TaskRecord, StoreError> {
         let id = TaskId(to_u64(self.id, "task id")?);
         let corrupt =
             |what: &str, detail: String| StoreError::Corrupt { what: format!("task {id} {what}"), detail };
