@@ -78,7 +78,8 @@ run() {
       ids=$(seq "$n" | $L --state-dir "$WORK/$mode" submit --each - "${ship[@]}" \
         --cpus 1 -- sh -c "$script" 2>/dev/null)
       [ "$(wc -w <<<"$ids")" -eq "$n" ] || { echo "$mode: submit gave '$ids'" >&2; exit 1; }
-      for id in $ids; do $L --state-dir "$WORK/$mode" wait "$id" >/dev/null; done ;;
+      # shellcheck disable=SC2086 # one id per word
+      $L --state-dir "$WORK/$mode" wait $ids >/dev/null ;;
     direct)
       local pids=()
       for _ in $(seq "$n"); do
