@@ -155,7 +155,7 @@ fn a_task_the_agent_cannot_admit_yet_waits_at_the_broker_and_starts_when_room_fr
             most
         })
     };
-    let took = shipped(&c, 3, "1", &script);
+    let took = shipped(&c, 4, "1", &script);
     watching.store(false, std::sync::atomic::Ordering::SeqCst);
     let most = most.join().unwrap();
     let text = std::fs::read_to_string(&marks).unwrap();
@@ -163,12 +163,15 @@ fn a_task_the_agent_cannot_admit_yet_waits_at_the_broker_and_starts_when_room_fr
         text.lines().filter_map(|l| l.strip_prefix(kind)?.trim().parse().ok()).collect()
     };
     let (starts, ends) = (at("start "), at("end "));
-    assert_eq!((starts.len(), ends.len()), (3, 3), "{text}");
+    assert_eq!((starts.len(), ends.len()), (4, 4), "{text}");
     // One at a time: each start follows the previous end, closely (a
-    // bounce waiting for the agent's next one-second sample would not).
-    let gaps: Vec<i64> = (1..3).map(|i| (starts[i] - ends[i - 1]) / 1_000_000).collect();
-    eprintln!("3 × sleep 0.5 on one CPU: {took:?}, end-to-next-start gaps {gaps:?} ms");
-    assert!(gaps.iter().all(|g| (0..250).contains(g)), "gaps {gaps:?} ms\n{text}\n{}", logs(&c.procs()));
+    // bounce waiting for the agent's next one-second sample would not):
+    // the middle gap within 50 ms, none past 250 ms (a loaded machine).
+    let mut gaps: Vec<i64> = (1..4).map(|i| (starts[i] - ends[i - 1]) / 1_000_000).collect();
+    eprintln!("4 × sleep 0.5 on one CPU: {took:?}, end-to-next-start gaps {gaps:?} ms");
+    let report = format!("gaps {gaps:?} ms\n{text}\n{}", logs(&c.procs()));
+    gaps.sort_unstable();
+    assert!(gaps.iter().all(|g| (0..250).contains(g)) && gaps[1] < 50, "{report}");
     assert_eq!(most, 1, "the broker held {most} at an agent that admits one");
     assert_eq!(
         metric(&metrics, "lardon_broker_tasks_waited_total"),
