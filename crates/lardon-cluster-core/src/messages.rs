@@ -25,13 +25,17 @@ pub struct Availability {
 }
 
 impl Availability {
+    /// Whether `need` fits. A task holds at least one thousandth of a CPU
+    /// at its agent (the agent's Governor reserves no less), so a mirror
+    /// with no CPU left — emptied after a WAIT, or an agent whose host
+    /// gate is closed — admits nothing, not even a task declaring none.
     pub(crate) fn admits(self, need: Need) -> bool {
-        self.memory >= need.memory && self.cpu_millis >= need.cpu_millis
+        self.memory >= need.memory && self.cpu_millis >= need.cpu_millis.max(1)
     }
 
     pub(crate) fn charge(&mut self, need: Need) {
         self.memory = self.memory.saturating_sub(need.memory);
-        self.cpu_millis = self.cpu_millis.saturating_sub(need.cpu_millis);
+        self.cpu_millis = self.cpu_millis.saturating_sub(need.cpu_millis.max(1));
     }
 }
 

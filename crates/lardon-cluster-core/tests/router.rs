@@ -159,6 +159,24 @@ fn the_mirror_is_charged_so_no_agent_gets_more_than_it_said_it_could_take() {
 }
 
 #[test]
+fn a_mirror_with_no_cpu_offers_nothing_even_to_a_task_declaring_none() {
+    let mut r = Router::new(1);
+    let mut h = agent("a", &["gcc@12"], 4);
+    // An agent whose host gate is closed, or whose mirror a WAIT emptied.
+    h.availability = Availability { memory: 64 * GIB, cpu_millis: 0 };
+    r.hello(h);
+    let free = Request { need: Need { memory: 0, cpu_millis: 0 }, ..req("free", "s", "gcc@12") };
+    let (_, ev) = r.submit(free);
+    assert!(assigned(&ev).is_empty(), "nothing is offered to an agent that admits nothing: {ev:?}");
+    // Its gate opens: the push offers it at once.
+    let ev = r.update(&AgentId::new("a").unwrap(), Availability { memory: 64 * GIB, cpu_millis: 1 });
+    assert_eq!(assigned(&ev), vec![("a".into(), "free".into())]);
+    // Charged one thousandth: nothing more fits until the next update.
+    let (_, ev) = r.submit(Request { need: Need { memory: 0, cpu_millis: 0 }, ..req("more", "s", "gcc@12") });
+    assert!(assigned(&ev).is_empty(), "{ev:?}");
+}
+
+#[test]
 fn a_wait_at_the_agent_sends_the_task_back_to_the_head_of_its_route() {
     let mut r = Router::new(1);
     r.hello(agent("a", &["gcc@12"], 1));

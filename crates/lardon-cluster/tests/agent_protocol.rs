@@ -103,6 +103,17 @@ impl Conn {
         }
     }
 
+    /// The next availability update (heartbeats and other messages
+    /// skipped).
+    async fn update(&mut self) -> pb::Availability {
+        loop {
+            let m = tokio::time::timeout(WAIT, self.up.message()).await.expect("an update").unwrap().unwrap();
+            if let Some(pb::agent_message::Kind::Update(a)) = m.kind {
+                return a;
+            }
+        }
+    }
+
     async fn hello(&mut self) -> pb::AgentHello {
         match self.next().await {
             pb::agent_message::Kind::Hello(h) => h,
@@ -151,7 +162,8 @@ async fn setup_with(
     );
     let clock = Arc::new(FakeClock::new(lardon::MonoTime(1)));
     let profile = HostProfile::new(memory, 8);
-    let probe = FakeProbe::new(profile.clone()).stamped_by(clock.clone());
+    let probe = Arc::new(FakeProbe::new(profile.clone()).stamped_by(clock.clone()));
+    PROBE.with(|p| *p.borrow_mut() = Some(Arc::clone(&probe)));
     let governor = Governor::with_clock(HostPolicy::default_for(&profile), probe, clock).unwrap();
     let config = AgentConfig {
         broker: addr,
@@ -167,6 +179,12 @@ async fn setup_with(
     };
     start(Agent::new(config, governor, exec).unwrap());
     rx
+}
+
+thread_local! {
+    /// The probe of the agent [`setup_with`] made last on this thread, for
+    /// a test that scripts the host.
+    static PROBE: std::cell::RefCell<Option<Arc<FakeProbe>>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Ends each task when the test says so.
@@ -432,4 +450,31 @@ async fn a_second_stop_request_cancels_at_once() {
     assert!(matches!(c.next().await, pb::agent_message::Kind::Draining(_)));
     a.stop.send(()).unwrap();
     tokio::time::timeout(WAIT, a.done).await.expect("the agent exits on the second request").unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_host_gate_is_advertised_as_no_cpu_and_its_opening_is_pushed() {
+    let mut conns = setup(16 << 30).await;
+    let probe = PROBE.with(|p| p.borrow().clone()).unwrap();
+    let mut c = accept(&mut conns).await;
+    let open = c.hello().await.availability.unwrap();
+    assert!(open.cpu_millis > 0, "{open:?}");
+    // Foreign load past the gate (0.9 × the 8-CPU pool): the Governor
+    // would admit nothing, so the agent offers no CPU at its next sample.
+    probe.update(|s| s.load.one = 20.0);
+    let closed = c.update().await;
+    assert_eq!((closed.cpu_millis, closed.memory), (0, open.memory), "{closed:?}");
+    // The load goes: the next sample offers the CPUs again.
+    probe.update(|s| s.load.one = 0.0);
+    let reopened = c.update().await;
+    assert_eq!(reopened, open);
+    // Closed between two samples: the assignment the mirror allowed is
+    // told WAIT, and the update that follows offers nothing.
+    probe.update(|s| s.load.one = 20.0);
+    c.send(pb::broker_to_agent::Kind::Assign(spec("t1", "gcc@12", 1 << 20)));
+    match c.report().await.report {
+        Some(pb::task_report::Report::Wait(w)) => assert!(w.reason.contains("load"), "{w:?}"),
+        other => panic!("expected a WAIT, got {other:?}"),
+    }
+    assert_eq!(c.update().await.cpu_millis, 0);
 }

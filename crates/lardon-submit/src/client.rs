@@ -141,7 +141,9 @@ pub enum Answer {
     RunLocally(String),
     /// Cancelled before it started anywhere.
     Cancelled,
-    /// The request was malformed; the reason names the field.
+    /// The broker refused it: the request was malformed (the reason names
+    /// the field), or the broker refused this submitter's stream because
+    /// another live stream holds its id (the task never reached it).
     Rejected(String),
     /// No broker could be reached for the configured time: run it locally.
     Unreachable,
@@ -341,14 +343,32 @@ impl Submitter {
 struct Loop {
     config: SubmitterConfig,
     rx: mpsc::UnboundedReceiver<Command>,
-    /// Unanswered tasks: the spec (to send again) and who waits.
-    outstanding: HashMap<String, (pb::TaskSpec, Vec<oneshot::Sender<Answer>>)>,
+    /// Unanswered tasks: the spec (to send again), who waits, and whether
+    /// it was ever sent on a stream the broker accepted.
+    outstanding: HashMap<String, Outstanding>,
     /// Cancels asked for while disconnected.
     cancels: Vec<TaskId>,
     /// Set while a stream is open (see [`Submitter::connected`]).
     connected: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Why the broker could not be reached, logged once per reason.
     unreached: crate::dial::UnreachedLog,
+}
+
+/// One unanswered task.
+struct Outstanding {
+    spec: pb::TaskSpec,
+    waiters: Vec<oneshot::Sender<Answer>>,
+    /// Sent on a stream the broker accepted: the broker may hold it, so
+    /// only its answer (or [`Answer::Unreachable`]) ends it.
+    sent: bool,
+}
+
+impl Outstanding {
+    fn answer(self, answer: &Answer) {
+        for w in self.waiters {
+            let _ = w.send(answer.clone());
+        }
+    }
 }
 
 fn answer(reply: pb::SubmitReply) -> Option<Answer> {
@@ -379,10 +399,8 @@ impl Loop {
                 Session::Failed => {}
             }
             if self.config.unreachable_after.is_some_and(|limit| last_contact.elapsed() >= limit) {
-                for (_, (_, waiters)) in self.outstanding.drain() {
-                    for w in waiters {
-                        let _ = w.send(Answer::Unreachable);
-                    }
+                for (_, task) in self.outstanding.drain() {
+                    task.answer(&Answer::Unreachable);
                 }
             }
             // Wait out the backoff, taking commands meanwhile.
@@ -408,7 +426,7 @@ impl Loop {
     fn track(&mut self, spec: pb::TaskSpec, tx: oneshot::Sender<Answer>) -> bool {
         let entry = self.outstanding.entry(spec.task_id.clone());
         let new = matches!(entry, std::collections::hash_map::Entry::Vacant(_));
-        entry.or_insert_with(|| (spec, Vec::new())).1.push(tx);
+        entry.or_insert_with(|| Outstanding { spec, waiters: Vec::new(), sent: false }).waiters.push(tx);
         new
     }
 
@@ -425,6 +443,10 @@ impl Loop {
         let _ = out.send(pb::SubmitMessage { kind: Some(pb::submit_message::Kind::Hello(hello)) });
         let mut inbound = match client.submit_stream(UnboundedReceiverStream::new(rx)).await {
             Ok(r) => r.into_inner(),
+            Err(status) if status.code() == tonic::Code::AlreadyExists => {
+                self.refused(status.message());
+                return Session::Failed;
+            }
             Err(status) => {
                 match self.config.dial.diagnose(&status) {
                     Some(_) => self.unreached.failed(&self.config.broker, &self.config.dial, &status),
@@ -437,8 +459,9 @@ impl Loop {
         self.connected.store(true, std::sync::atomic::Ordering::SeqCst);
         let request =
             |spec: pb::TaskSpec| pb::SubmitMessage { kind: Some(pb::submit_message::Kind::Request(spec)) };
-        for (spec, _) in self.outstanding.values() {
-            let _ = out.send(request(spec.clone()));
+        for task in self.outstanding.values_mut() {
+            task.sent = true;
+            let _ = out.send(request(task.spec.clone()));
         }
         for id in self.cancels.drain(..) {
             let cancel = pb::CancelTask { task_id: id.to_string() };
@@ -451,11 +474,9 @@ impl Loop {
                     Ok(Ok(Some(reply))) => {
                         let id = reply.task_id.clone();
                         if let Some(a) = answer(reply)
-                            && let Some((_, waiters)) = self.outstanding.remove(&id)
+                            && let Some(task) = self.outstanding.remove(&id)
                         {
-                            for w in waiters {
-                                let _ = w.send(a.clone());
-                            }
+                            task.answer(&a);
                         }
                     }
                     _ => return Session::Served,
@@ -463,7 +484,11 @@ impl Loop {
                 command = self.rx.recv() => match command {
                     None => return Session::Closed,
                     Some(Command::Submit(spec, tx)) => {
+                        let id = spec.task_id.clone();
                         if self.track((*spec).clone(), tx) {
+                            if let Some(task) = self.outstanding.get_mut(&id) {
+                                task.sent = true;
+                            }
                             let _ = out.send(request(*spec));
                         }
                     }
@@ -475,6 +500,36 @@ impl Loop {
                 _ = beat.tick() => {
                     let _ = out.send(pb::SubmitMessage { kind: Some(pb::submit_message::Kind::Heartbeat(pb::Heartbeat {})) });
                 }
+            }
+        }
+    }
+}
+
+impl Loop {
+    /// The broker refused this submitter's stream: another live stream
+    /// holds its id. Tasks never sent are answered [`Answer::Rejected`]
+    /// with the broker's reason (they never reached it, so running them
+    /// elsewhere runs nothing twice); tasks sent before stay outstanding,
+    /// as the refused stream may be this client's own half-open one, which
+    /// the broker drops within three heartbeats (the next attempt then
+    /// succeeds).
+    fn refused(&mut self, reason: &str) {
+        warn!("broker refused the submitter's stream: {reason}");
+        // What was asked for meanwhile counts as not sent either.
+        while let Ok(command) = self.rx.try_recv() {
+            match command {
+                Command::Submit(spec, tx) => {
+                    self.track(*spec, tx);
+                }
+                Command::Cancel(id) => self.cancels.push(id),
+            }
+        }
+        let unsent: Vec<String> =
+            self.outstanding.iter().filter(|(_, t)| !t.sent).map(|(id, _)| id.clone()).collect();
+        let answer = Answer::Rejected(format!("the broker refused this submitter's stream: {reason}"));
+        for id in unsent {
+            if let Some(task) = self.outstanding.remove(&id) {
+                task.answer(&answer);
             }
         }
     }

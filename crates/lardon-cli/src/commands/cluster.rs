@@ -185,8 +185,8 @@ async fn submit(args: &ClusterSubmitArgs) -> Result<u8> {
     let id = args.id.clone().unwrap_or_else(|| format!("{host}-{}-{}", std::process::id(), now.as_millis()));
     let id = TaskId::new(&id).map_err(|e| usage(format!("--id: {e}")))?;
     // One id per process by default: the broker keeps one stream per
-    // submitter id, so two submits sharing the host's id would take over
-    // each other's stream and one would never hear its answer.
+    // submitter id and refuses a second live one (this submit then fails
+    // saying so), so two submits sharing the host's id could not both run.
     let submitter = args.submitter.clone().unwrap_or_else(|| format!("{host}-{}", std::process::id()));
     let submitter = SubmitterId::new(&submitter).map_err(|e| usage(format!("--submitter: {e}")))?;
     let mut task = RemoteTask::new(id, capability, args.argv.clone());

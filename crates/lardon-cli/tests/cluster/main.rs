@@ -21,5 +21,6 @@ mod cluster_submit;
 mod cluster_watch;
 mod offload;
 mod offload_files;
+mod offload_speed;
 mod secure_default;
 mod top_cluster_pty;

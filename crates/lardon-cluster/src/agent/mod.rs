@@ -18,9 +18,14 @@
 //!   watchdog ([`WatchedExecutor`] with [`HostRss`], [`watchdog`]), which
 //!   kills by the host crate's one RSS rule. Spawning, waiting and killing
 //!   are the host crate's process layer, as for the daemon.
-//! * **Availability** is pushed whenever the Governor's generation moves
-//!   (its own reservations, and host samples taken every second), and at
-//!   the next sample after a WAIT (the broker emptied its mirror then).
+//! * **Availability** is what its Governor would admit: its free memory
+//!   and CPUs, and no CPU at all while a host gate (foreign load, CPU or
+//!   memory pressure, a stale probe) would make any task wait, so the
+//!   broker never offers a task the Governor would bounce. It is pushed
+//!   whenever it changes: the Governor's generation moves (a reservation
+//!   taken or released: a task's end frees its room at once), a host
+//!   sample (every second) opens or closes a gate, and at the next sample
+//!   after a WAIT (the broker emptied its mirror then).
 //! * **Reconnects** with capped exponential backoff; the re-hello lists the
 //!   tasks it still runs and those whose end the broker has not
 //!   acknowledged, whose reports are sent again, so nothing is lost or run
@@ -40,6 +45,7 @@
 //!   ([`Agent::with_work_dir`]): its inputs are fetched from the broker's
 //!   CAS, its outputs uploaded there and reported by digest.
 
+mod advertise;
 mod drain;
 mod exec;
 mod files;
@@ -135,6 +141,11 @@ pub struct Agent {
     ended_tx: mpsc::UnboundedSender<(TaskId, pb::TaskEnded)>,
     ended_rx: mpsc::UnboundedReceiver<(TaskId, pb::TaskEnded)>,
     generation: u64,
+    /// The availability last pushed (or said in the hello).
+    pushed: Option<pb::Availability>,
+    /// Why the Governor would admit no task at all now (a host gate, as of
+    /// the last sample), or `None`.
+    closed: Option<String>,
     /// A WAIT was reported since the last sample: the broker emptied our
     /// mirror, so the next sample pushes the availability even unchanged.
     waited: bool,
@@ -249,6 +260,8 @@ impl Agent {
             ended_tx,
             ended_rx,
             generation: u64::MAX,
+            pushed: None,
+            closed: None,
             waited: false,
             idle_exit: None,
             busy_at: tokio::time::Instant::now(),
@@ -436,14 +449,6 @@ impl Agent {
         }
     }
 
-    fn availability(&self) -> pb::Availability {
-        let a = self.governor.availability();
-        pb::Availability {
-            memory: a.memory_available,
-            cpu_millis: u32::try_from(a.cpu_available_millis).unwrap_or(u32::MAX),
-        }
-    }
-
     fn hello(&self) -> pb::AgentMessage {
         let mut running: Vec<String> =
             self.running.keys().chain(self.unacked.keys()).map(ToString::to_string).collect();
@@ -471,8 +476,9 @@ impl Agent {
             }
         };
         // A fresh sample, so the hello's availability is current.
-        let _ = self.governor.sample();
+        self.sample();
         let (out, rx) = mpsc::unbounded_channel();
+        self.pushed = Some(self.availability());
         let _ = out.send(self.hello());
         let mut inbound = match client.agent_stream(UnboundedReceiverStream::new(rx)).await {
             Ok(response) => response.into_inner(),
@@ -539,9 +545,10 @@ impl Agent {
                 }
                 _ = beat.tick() => send(&out, pb::agent_message::Kind::Heartbeat(pb::Heartbeat {})),
                 _ = sample.tick() => {
-                    let _ = self.governor.sample();
+                    self.sample();
                     if std::mem::take(&mut self.waited) {
-                        self.generation = u64::MAX;
+                        // The broker's mirror is empty: say it again.
+                        self.pushed = None;
                     }
                 }
                 () = tune_tick(&mut self.tuner) => self.tune(&out),
@@ -553,15 +560,6 @@ impl Agent {
             self.push_availability(&out);
         }
         SessionEnd::Served
-    }
-
-    /// Sends the availability when the Governor's generation moved.
-    fn push_availability(&mut self, out: &mpsc::UnboundedSender<pb::AgentMessage>) {
-        let generation = self.governor.generation();
-        if generation != self.generation {
-            self.generation = generation;
-            send(out, pb::agent_message::Kind::Update(self.availability()));
-        }
     }
 
     fn on_message(&mut self, message: pb::BrokerToAgent, out: &mpsc::UnboundedSender<pb::AgentMessage>) {
@@ -639,6 +637,10 @@ impl Agent {
         let reservation = match self.governor.reserve_available(&estimate) {
             Ok(r) => r,
             Err(decision) if decision.kind() == lardon::DecisionKind::Wait => {
+                // Maybe a gate closed since the last sample (the mirror
+                // could not know): judged again now, so the availability
+                // that follows says so.
+                self.sample();
                 self.waited = true;
                 send(out, pb::agent_message::Kind::Report(waited(decision.to_string())));
                 return;

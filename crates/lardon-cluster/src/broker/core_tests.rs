@@ -96,7 +96,7 @@ fn a_cancel_asked_while_its_agent_is_away_reaches_it_on_return() {
     let mut core = restarted(dir.path());
     let (tx, _rx) = mpsc::unbounded_channel();
     let submitter = SubmitterId::new("s").unwrap_or_else(|e| panic!("{e}"));
-    core.handle(Input::SubmitterHello { submitter: submitter.clone(), conn: 1, tx });
+    core.handle(Input::SubmitterHello { submitter: submitter.clone(), conn: 1, tx, accepted: None });
     core.handle(Input::Cancel { submitter, task: TaskId::new("held").unwrap_or_else(|e| panic!("{e}")) });
     let mut a1 = hello(&mut core, "a1", &["held"], 2);
     assert!(drain(&mut a1).contains(&"cancel held".to_owned()));
@@ -164,7 +164,7 @@ fn what_a_class_took_is_learned_kept_across_a_restart_and_keeps_it_off_agents_th
     let mut core = core.with_clock(at_noon);
     let (tx, mut answers) = mpsc::unbounded_channel();
     let submitter = SubmitterId::new("s").unwrap_or_else(|e| panic!("{e}"));
-    core.handle(Input::SubmitterHello { submitter, conn: 1, tx });
+    core.handle(Input::SubmitterHello { submitter, conn: 1, tx, accepted: None });
     // a1's allocation ends in 10 minutes.
     let (tx, mut a1): (AgentTx, _) = mpsc::unbounded_channel();
     let hello = Hello {
@@ -249,7 +249,7 @@ fn the_provisioner_sees_what_the_queued_tasks_classes_measured() {
     core.set_shapes(vec![sh_shape(8 << 30, 4 * 3600)], &[]);
     let (tx, _answers) = mpsc::unbounded_channel();
     let submitter = SubmitterId::new("s").unwrap_or_else(|e| panic!("{e}"));
-    core.handle(Input::SubmitterHello { submitter, conn: 1, tx });
+    core.handle(Input::SubmitterHello { submitter, conn: 1, tx, accepted: None });
     let mut a1 = hello(&mut core, "a1", &[], 7);
     submit(&mut core, "first", "/opt/render/bin/render", 0);
     assert_eq!(drain(&mut a1), vec!["assign first".to_owned()]);
@@ -323,7 +323,7 @@ fn a_provisionable_task_no_shape_can_hold_is_handed_back_unless_an_agent_could_r
     core.set_shapes(vec![sh_shape(1 << 30, 3600)], &[]);
     let (tx, mut answers) = mpsc::unbounded_channel();
     let submitter = SubmitterId::new("s").unwrap_or_else(|e| panic!("{e}"));
-    core.handle(Input::SubmitterHello { submitter, conn: 1, tx });
+    core.handle(Input::SubmitterHello { submitter, conn: 1, tx, accepted: None });
 
     // No agent, 4 GiB, the only shape 1 GiB: answered at once, saying why.
     submit_needing(&mut core, "huge", "big", 4 << 30);
@@ -390,7 +390,7 @@ fn a_scaled_capability_waits_for_an_agent_and_is_never_handed_back() {
     core.set_shapes(vec![sh_shape(1 << 30, 3600)], std::slice::from_ref(&py));
     let (tx, mut answers) = mpsc::unbounded_channel();
     let submitter = SubmitterId::new("s").unwrap_or_else(|e| panic!("{e}"));
-    core.handle(Input::SubmitterHello { submitter: submitter.clone(), conn: 1, tx });
+    core.handle(Input::SubmitterHello { submitter: submitter.clone(), conn: 1, tx, accepted: None });
     let submit = |core: &mut Core, id: &str, name: &str, memory: u64| {
         let spec = pb::TaskSpec {
             capability: Some(pb::Capability {
@@ -426,7 +426,7 @@ fn a_cancelled_stale_run_never_answers_its_task_when_the_task_comes_back() {
     let (mut core, _) = Core::restore(store, 1, None).unwrap_or_else(|e| panic!("{e}"));
     let (tx, mut answers) = mpsc::unbounded_channel();
     let submitter = SubmitterId::new("s").unwrap_or_else(|e| panic!("{e}"));
-    core.handle(Input::SubmitterHello { submitter, conn: 1, tx });
+    core.handle(Input::SubmitterHello { submitter, conn: 1, tx, accepted: None });
     let mut a = hello(&mut core, "a", &[], 1);
     submit(&mut core, "t", "true", 0);
     assert_eq!(drain(&mut a), vec!["assign t".to_owned()]);

@@ -47,7 +47,7 @@ fn each_event_is_counted_once_under_its_own_name() {
     let _a1 = agent(&mut core, "a1", 1);
     let submitter = SubmitterId::new("s").unwrap();
     let (tx, _answers) = mpsc::unbounded_channel();
-    core.handle(Input::SubmitterHello { submitter: submitter.clone(), conn: 2, tx });
+    core.handle(Input::SubmitterHello { submitter: submitter.clone(), conn: 2, tx, accepted: None });
     let spec = pb::TaskSpec {
         task_id: "t1".into(),
         capability: Some(pb::Capability { name: "sh".into(), version: "1".into(), target: String::new() }),

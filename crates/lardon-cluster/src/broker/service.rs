@@ -198,7 +198,21 @@ impl Broker for BrokerService {
         let submitter = wire::submitter_hello(&hello).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
-        self.send(Input::SubmitterHello { submitter: submitter.clone(), conn, tx: tx.clone() }).await?;
+        let (accepted, taken) = oneshot::channel();
+        let hello = Input::SubmitterHello {
+            submitter: submitter.clone(),
+            conn,
+            tx: tx.clone(),
+            accepted: Some(accepted),
+        };
+        self.send(hello).await?;
+        // A second live stream under one id is refused here, before any
+        // reply could go astray (ALREADY_EXISTS, naming the id).
+        match taken.await {
+            Ok(Ok(())) => {}
+            Ok(Err(reason)) => return Err(Status::already_exists(reason)),
+            Err(_) => return Err(Status::unavailable("the broker is stopping")),
+        }
         self.beat(tx.clone(), submitter_heartbeat);
         let this = self.clone();
         tokio::spawn(async move {

@@ -80,10 +80,14 @@ pub(crate) enum Input {
         conn: u64,
         bound: wire::TokenBound,
     },
+    /// A submitter's stream opened. `accepted` (when given) hears whether
+    /// the core took it: a second live stream under one submitter id is
+    /// refused, with the reason (the first keeps its answers).
     SubmitterHello {
         submitter: SubmitterId,
         conn: u64,
         tx: SubmitTx,
+        accepted: Option<oneshot::Sender<Result<(), String>>>,
     },
     Submit {
         submitter: SubmitterId,
@@ -314,8 +318,11 @@ impl Core {
                 self.agent_draining(agent, conn, running, reason);
             }
             Input::AgentTokens { agent, conn, bound } => self.agent_tokens(agent, conn, bound),
-            Input::SubmitterHello { submitter, conn, tx } => {
-                self.submitters.insert(submitter, Peer { conn, tx });
+            Input::SubmitterHello { submitter, conn, tx, accepted } => {
+                let taken = self.submitter_hello(submitter, conn, tx);
+                if let Some(accepted) = accepted {
+                    let _ = accepted.send(taken);
+                }
             }
             Input::Submit { submitter, job } => self.submit(submitter, *job),
             Input::Cancel { submitter, task } => {
@@ -409,6 +416,25 @@ impl Core {
             Delivery::Cancelled => c.cancelled += 1,
             Delivery::Expired => c.expired += 1,
         }
+    }
+
+    /// Takes a submitter's new stream, unless another stream under the
+    /// same id is still open: answers go to one stream per id, so a second
+    /// one would silently take the first one's answers (and the first
+    /// would wait for ever). A stream whose client is gone (its reply
+    /// channel closed) is replaced at once; a half-open one is dropped
+    /// within three heartbeats, and the refused client retries.
+    fn submitter_hello(&mut self, submitter: SubmitterId, conn: u64, tx: SubmitTx) -> Result<(), String> {
+        if self.submitters.get(&submitter).is_some_and(|p| p.conn != conn && !p.tx.is_closed()) {
+            warn!("submitter {submitter}: a second stream refused (one is connected under that id)");
+            return Err(format!(
+                "submitter_id: another stream is connected as submitter {submitter}; \
+                 give each client its own id (lardon cluster submit --submitter), \
+                 or wait until that one ends"
+            ));
+        }
+        self.submitters.insert(submitter, Peer { conn, tx });
+        Ok(())
     }
 
     fn is_current_agent(&self, agent: &AgentId, conn: u64) -> bool {
