@@ -622,7 +622,7 @@ pub(crate) enum ClusterCommand {
     /// output and exits with its exit code.
     ///
     /// Example: `lardon cluster submit --broker 127.0.0.1:7700 --capability gcc@12 -- gcc -c x.c`
-    Submit(ClusterSubmitArgs),
+    Submit(Box<ClusterSubmitArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -664,6 +664,20 @@ pub(crate) struct ClusterSubmitArgs {
     /// until the broker has learned its class's duration
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
     pub(crate) expected_duration: Option<u64>,
+    /// Environment variable KEY=VALUE the task gets over the agent's (repeat it); the agent
+    /// refuses those that change what runs (LD_*, PATH, …). Your own environment is not sent
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    pub(crate) env: Vec<(String, String)>,
+    /// A file the task reads, relative to the current directory (repeat it): uploaded to the
+    /// broker's cache (only if it lacks it) and written into the task's directory at the agent.
+    /// It must exist and be a regular file; no `..`
+    #[arg(long = "input", value_name = "PATH")]
+    pub(crate) inputs: Vec<PathBuf>,
+    /// A file the task writes, relative to its directory (repeat it): after a successful run it
+    /// is fetched and written into the current directory (atomically); not produced fails the
+    /// task. Only these are ever written here. No absolute path, no `..`
+    #[arg(long = "output", value_name = "PATH")]
+    pub(crate) outputs: Vec<PathBuf>,
     /// The command (never run through a shell)
     #[arg(last = true, required = true, value_name = "ARGV")]
     pub(crate) argv: Vec<String>,

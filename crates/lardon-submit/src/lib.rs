@@ -11,6 +11,8 @@
 //!   one-shot `status`, `explain` and `watch` calls.
 //! * [`dial`]: plain or mutual TLS plus the join token.
 //! * [`blobs`]: the client of the broker's content-addressed store.
+//! * [`files`]: a shipped task's input files read and its declared outputs
+//!   written back, on the submitter's side.
 //! * [`broker_uri`], [`unix_ms`]: the address rule and the wall clock that
 //!   both submitters and agents use.
 #![warn(missing_docs)]
@@ -22,6 +24,7 @@ use thiserror::Error;
 pub mod blobs;
 pub mod client;
 pub mod dial;
+pub mod files;
 
 /// Exponential backoff between connection attempts, capped.
 #[derive(Debug, Clone, Copy)]

@@ -197,6 +197,12 @@ async fn submit(args: &ClusterSubmitArgs) -> Result<u8> {
     task.deadline_unix_ms = args
         .deadline
         .map(|ms| i64::try_from(now.as_millis().saturating_add(u128::from(ms))).unwrap_or(i64::MAX));
+    task.env.clone_from(&args.env);
+    // Files relative to where it is submitted from, as `lardon submit`'s.
+    let cwd = std::env::current_dir().map_err(|e| usage(format!("the current directory: {e}")))?;
+    let (inputs, outputs) = super::submit::file_paths(&args.inputs, &args.outputs, &cwd)?;
+    task.inputs = lardon_submit::files::read_inputs(&cwd, &inputs).map_err(usage)?;
+    task.outputs.clone_from(&outputs);
     // Fail fast when nothing answers: a never-reached broker is exit 3.
     let dial = args.security.dial("agent")?;
     client::status(&args.broker, &dial).await.map_err(|e| unreachable(e, &args.broker, &dial))?;
@@ -210,12 +216,23 @@ async fn submit(args: &ClusterSubmitArgs) -> Result<u8> {
         unreachable_after: Some(Duration::from_secs(60)),
     })
     .map_err(|e| usage(e.to_string()))?;
-    let answer = client.submit(&task).answer().await?;
+    let ticket = client
+        .submit_with_files(&task)
+        .await
+        .map_err(|e| anyhow::anyhow!("--input: uploading to the broker's cache: {e}"))?;
+    let answer = ticket.answer().await?;
     match answer {
         Answer::Done(ended) => {
             std::io::stdout().write_all(&ended.stdout)?;
             std::io::stderr().write_all(&ended.stderr)?;
             if ended.success {
+                let files = client
+                    .download_outputs(&ended)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("--output: fetching from the broker's cache: {e}"))?;
+                let tag = format!("c{}", std::process::id());
+                lardon_submit::files::write_outputs(&cwd, &files, &outputs, &tag)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
                 return Ok(0);
             }
             eprintln!("error: task {} failed at its agent: {}", task.id, ended.reason);

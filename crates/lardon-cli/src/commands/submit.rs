@@ -137,7 +137,21 @@ fn shippable(args: &SubmitArgs, spec: &mut pb::TaskSpec) -> Result<()> {
 /// input must lie inside `cwd` and be an existing regular file, an output
 /// must be relative.
 fn files(args: &SubmitArgs, cwd: &Path, spec: &mut pb::TaskSpec) -> Result<()> {
-    for path in &args.inputs {
+    let (inputs, outputs) = file_paths(&args.inputs, &args.outputs, cwd)?;
+    spec.inputs.extend(inputs);
+    spec.outputs.extend(outputs);
+    Ok(())
+}
+
+/// The `--input` and `--output` paths as the broker takes them (see
+/// [`files`]); `lardon cluster submit` checks its own with it too.
+pub(crate) fn file_paths(
+    inputs: &[std::path::PathBuf],
+    outputs: &[std::path::PathBuf],
+    cwd: &Path,
+) -> Result<(Vec<String>, Vec<String>)> {
+    let (mut ins, mut outs) = (Vec::new(), Vec::new());
+    for path in inputs {
         let rel = if path.is_absolute() {
             path.strip_prefix(cwd).map_err(|_| {
                 usage(format!(
@@ -158,18 +172,18 @@ fn files(args: &SubmitArgs, cwd: &Path, spec: &mut pb::TaskSpec) -> Result<()> {
             }
             Err(e) => return Err(usage(format!("--input: `{}`: {e}", full.display()))),
         }
-        spec.inputs.push(text);
+        ins.push(text);
     }
-    for path in &args.outputs {
+    for path in outputs {
         if path.is_absolute() {
             return Err(usage(format!(
                 "--output: `{}` is absolute; name it relative to the working directory",
                 path.display()
             )));
         }
-        spec.outputs.push(relative("--output", path)?);
+        outs.push(relative("--output", path)?);
     }
-    Ok(())
+    Ok((ins, outs))
 }
 
 /// `path` as the `/`-separated relative path the daemon and the broker

@@ -83,3 +83,58 @@ fn two_submits_at_once_from_one_host_are_both_answered() {
     assert!(first.status.success(), "the first submit was not answered: {first:?}\n{}", logs(&procs));
     assert_eq!(String::from_utf8_lossy(&first.stdout).trim(), "first");
 }
+
+#[test]
+fn env_input_and_output_travel_with_a_cluster_submit() {
+    use crate::support::procs::agent_args;
+    use crate::support::wait::until_logged;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let addr = free_port();
+    let broker = Proc::start(dir, "broker", &["broker", "--listen", &addr, "--heartbeat", "1s"]);
+    let agent = Proc::start(dir, "agent", &agent_args(&addr, "a1", "sh@1", "1"));
+    let procs = [&broker, &agent];
+    until_logged("the agent at the broker", &procs, || {
+        let o = Command::new(support::bin()).args(["cluster", "status", "--broker", &addr]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).contains("a1")
+    });
+    let work = dir.join("work");
+    std::fs::create_dir_all(work.join("src")).unwrap();
+    std::fs::write(work.join("src/in.txt"), "abc\n").unwrap();
+    let run = |args: &[&str]| {
+        let mut c = Command::new(support::bin());
+        c.current_dir(&work)
+            .args(["cluster", "submit", "--broker", &addr, "--capability", "sh@1"])
+            .args(args);
+        c.output().unwrap()
+    };
+    let script =
+        "mkdir -p out && rev src/in.txt > out/r.txt && echo \"GREETING=$GREETING\" && echo junk > extra";
+    let o = run(&[
+        "--env",
+        "GREETING=hi",
+        "--input",
+        "src/in.txt",
+        "--output",
+        "out/r.txt",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    assert!(o.status.success(), "{}\n{}", support::stderr(&o), logs(&procs));
+    assert_eq!(support::stdout(&o), "GREETING=hi\n");
+    assert_eq!(std::fs::read_to_string(work.join("out/r.txt")).unwrap(), "cba\n");
+    assert!(!work.join("extra").exists(), "only the declared output is written here");
+    // Refused before anything is sent, naming the flag.
+    let o = run(&["--input", "../outside", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2), "{}", support::stderr(&o));
+    assert!(support::stderr(&o).contains("--input"), "{}", support::stderr(&o));
+    let o = run(&["--output", "/etc/x", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(support::stderr(&o).contains("--output: `/etc/x` is absolute"), "{}", support::stderr(&o));
+    // A declared output not produced fails the task.
+    let o = run(&["--output", "never.txt", "--", "true"]);
+    assert_eq!(o.status.code(), Some(1), "{}", support::stderr(&o));
+    assert!(support::stderr(&o).contains("never.txt"), "{}", support::stderr(&o));
+}

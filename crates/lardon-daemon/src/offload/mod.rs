@@ -14,7 +14,7 @@
 //! one that still waits there `offload_wait_ms` after it was queued is
 //! taken out of the queue (atomically: it can never both start here and
 //! ship) and shipped. Its input files travel through the broker's CAS and
-//! its outputs come back into its working directory (`files`).
+//! its outputs come back into its working directory (`lardon_submit::files`).
 //!
 //! The answers arrive on the daemon's Tokio runtime; each is judged on a
 //! blocking thread (the store writer is synchronous). `OffloadRoute`
@@ -23,7 +23,6 @@
 //! cancel; it cannot pause.
 
 mod capacity;
-mod files;
 mod interface;
 mod reroute;
 mod route;
@@ -357,7 +356,7 @@ impl Inner {
         task.outputs.clone_from(&offload.outputs);
         if !offload.inputs.is_empty() {
             let cwd = Path::new(spec.cwd.as_deref().unwrap_or("/"));
-            task.inputs = files::read_inputs(cwd, &offload.inputs)
+            task.inputs = lardon_submit::files::read_inputs(cwd, &offload.inputs)
                 .map_err(|e| ("inputs_unreadable", format!("{e}: ran locally")))?;
         }
         Ok(task)
@@ -436,7 +435,7 @@ impl Inner {
                     Some(Ok(files)) => {
                         let cwd = Path::new(spec.cwd.as_deref().unwrap_or("/"));
                         let declared = spec.offload.as_ref().map_or(&[][..], |o| o.outputs.as_slice());
-                        match files::write_outputs(cwd, &files, declared, &format!("t{id}")) {
+                        match lardon_submit::files::write_outputs(cwd, &files, declared, &format!("t{id}")) {
                             Err(e) => {
                                 ended.success = false;
                                 ended.reason = format!("ran, but {e}");

@@ -1,14 +1,15 @@
-//! A shipped task's files on this side: its inputs read from its working
-//! directory when it ships, its outputs written back into it when its run
-//! at an agent succeeded. Paths were checked at submit (relative, plain
-//! names: `lardon_cluster_core::wire::relative_path`), so none leaves the
-//! directory by `..`.
+//! A shipped task's files on the submitter's side (an offloading daemon,
+//! or `lardon cluster submit`): its inputs read from its working directory
+//! when it ships, its outputs written back into it when its run at an
+//! agent succeeded. Paths were checked at submit (relative, plain names:
+//! [`lardon_cluster_core::wire::relative_path`]), so none leaves the
+//! directory by `..`; only declared outputs are ever written.
 
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 
-use lardon_submit::client::InputData;
+use crate::client::InputData;
 
 /// Reads each input, relative to `cwd`, as the agent will write it (the
 /// owner's execute bit kept). A missing or unreadable one, or one that is
@@ -16,7 +17,7 @@ use lardon_submit::client::InputData;
 ///
 /// # Errors
 /// One line naming the input.
-pub(crate) fn read_inputs(cwd: &Path, inputs: &[String]) -> Result<Vec<InputData>, String> {
+pub fn read_inputs(cwd: &Path, inputs: &[String]) -> Result<Vec<InputData>, String> {
     inputs
         .iter()
         .enumerate()
@@ -43,7 +44,7 @@ pub(crate) fn read_inputs(cwd: &Path, inputs: &[String]) -> Result<Vec<InputData
 ///
 /// # Errors
 /// One line naming the output and what failed.
-pub(crate) fn write_outputs(
+pub fn write_outputs(
     cwd: &Path,
     files: &[(String, Vec<u8>)],
     declared: &[String],
