@@ -115,6 +115,7 @@ pub(crate) fn task(t: &pb::Task) -> Value {
         "host": t.host,
         "memory_retries": t.memory_retries,
         "overrun_note": t.overrun_note,
+        "waiting_for": (!t.waiting_for.is_empty()).then_some(&t.waiting_for),
         "learned": crate::course::learned_json(t.learned.as_ref()),
         "on_end": spec.on_end,
         "hook": t.hook.as_ref().map(hook),

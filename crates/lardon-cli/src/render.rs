@@ -49,6 +49,9 @@ pub(crate) fn reason(t: &pb::Task) -> String {
     if !t.failure_reason.is_empty() {
         return t.failure_reason.clone();
     }
+    if t.state == pb::TaskState::Pending as i32 && !t.waiting_for.is_empty() {
+        return t.waiting_for.clone();
+    }
     if t.state == pb::TaskState::Pending as i32
         && let Some(d) = &t.last_decision
         && d.kind == pb::DecisionKind::Wait as i32
@@ -259,6 +262,9 @@ pub(crate) fn explain(r: &pb::ExplainResponse) -> String {
             }
         }
         None => out.push_str("last decision: none yet (the task has not been considered)\n"),
+    }
+    if !task.waiting_for.is_empty() {
+        let _ = writeln!(out, "held back: {}", task.waiting_for);
     }
     if task.memory_retries > 0 {
         let _ = writeln!(out, "memory retries: {}", task.memory_retries);

@@ -16,6 +16,7 @@ mod deploy;
 mod e2e;
 mod errors;
 mod groups;
+mod held_back;
 mod hooks;
 mod log_reuse;
 mod logcap;

@@ -250,6 +250,30 @@ fn live_wait(rec: &TaskRecord, live: Option<&TaskView>) -> Option<pb::Decision> 
     })
 }
 
+/// Why a pending task is held back before admission: the tasks it waits
+/// for (its `--after` dependencies, or its class's first run, the probe
+/// whose measured peak sizes it), in one line; empty when none.
+fn waiting_for(rec: &TaskRecord, live: Option<&TaskView>) -> String {
+    let Some(view) = live.filter(|_| rec.state == TaskState::Pending) else { return String::new() };
+    let named = |q: &lardon::TaskId| rec.spec.after.iter().chain(&rec.spec.after_any).any(|d| d.0 == q.0);
+    let parts: Vec<String> = view
+        .waiting_for
+        .iter()
+        .map(|q| {
+            let id = format_id(TaskId(q.0));
+            if named(q) {
+                format!("task {id} (--after)")
+            } else {
+                format!(
+                    "task {id} (the first run of class {}: its measured peak sizes this one)",
+                    rec.spec.estimate.class
+                )
+            }
+        })
+        .collect();
+    if parts.is_empty() { String::new() } else { format!("waiting for {}", parts.join(", ")) }
+}
+
 /// The durable record, with the live view (contract, ETA) when the queue
 /// holds the task.
 pub(crate) fn task_to_pb(rec: &TaskRecord, live: Option<&TaskView>, host: &str) -> pb::Task {
@@ -310,6 +334,7 @@ pub(crate) fn task_to_pb(rec: &TaskRecord, live: Option<&TaskView>, host: &str) 
         learned: None,
         // Filled by Get and Explain (a read of the task's hook rows).
         hook: None,
+        waiting_for: waiting_for(rec, live),
     }
 }
 

@@ -47,6 +47,9 @@ pub struct TaskView {
     pub message: Option<String>,
     /// Sequences started (1 for a task that never called `sequence_break`).
     pub sequences: u32,
+    /// The tasks it still waits for before it may be admitted (`after`
+    /// and `after_any` dependencies not yet ended), in the order given.
+    pub waiting_for: Vec<TaskId>,
 }
 
 /// Every task, taken under one lock: live tasks in submission order, then

@@ -194,6 +194,7 @@ impl Entry {
             finished_at: self.finished_at,
             message: self.message.clone(),
             sequences: self.sequences,
+            waiting_for: self.waiting_on.iter().chain(&self.waiting_any).copied().collect(),
         }
     }
 }
