@@ -724,6 +724,20 @@ pub(crate) enum CertCommand {
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
     },
+    /// Everything a one-machine trial of the secured cluster needs, in one directory: DIR/ca
+    /// (the CA), DIR/broker (a broker certificate for --host), DIR/client (one client
+    /// certificate, named `client`, for agents and submitters alike) and DIR/join.token; then
+    /// prints the commands that use them. For more machines, issue one client certificate each.
+    ///
+    /// Example: `lardon cert trial --dir ./tls && lardon broker --listen 127.0.0.1:7710 --tls-dir ./tls/broker --join-token-file ./tls/join.token`
+    Trial {
+        /// Directory to create them in (nothing already there is overwritten)
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        /// The address the broker is dialled at (repeat for several)
+        #[arg(long = "host", value_name = "HOST", default_value = "127.0.0.1")]
+        hosts: Vec<String>,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -42,6 +42,33 @@ pub(crate) fn run(cmd: &CertCommand) -> Result<u8> {
             token.write_new(out).map_err(input)?;
             super::out(&format!("created a join token in {} (mode 0600)\n", out.display()))?;
         }
+        CertCommand::Trial { dir, hosts } => trial(dir, hosts)?,
     }
     Ok(0)
 }
+
+/// `lardon cert trial`: the CA, a broker certificate, one client
+/// certificate and a join token under `dir`, then the commands to use them.
+fn trial(dir: &std::path::Path, hosts: &[String]) -> Result<()> {
+    let (ca, broker, client, token) =
+        (dir.join("ca"), dir.join("broker"), dir.join("client"), dir.join("join.token"));
+    lardon_tls::init_ca(&ca).map_err(input)?;
+    lardon_tls::issue(&ca, "broker", Role::Server, hosts, DAYS, &broker).map_err(input)?;
+    lardon_tls::issue(&ca, "client", Role::Client, &[], DAYS, &client).map_err(input)?;
+    JoinToken::generate().and_then(|t| t.write_new(&token)).map_err(input)?;
+    let host = hosts.first().map_or("127.0.0.1", String::as_str);
+    let (b, c, t) = (broker.display(), client.display(), token.display());
+    let creds = format!("--tls-dir {c} --tls-name client --join-token-file {t}");
+    super::out(&format!(
+        "created {ca} (keep ca/ca.key private), {b}, {c} and {t}\n\
+         start the broker:  lardon broker --listen {host}:7710 --tls-dir {b} --join-token-file {t} --state ./broker-state\n\
+         start an agent:    lardon agent --broker {host}:7710 --capability CAP {creds}\n\
+         submit:            lardon cluster submit --broker {host}:7710 --capability CAP {creds} -- COMMAND\n\
+         offload a daemon:  lardon daemon --broker {host}:7710 {creds}\n",
+        ca = ca.display()
+    ))?;
+    Ok(())
+}
+
+/// How long a trial's certificates last.
+const DAYS: u32 = 365;

@@ -117,3 +117,63 @@ fn credentials_that_do_not_fit_the_broker_name_the_flag_that_fixes_them() {
         std::fs::read_to_string(&a.log).unwrap_or_default().contains("not signed by the CA in --tls-dir")
     });
 }
+
+/// `lardon cert trial` makes everything a secured one-machine cluster
+/// needs, in one command, and the commands it prints work as printed: a
+/// broker, an agent and a submit over mutual TLS with the join token; a
+/// second trial into the same directory overwrites nothing (exit 2).
+#[test]
+fn cert_trial_makes_a_working_secured_cluster_in_one_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let tls = d.join("tls");
+    let o = crate::support::lardon(d, &["cert", "trial", "--dir", tls.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", crate::support::stderr(&o));
+    let printed = crate::support::stdout(&o);
+    for f in [
+        "ca/ca.pem",
+        "ca/ca.key",
+        "broker/broker.pem",
+        "broker/broker.key",
+        "client/client.pem",
+        "join.token",
+    ] {
+        assert!(tls.join(f).exists(), "{f} missing:\n{printed}");
+    }
+    // The printed lines, with a free port and a capability filled in.
+    let addr = crate::support::procs::free_port();
+    let line = |start: &str| -> Vec<String> {
+        let l = printed.lines().find(|l| l.trim_start().starts_with(start)).unwrap();
+        let cmd = l.split_once(':').unwrap().1.trim();
+        cmd.replace("127.0.0.1:7710", &addr)
+            .replace("CAP", "sh@1")
+            .replace("./broker-state", d.join("bstate").to_str().unwrap())
+            .split_whitespace()
+            .skip(1) // `lardon`
+            .map(str::to_owned)
+            .collect()
+    };
+    let args = |v: &[String]| v.iter().map(String::as_str).collect::<Vec<_>>().join("\u{1f}");
+    let broker_args = line("start the broker");
+    let broker_args: Vec<&str> = broker_args.iter().map(String::as_str).collect();
+    let broker = Proc::start(d, "broker", &broker_args);
+    let mut agent_args = line("start an agent");
+    agent_args.extend(["--simulate-host".to_owned(), "8GiB,8".to_owned()]);
+    let agent_args: Vec<&str> = agent_args.iter().map(String::as_str).collect();
+    let agent = Proc::start(d, "agent", &agent_args);
+    let mut submit = line("submit");
+    assert!(args(&submit).contains("--tls-dir"), "{submit:?}");
+    submit.truncate(submit.len() - 1); // COMMAND
+    submit.extend(["echo".to_owned(), "secured".to_owned()]);
+    let submit: Vec<&str> = submit.iter().map(String::as_str).collect();
+    let procs = [&broker, &agent];
+    crate::support::wait::until_logged("a secured submit answered", &procs, || {
+        let o = crate::support::lardon(d, &submit);
+        o.status.success() && crate::support::stdout(&o) == "secured\n"
+    });
+    // Nothing already there is overwritten.
+    let before = std::fs::read(tls.join("join.token")).unwrap();
+    let o = crate::support::lardon(d, &["cert", "trial", "--dir", tls.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", crate::support::stderr(&o));
+    assert_eq!(std::fs::read(tls.join("join.token")).unwrap(), before);
+}
