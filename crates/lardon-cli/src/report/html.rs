@@ -121,65 +121,100 @@ fn drawn<T, E: std::fmt::Display>(what: &str, r: std::result::Result<T, E>) -> R
 
 /// Two bars per key: declared (max) and measured peak (max), MiB.
 fn declared_vs_peak(r: &Report) -> Result<String> {
-    const WHAT: &str = "declared vs peak";
-    let n = r.classes.len().max(1);
-    let top = r
-        .classes
-        .iter()
-        .flat_map(|c| [c.figures.declared.map(|s| s.max), c.figures.peak.map(|s| s.max)])
-        .flatten()
-        .map(mib)
-        .fold(1.0, f64::max)
-        * 1.15;
+    let names: Vec<String> = r.classes.iter().map(|c| short(&c.key)).collect();
+    let declared = r.classes.iter().map(|c| c.figures.declared.map(|s| mib(s.max))).collect();
+    let peak = r.classes.iter().map(|c| c.figures.peak.map(|s| mib(s.max))).collect();
+    bars(
+        &Bars { what: "declared vs peak", height: 360, names, y_desc: "MiB", floor: 1.0 },
+        vec![
+            Series {
+                label: Some("declared"),
+                colour: RGBColor(120, 150, 200),
+                span: (-0.4, -0.02),
+                values: declared,
+            },
+            Series {
+                label: Some("measured peak"),
+                colour: RGBColor(220, 120, 40),
+                span: (0.02, 0.4),
+                values: peak,
+            },
+        ],
+    )
+}
+
+/// A bar chart: one category per name, one bar per series in each.
+struct Bars {
+    what: &'static str,
+    height: u32,
+    names: Vec<String>,
+    y_desc: &'static str,
+    /// The least top of the y axis.
+    floor: f64,
+}
+
+/// One series of a [`Bars`] chart: its bars' colour, where in its
+/// category each stands (offsets from the category's centre), the values
+/// (`None`: no bar) and its legend label, if any.
+struct Series {
+    label: Option<&'static str>,
+    colour: RGBColor,
+    span: (f64, f64),
+    values: Vec<Option<f64>>,
+}
+
+fn bars(chart_of: &Bars, series: Vec<Series>) -> Result<String> {
+    let what = chart_of.what;
+    let n = chart_of.names.len().max(1);
+    let top =
+        series.iter().flat_map(|s| s.values.iter().flatten()).fold(chart_of.floor, |a, b| a.max(*b)) * 1.15;
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, 360)).into_drawing_area();
-        drawn(WHAT, root.fill(&WHITE))?;
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, chart_of.height)).into_drawing_area();
+        drawn(what, root.fill(&WHITE))?;
         let mut chart = drawn(
-            WHAT,
+            what,
             ChartBuilder::on(&root)
                 .margin(10)
                 .x_label_area_size(40)
                 .y_label_area_size(70)
                 .build_cartesian_2d(-0.5f64..n as f64 - 0.5, 0f64..top),
         )?;
-        let names: Vec<String> = r.classes.iter().map(|c| short(&c.key)).collect();
+        let names = &chart_of.names;
         drawn(
-            WHAT,
+            what,
             chart
                 .configure_mesh()
                 .disable_x_mesh()
                 .x_labels(n)
-                .x_label_formatter(&|x| category(&names, *x))
-                .y_desc("MiB")
+                .x_label_formatter(&|x| category(names, *x))
+                .y_desc(chart_of.y_desc)
                 .draw(),
         )?;
-        let declared = RGBColor(120, 150, 200);
-        let peak = RGBColor(220, 120, 40);
-        let at = |i: usize| i as f64;
-        drawn(
-            WHAT,
-            chart.draw_series(r.classes.iter().enumerate().filter_map(|(i, c)| {
-                let d = mib(c.figures.declared?.max);
-                Some(Rectangle::new([(at(i) - 0.4, 0.0), (at(i) - 0.02, d)], declared.filled()))
-            })),
-        )?
-        .label("declared")
-        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], declared.filled()));
-        drawn(
-            WHAT,
-            chart.draw_series(r.classes.iter().enumerate().filter_map(|(i, c)| {
-                let p = mib(c.figures.peak?.max);
-                Some(Rectangle::new([(at(i) + 0.02, 0.0), (at(i) + 0.4, p)], peak.filled()))
-            })),
-        )?
-        .label("measured peak")
-        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], peak.filled()));
-        drawn(
-            WHAT,
-            chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw(),
-        )?;
-        drawn(WHAT, root.present())?;
+        let mut legend = false;
+        for s in series {
+            let (colour, (from, to)) = (s.colour, s.span);
+            let drawn_series = drawn(
+                what,
+                chart.draw_series(s.values.iter().enumerate().filter_map(|(i, v)| {
+                    let x = i as f64;
+                    v.map(|v| Rectangle::new([(x + from, 0.0), (x + to, v)], colour.filled()))
+                })),
+            )?;
+            if let Some(label) = s.label {
+                legend = true;
+                drawn_series
+                    .label(label)
+                    .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
+            }
+        }
+        if legend {
+            drawn(
+                what,
+                chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw(),
+            )?;
+        }
+        drawn(what, root.present())?;
     }
     Ok(svg)
 }
@@ -326,42 +361,10 @@ fn memory_held(r: &Report) -> Result<String> {
 
 /// One bar per wait reason, seconds.
 fn waits(r: &Report) -> Result<String> {
-    const WHAT: &str = "waits";
-    let waits: Vec<(&String, f64)> =
-        r.totals.waits_ms.iter().map(|(k, ms)| (k, *ms as f64 / 1000.0)).collect();
-    let n = waits.len().max(1);
-    let top = waits.iter().map(|(_, s)| *s).fold(0.1, f64::max) * 1.15;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, 300)).into_drawing_area();
-        drawn(WHAT, root.fill(&WHITE))?;
-        let mut chart = drawn(
-            WHAT,
-            ChartBuilder::on(&root)
-                .margin(10)
-                .x_label_area_size(40)
-                .y_label_area_size(70)
-                .build_cartesian_2d(-0.5f64..n as f64 - 0.5, 0f64..top),
-        )?;
-        let names: Vec<String> = waits.iter().map(|(k, _)| (*k).clone()).collect();
-        drawn(
-            WHAT,
-            chart
-                .configure_mesh()
-                .disable_x_mesh()
-                .x_labels(n)
-                .x_label_formatter(&|x| category(&names, *x))
-                .y_desc("seconds")
-                .draw(),
-        )?;
-        let bar = RGBColor(230, 150, 30);
-        drawn(
-            WHAT,
-            chart.draw_series(waits.iter().enumerate().map(|(i, (_, s))| {
-                Rectangle::new([(i as f64 - 0.3, 0.0), (i as f64 + 0.3, *s)], bar.filled())
-            })),
-        )?;
-        drawn(WHAT, root.present())?;
-    }
-    Ok(svg)
+    let names = r.totals.waits_ms.keys().cloned().collect();
+    let seconds = r.totals.waits_ms.values().map(|ms| Some(*ms as f64 / 1000.0)).collect();
+    bars(
+        &Bars { what: "waits", height: 300, names, y_desc: "seconds", floor: 0.1 },
+        vec![Series { label: None, colour: RGBColor(230, 150, 30), span: (-0.3, 0.3), values: seconds }],
+    )
 }

@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::support::offload_cluster::{lines, sh};
+use crate::support::offload_cluster::{Cluster, lines, sh};
 use crate::support::procs::{Proc, agent_args, free_port};
 use crate::support::wait::until_logged;
 use crate::support::{lardon, stdout, submit, task_json};
@@ -43,23 +43,7 @@ fn broker(dir: &Path, addr: &str) -> Proc {
 /// broker that is away for a while (a restart) instead of running here.
 fn daemon(dir: &Path, state: &Path, addr: &str) -> Proc {
     std::fs::write(dir.join("policy.toml"), "offload = { prefer = \"remote\" }\n").unwrap();
-    let policy = dir.join("policy.toml");
-    let args = [
-        "--state-dir",
-        state.to_str().unwrap(),
-        "daemon",
-        "--simulate-host",
-        "8GiB,4",
-        "--policy",
-        policy.to_str().unwrap(),
-        "--broker",
-        addr,
-        "--broker-heartbeat",
-        "1s",
-        "--broker-timeout",
-        "60s",
-    ];
-    Proc::start(dir, "daemon", &args)
+    Cluster::daemon_waiting(dir, state, addr, "60s")
 }
 
 struct Trial {
@@ -81,13 +65,16 @@ impl Trial {
         until_logged(what, &[&self.broker, &self.agent, &self.daemon], ok);
     }
 
-    fn broker_queued(&self) -> u64 {
+    fn broker_status(&self) -> serde_json::Value {
         let o = lardon(&self.state, &["cluster", "status", "--broker", &self.addr, "--json"]);
         if !o.status.success() {
-            return 0;
+            return serde_json::Value::Null;
         }
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        v["queued"].as_u64().unwrap_or(0)
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
+    fn broker_queued(&self) -> u64 {
+        self.broker_status()["queued"].as_u64().unwrap_or(0)
     }
 
     /// A broker, one agent with one token and a daemon; one task holds
@@ -115,6 +102,11 @@ impl Trial {
             queued: String::new(),
         };
         t.until("the daemon to answer", || lardon(&t.state, &["status"]).status.success());
+        // Before any submission: a task offered while no agent is there
+        // runs at its daemon at once.
+        t.until("the agent at the broker", || {
+            t.broker_status()["agents"].as_array().is_some_and(|a| a.len() == 1)
+        });
         let runs = dir.join("runs");
         let hold = format!("echo busy >> '{}'; {}", runs.display(), until_file(&t.go));
         t.busy = submit(&t.state, &sh(&hold));

@@ -42,6 +42,12 @@ impl Cluster {
 
     /// `lardon daemon --broker` on `state` with `dir/policy.toml`.
     pub(crate) fn daemon(dir: &Path, state: &Path, addr: &str) -> Proc {
+        Self::daemon_waiting(dir, state, addr, "2s")
+    }
+
+    /// [`Cluster::daemon`] whose tasks wait `broker_timeout` for a broker
+    /// that does not answer before they run here.
+    pub(crate) fn daemon_waiting(dir: &Path, state: &Path, addr: &str, broker_timeout: &str) -> Proc {
         let policy = dir.join("policy.toml");
         Proc::start(
             dir,
@@ -59,7 +65,7 @@ impl Cluster {
                 "--broker-heartbeat",
                 "1s",
                 "--broker-timeout",
-                "2s",
+                broker_timeout,
             ],
         )
     }
