@@ -19,6 +19,7 @@ mod cluster_soft;
 mod cluster_stop;
 mod cluster_submit;
 mod cluster_watch;
+mod hostile;
 mod offload;
 mod offload_files;
 mod offload_speed;
