@@ -191,7 +191,7 @@ fn bars(chart_of: &Bars, series: Vec<Series>) -> Result<String> {
                 .y_desc(chart_of.y_desc)
                 .draw(),
         )?;
-        let mut legend = false;
+        let mut labelled = false;
         for s in series {
             let (colour, (from, to)) = (s.colour, s.span);
             let drawn_series = drawn(
@@ -202,21 +202,26 @@ fn bars(chart_of: &Bars, series: Vec<Series>) -> Result<String> {
                 })),
             )?;
             if let Some(label) = s.label {
-                legend = true;
+                labelled = true;
                 drawn_series
                     .label(label)
                     .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
             }
         }
-        if legend {
-            drawn(
-                what,
-                chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw(),
-            )?;
+        if labelled {
+            legend(what, &mut chart)?;
         }
         drawn(what, root.present())?;
     }
     Ok(svg)
+}
+
+/// Draws the chart's legend (its series' labels) in the house style.
+fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    what: &str,
+    chart: &mut ChartContext<'a, DB, CT>,
+) -> Result<()> {
+    drawn(what, chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw())
 }
 
 /// The label of the category at `x` (the ticks fall on whole numbers).
@@ -298,10 +303,7 @@ fn timeline(r: &Report) -> Result<String> {
                     .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], c.filled()));
             }
         }
-        drawn(
-            WHAT,
-            chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw(),
-        )?;
+        legend(WHAT, &mut chart)?;
         drawn(WHAT, root.present())?;
     }
     Ok(svg)
@@ -350,10 +352,7 @@ fn memory_held(r: &Report) -> Result<String> {
             .label("memory budget")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 12, y)], RED));
         }
-        drawn(
-            WHAT,
-            chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw(),
-        )?;
+        legend(WHAT, &mut chart)?;
         drawn(WHAT, root.present())?;
     }
     Ok(svg)
