@@ -14,6 +14,7 @@ count to guess: the Governor decides how many run.
 from __future__ import annotations
 
 import concurrent.futures
+from concurrent.futures import _base
 import hashlib
 import itertools
 import multiprocessing.spawn
@@ -89,10 +90,19 @@ class _Future(concurrent.futures.Future):
         results = self._executor._conn.cancel([self.task_id], "")
         if not any(ok for _, ok, _ in results):
             return False
-        if super().cancel():
+        return self._mark_cancelled()
+
+    def _mark_cancelled(self) -> bool:
+        """Cancels the future itself and tells its waiters, once (the
+        caller's `cancel` and the collector's seeing the task cancelled
+        may race)."""
+        with self._condition:
+            if self._state == _base.CANCELLED_AND_NOTIFIED:
+                return True
+            if not super().cancel():
+                return False
             self.set_running_or_notify_cancel()
             return True
-        return False
 
 
 def _load(path: str):
@@ -276,6 +286,8 @@ class Executor(concurrent.futures.Executor):
     def _start(self, mode: str, payload, *, name: str, count: int, **options) -> _Future:
         if self._broken is not None:
             raise LardonError(f"the executor's engine failed: {self._broken}")
+        if self._closed:
+            raise RuntimeError("cannot schedule new futures after shutdown")
         job = os.path.join(self._jobs, f"{next(self._numbers):07d}")
         os.mkdir(job)
         with open(os.path.join(job, "call.pkl"), "wb") as f:
@@ -346,8 +358,8 @@ class Executor(concurrent.futures.Executor):
         if task.state == "cancelled":
             if future.running():
                 future.set_exception(TaskCancelled(f"task {task.id} was cancelled while it ran", task))
-            elif super(_Future, future).cancel():
-                future.set_running_or_notify_cancel()
+            else:
+                future._mark_cancelled()
             return
         if not future.running():
             future.set_running_or_notify_cancel()
