@@ -47,6 +47,12 @@ step "real-host check (scripts/real-host-check.sh --quick)"
 cargo build -q -p lardon-cli
 LARDON=$PWD/target/debug/lardon scripts/real-host-check.sh --quick
 
+# The Python package (python/): built from this checkout with maturin into
+# a venv, then its pytest suites (a real daemon; the Executor on the real
+# host inside cgroups with a known memory limit).
+step "Python package (scripts/test-python.sh: maturin develop, pytest)"
+scripts/test-python.sh
+
 # Broken intra-doc links and malformed rustdoc fail the build like a lint.
 step "cargo doc (workspace, no dependencies, warnings denied)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
